@@ -1,0 +1,89 @@
+//! The simplest design: one lock around one map.
+
+use super::lock;
+use crate::builder::{Builder, DefaultHasher};
+use crate::clock::{Clock, Epoch, QuantaClock};
+use crate::token_bucket::state::{self, Layout};
+use crate::{Decision, KeyRef, Quota, RateLimiter};
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
+
+/// A token bucket with every key's state word in one `Mutex<HashMap>`.
+pub struct GlobalLock<K, C = QuantaClock, S = DefaultHasher> {
+    words: Mutex<HashMap<K, u64, S>>,
+    layout: Layout,
+    epoch: Epoch<C>,
+    quota: Quota,
+}
+
+impl<K: Hash + Eq> GlobalLock<K> {
+    /// A limiter applying `quota` to every key, on the default clock and hasher.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder(quota).build()
+    }
+
+    /// A builder for the clock, the hasher and the expected number of keys.
+    pub fn builder(quota: Quota) -> Builder<Self> {
+        Builder::new(quota)
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> GlobalLock<K, C> {
+    /// A limiter on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Builder::<GlobalLock<K>, C>::with_clock(quota, clock).build()
+    }
+}
+
+impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<GlobalLock<K>, C, S> {
+    /// Builds the limiter; its epoch is now.
+    pub fn build(self) -> GlobalLock<K, C, S> {
+        let map = HashMap::with_capacity_and_hasher(self.expected_keys, self.hasher);
+        GlobalLock {
+            words: Mutex::new(map),
+            layout: Layout::new(&self.quota),
+            epoch: Epoch::start(self.clock),
+            quota: self.quota,
+        }
+    }
+}
+
+impl<K, C, S> RateLimiter<K> for GlobalLock<K, C, S>
+where
+    K: Hash + Eq,
+    C: Clock,
+    S: BuildHasher,
+{
+    fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let now = self.epoch.elapsed();
+        let apply = |word: &mut u64| {
+            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            *word = new;
+            decision
+        };
+        let mut words = lock(&self.words);
+        if let Some(word) = words.get_mut(key) {
+            return apply(word);
+        }
+        apply(words.entry(key.to_key()).or_insert(self.layout.full()))
+    }
+
+    fn peek<Q>(&self, key: &Q) -> u32
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let now = self.epoch.elapsed();
+        lock(&self.words)
+            .get(key)
+            .map_or(self.quota.capacity(), |&word| {
+                state::available(&self.layout, word, now)
+            })
+    }
+}

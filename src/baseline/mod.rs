@@ -1,0 +1,21 @@
+//! Lock-based limiters to measure [`TokenBucket`](crate::TokenBucket) against — never
+//! to recommend.
+//!
+//! Both apply the same pure step function as `TokenBucket`, so they make exactly the
+//! same decisions; only the synchronisation differs. They pass the same semantic tests.
+
+mod global_lock;
+mod mutex_per_key;
+
+pub use global_lock::GlobalLock;
+pub use mutex_per_key::MutexPerKey;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `mutex`, ignoring poisoning: the critical sections here run a pure step
+/// function that cannot panic, so a poisoned lock still guards a valid word.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

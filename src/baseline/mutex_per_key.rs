@@ -1,0 +1,84 @@
+//! The textbook design: a map of per-key mutexes.
+
+use super::lock;
+use crate::builder::{Builder, DefaultHasher};
+use crate::clock::{Clock, Epoch, QuantaClock};
+use crate::store::{KeyMap, Store};
+use crate::token_bucket::state::{self, Layout};
+use crate::{Decision, KeyRef, Quota, RateLimiter};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
+
+/// A token bucket with the same papaya map as [`TokenBucket`](crate::TokenBucket) but
+/// a `Mutex` around each key's state word instead of a compare-and-set loop.
+pub struct MutexPerKey<K, C = QuantaClock, S = DefaultHasher> {
+    words: KeyMap<K, Mutex<u64>, S>,
+    layout: Layout,
+    epoch: Epoch<C>,
+    quota: Quota,
+}
+
+impl<K: Hash + Eq> MutexPerKey<K> {
+    /// A limiter applying `quota` to every key, on the default clock and hasher.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder(quota).build()
+    }
+
+    /// A builder for the clock, the hasher and the expected number of keys.
+    pub fn builder(quota: Quota) -> Builder<Self> {
+        Builder::new(quota)
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> MutexPerKey<K, C> {
+    /// A limiter on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Builder::<MutexPerKey<K>, C>::with_clock(quota, clock).build()
+    }
+}
+
+impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
+    /// Builds the limiter; its epoch is now.
+    pub fn build(self) -> MutexPerKey<K, C, S> {
+        MutexPerKey {
+            words: KeyMap::with_hasher(self.hasher, self.expected_keys),
+            layout: Layout::new(&self.quota),
+            epoch: Epoch::start(self.clock),
+            quota: self.quota,
+        }
+    }
+}
+
+impl<K, C, S> RateLimiter<K> for MutexPerKey<K, C, S>
+where
+    K: Hash + Eq,
+    C: Clock,
+    S: BuildHasher,
+{
+    fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let now = self.epoch.elapsed();
+        let fresh = || Mutex::new(self.layout.full());
+        self.words.get_or_insert(key, fresh, |word| {
+            let mut word = lock(word);
+            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            *word = new;
+            decision
+        })
+    }
+
+    fn peek<Q>(&self, key: &Q) -> u32
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let now = self.epoch.elapsed();
+        self.words
+            .get(key, |word| state::available(&self.layout, *lock(word), now))
+            .unwrap_or(self.quota.capacity())
+    }
+}

@@ -1,0 +1,68 @@
+//! Rate limiting for latency-sensitive hot paths: lock-free and allocation-free per
+//! check, exact in its semantics, model-checked with loom.
+//!
+//! ```
+//! use turnstile::{Quota, RateLimiter, TokenBucket};
+//!
+//! // At most 100 requests per minute per user, in bursts of up to 100.
+//! let limiter = TokenBucket::<String>::new(Quota::per_minute(100)?);
+//!
+//! let decision = limiter.acquire("alice", 1);
+//! if decision.is_allowed() {
+//!     // serve the request
+//! } else if let Some(wait) = decision.retry_after() {
+//!     // answer 429 and tell the client to come back after `wait`
+//! }
+//! # Ok::<(), turnstile::QuotaError>(())
+//! ```
+//!
+//! # What it guarantees
+//! - **Exact integer semantics**, the same in every implementation: see
+//!   [`TokenBucket`]. Decisions never depend on thread timing beyond the order in
+//!   which requests take effect on a key.
+//! - **Lock-free, allocation-free** once a key exists: one clock reading, one lookup
+//!   in a lock-free map, one compare-and-set on the key's `AtomicU64`. A key's first
+//!   request allocates its entry.
+//! - **Consistency**: each key's state changes only by atomic read-modify-write, so
+//!   the decisions on one key are those of some sequential order of its requests
+//!   (linearizable per key). Keys are independent; there is no cross-key ordering.
+//! - **Bad input fails at construction**: every [`Quota`] accepted is one the state
+//!   word holds exactly; nothing panics or truncates later.
+//!
+//! # Verification
+//! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
+//! a deliberately broken variant that the checker must reject. Keys live in a
+//! `papaya::HashMap`, which is not loom-aware; the limiters use it only through a
+//! small internal store contract (get; get-or-insert, exactly once; values stable
+//! while in use). Under `--cfg turnstile_loom` a loom-aware store implements that
+//! contract, so loom checks turnstile's own protocols against the contract, and
+//! papaya's guarantees cover the map itself.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod baseline;
+mod builder;
+mod clock;
+mod decision;
+mod keyed;
+mod limiter;
+#[cfg(turnstile_loom)]
+#[doc(hidden)]
+pub mod loom_hooks;
+mod quota;
+mod store;
+mod sync;
+mod token_bucket;
+
+/// The README's code blocks, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+pub use builder::{Builder, DefaultHasher};
+pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
+pub use decision::Decision;
+pub use limiter::{KeyRef, RateLimiter};
+pub use quota::{Quota, QuotaError};
+pub use token_bucket::TokenBucket;

@@ -1,0 +1,60 @@
+//! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values.
+//!
+//! It keeps the same contract as the papaya store with primitives loom can see, so
+//! loom explores every interleaving of turnstile's protocols around it.
+
+use super::Store;
+use crate::KeyRef;
+use crate::sync::{Arc, Mutex};
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+
+/// Keys and their state under one loom mutex; values are `Arc`s so `f` runs unlocked.
+pub(crate) struct LoomStore<K, V, S> {
+    map: Mutex<HashMap<K, Arc<V>, S>>,
+}
+
+impl<K, V, S> Store<K, V, S> for LoomStore<K, V, S>
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    fn with_hasher(hasher: S, expected_keys: usize) -> Self {
+        let map = HashMap::with_capacity_and_hasher(expected_keys, hasher);
+        Self {
+            map: Mutex::new(map),
+        }
+    }
+
+    fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let value = self.map.lock().unwrap().get(key).cloned();
+        value.map(|v| f(&v))
+    }
+
+    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let stored = {
+            let mut map = self.map.lock().unwrap();
+            match map.get(key) {
+                Some(v) => v.clone(),
+                None => map
+                    .entry(key.to_key())
+                    .or_insert_with(|| Arc::new(value()))
+                    .clone(),
+            }
+        };
+        f(&stored)
+    }
+
+    fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+}

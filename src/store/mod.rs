@@ -1,0 +1,54 @@
+//! The keyed store: where each key's state lives, behind a small contract.
+//!
+//! Limiters use only this contract, so the same limiter code runs on papaya in normal
+//! builds and on a small loom-aware store under `--cfg turnstile_loom`. papaya is not
+//! loom-aware (it uses std atomics internally), so loom checks turnstile's protocols
+//! against this contract, and papaya's own guarantees — linearizable get and
+//! insert-if-absent, values never moved while a guard is held — cover the rest.
+
+use crate::KeyRef;
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+#[cfg(turnstile_loom)]
+mod loom;
+#[cfg(not(turnstile_loom))]
+mod papaya;
+
+/// The store limiters use: papaya normally, the loom-aware one under loom.
+#[cfg(turnstile_loom)]
+pub(crate) type KeyMap<K, V, S> = loom::LoomStore<K, V, S>;
+/// The store limiters use: papaya normally, the loom-aware one under loom.
+#[cfg(not(turnstile_loom))]
+pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
+
+/// A concurrent map from keys to per-key state.
+///
+/// # Contract
+/// - **get**: `get(key, f)` calls `f` with the key's value if the key is present.
+/// - **get-or-insert, exactly once**: `get_or_insert(key, value, f)` stores `value`
+///   if the key is absent and calls `f` with the key's value. However many threads
+///   race on an absent key, exactly one value is stored and every racer's `f` sees
+///   that same value; the losers' `value`s are dropped unused.
+/// - **stable values**: a value is never moved, replaced or freed while an `f` that
+///   received it runs, so state updated through it is never lost.
+/// - Every method may be called from any number of threads at once.
+pub(crate) trait Store<K, V, S> {
+    /// An empty store expecting about `expected_keys` keys.
+    fn with_hasher(hasher: S, expected_keys: usize) -> Self;
+
+    /// Calls `f` with the value of `key`, if present.
+    fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq;
+
+    /// Calls `f` with the value of `key`, storing `value` first if the key is absent.
+    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>;
+
+    /// Number of keys stored.
+    fn len(&self) -> usize;
+}

@@ -1,0 +1,57 @@
+//! The store of normal builds: a `papaya::HashMap`.
+
+use super::Store;
+use crate::KeyRef;
+use papaya::{HashMap, ResizeMode};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+/// Keys and their state in a lock-free papaya map.
+pub(crate) struct PapayaStore<K, V, S> {
+    map: HashMap<K, V, S>,
+}
+
+impl<K, V, S> Store<K, V, S> for PapayaStore<K, V, S>
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    fn with_hasher(hasher: S, expected_keys: usize) -> Self {
+        let map = HashMap::builder()
+            .hasher(hasher)
+            .capacity(expected_keys)
+            .resize_mode(ResizeMode::Incremental(64))
+            .build();
+        Self { map }
+    }
+
+    #[inline]
+    fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.map.pin().get(key).map(f)
+    }
+
+    #[inline]
+    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let map = self.map.pin();
+        if let Some(existing) = map.get(key) {
+            return f(existing);
+        }
+        // `get_or_insert` with a ready value, not `get_or_insert_with`: in papaya 0.2.5
+        // only the plain insert path helps an incremental resize along. Inserting
+        // through the closure path leaves a resize unfinished, and lookups then search
+        // two tables (measured: ~95 ns instead of ~7 ns).
+        f(map.get_or_insert(key.to_key(), value()))
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}

@@ -1,0 +1,17 @@
+//! The one place that names atomics.
+//!
+//! Normal builds use `std`'s; builds with `--cfg turnstile_loom` use loom's, so the
+//! model checker in `loom-tests/` sees every atomic access turnstile makes. The cfg is
+//! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
+
+#[cfg(not(turnstile_loom))]
+pub(crate) use std::sync::Arc;
+#[cfg(not(turnstile_loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+#[cfg(turnstile_loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(turnstile_loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(turnstile_loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
