@@ -61,7 +61,7 @@ mod token_bucket;
 pub struct ReadmeDoctests;
 
 pub use builder::{Builder, DefaultHasher};
-pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
+pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
 pub use limiter::{KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};

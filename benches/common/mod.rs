@@ -1,0 +1,302 @@
+//! What every benchmark binary shares: the contenders, the key patterns, the quotas
+//! and the settings read from the environment.
+#![allow(dead_code)]
+
+use governor::DefaultKeyedRateLimiter;
+use papaya::HashMap as PapayaMap;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use rayon::prelude::*;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use turnstile::baseline::{GlobalLock, MutexPerKey};
+use turnstile::{Clock, QuantaClock, Quota, RateLimiter, RecentClock, TokenBucket};
+
+/// Anything that answers "may `key` pass now?".
+pub trait Contender: Send + Sync {
+    fn check(&self, key: u64) -> bool;
+}
+
+impl<C: Clock> Contender for TokenBucket<u64, C> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.try_acquire(&key)
+    }
+}
+
+impl Contender for MutexPerKey<u64> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.try_acquire(&key)
+    }
+}
+
+impl Contender for GlobalLock<u64> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.try_acquire(&key)
+    }
+}
+
+impl Contender for DefaultKeyedRateLimiter<u64> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.check_key(&key).is_ok()
+    }
+}
+
+/// The floor under every keyed limiter: a clock reading, a pinned papaya lookup on a
+/// map built like turnstile's, and one compare-and-set on the value found. No rate
+/// limiting logic at all.
+pub struct FloorStack {
+    clock: QuantaClock,
+    words: PapayaMap<u64, AtomicU64, foldhash::fast::RandomState>,
+}
+
+impl Contender for FloorStack {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let now = self.clock.now();
+        let words = self.words.pin();
+        let word = match words.get(&key) {
+            Some(word) => word,
+            None => words.get_or_insert(key, AtomicU64::new(0)),
+        };
+        let current = word.load(Ordering::Relaxed);
+        word.compare_exchange(
+            current,
+            current.wrapping_add(now | 1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+    }
+}
+
+/// The contention floor alone: one compare-and-set on a pre-resolved word per key
+/// (the same words, so the same sharing between threads, as the key pattern).
+pub struct FloorCas {
+    words: Vec<AtomicU64>,
+}
+
+impl Contender for FloorCas {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let word = &self.words[key as usize % self.words.len()];
+        let current = word.load(Ordering::Relaxed);
+        word.compare_exchange(current, current + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+/// Which contenders run, in table order.
+pub const LIMITERS: [&str; 5] = [
+    "turnstile",
+    "turnstile-recent",
+    "mutex-per-key",
+    "global-lock",
+    "governor",
+];
+pub const FLOORS: [&str; 2] = ["floor-stack", "floor-cas"];
+
+/// Nearly everything allowed, or nearly everything denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    Allowed,
+    Denied,
+}
+
+impl Mix {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::Allowed => "allowed",
+            Mix::Denied => "denied",
+        }
+    }
+
+    /// Allowed: the largest burst a 1 s interval holds (half a billion), so no key
+    /// runs dry within a benchmark. Denied: one token an hour, taken during setup.
+    pub fn quota(self) -> (u32, Duration) {
+        match self {
+            Mix::Allowed => (
+                Quota::max_capacity(Duration::from_secs(1)),
+                Duration::from_secs(1),
+            ),
+            Mix::Denied => (1, Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// Something to do with a contender of a concrete type, so the hot loop is
+/// monomorphised for each (no `dyn` call inside a measurement).
+pub trait Visit {
+    type Output;
+    /// `make` builds a fresh contender each time it is called.
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Self::Output;
+}
+
+/// Calls `visitor` with a maker for the contender called `name`, under `mix`'s quota,
+/// sized for `expected_keys`.
+pub fn with_contender<V: Visit>(
+    name: &str,
+    mix: Mix,
+    expected_keys: usize,
+    visitor: V,
+) -> V::Output {
+    let (capacity, every) = mix.quota();
+    let quota = Quota::new(capacity, every).expect("benchmark quotas are valid");
+    match name {
+        "turnstile" => visitor.visit(|| {
+            TokenBucket::<u64>::builder(quota)
+                .expected_keys(expected_keys)
+                .build()
+        }),
+        "turnstile-recent" => visitor.visit(|| {
+            let clock = RecentClock::new(Duration::from_millis(1)).expect("upkeep thread");
+            TokenBucket::<u64>::builder(quota)
+                .clock(clock)
+                .expected_keys(expected_keys)
+                .build()
+        }),
+        "mutex-per-key" => visitor.visit(|| {
+            MutexPerKey::<u64>::builder(quota)
+                .expected_keys(expected_keys)
+                .build()
+        }),
+        "global-lock" => visitor.visit(|| {
+            GlobalLock::<u64>::builder(quota)
+                .expected_keys(expected_keys)
+                .build()
+        }),
+        "governor" => visitor.visit(|| {
+            let quota = governor::Quota::with_period(every)
+                .expect("non-zero period")
+                .allow_burst(NonZeroU32::new(capacity).expect("non-zero burst"));
+            DefaultKeyedRateLimiter::<u64>::keyed(quota)
+        }),
+        "floor-stack" => visitor.visit(|| FloorStack {
+            clock: QuantaClock::new(),
+            words: PapayaMap::builder()
+                .capacity(expected_keys)
+                .hasher(Default::default())
+                .build(),
+        }),
+        "floor-cas" => visitor.visit(|| FloorCas {
+            words: (0..expected_keys.max(1))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }),
+        other => panic!("unknown contender {other}"),
+    }
+}
+
+/// How keys are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Every request for one key.
+    Hot,
+    /// Uniform over 1,000 keys.
+    Uniform,
+    /// Zipf (exponent 1) over 1,000,000 keys.
+    Zipf,
+    /// Every request brings a never-seen key (rotating client ids).
+    Churn,
+}
+
+impl Pattern {
+    pub const ALL: [Pattern; 4] = [
+        Pattern::Hot,
+        Pattern::Uniform,
+        Pattern::Zipf,
+        Pattern::Churn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Hot => "hot",
+            Pattern::Uniform => "uniform",
+            Pattern::Zipf => "zipf",
+            Pattern::Churn => "churn",
+        }
+    }
+
+    /// Distinct keys the pattern draws from (churn: keys are made as it goes).
+    pub fn key_space(self) -> usize {
+        match self {
+            Pattern::Hot => 1,
+            Pattern::Uniform => 1_000,
+            Pattern::Zipf => 1_000_000,
+            Pattern::Churn => 0,
+        }
+    }
+
+    /// A thread's precomputed key sequence (a power of two long, cycled), so no
+    /// random number is drawn inside a measurement.
+    pub fn keys(self, thread: usize) -> Vec<u64> {
+        const LEN: usize = 1 << 16;
+        let mut rng = SmallRng::seed_from_u64(0x5eed ^ thread as u64);
+        match self {
+            Pattern::Hot => vec![0; LEN],
+            Pattern::Uniform => (0..LEN).map(|_| rng.random_range(0..1_000)).collect(),
+            Pattern::Zipf => {
+                let zipf = Zipf::new(1_000_000.0, 1.0).expect("valid zipf");
+                (0..LEN).map(|_| zipf.sample(&mut rng) as u64 - 1).collect()
+            }
+            Pattern::Churn => Vec::new(),
+        }
+    }
+
+    /// The first key of thread `thread`'s never-seen range (churn only).
+    pub fn churn_base(thread: usize) -> u64 {
+        (thread as u64 + 1) << 48
+    }
+}
+
+/// Sends every key of the pattern's key space once (in parallel), so the map holds
+/// them all before measuring; under `Mix::Denied` that also drains them.
+pub fn prepopulate(contender: &dyn Contender, pattern: Pattern) {
+    (0..pattern.key_space() as u64)
+        .into_par_iter()
+        .for_each(|key| {
+            contender.check(key);
+        });
+}
+
+/// Thread counts to run: `TURNSTILE_BENCH_THREADS` (e.g. "1,2,4,8"), else 1, 2, 4, 8
+/// plus the machine's core count when it has more than 8.
+pub fn thread_counts() -> Vec<usize> {
+    if let Ok(list) = std::env::var("TURNSTILE_BENCH_THREADS") {
+        return list
+            .split(',')
+            .map(|n| n.trim().parse().expect("thread count"))
+            .collect();
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut counts = vec![1, 2, 4, 8];
+    if cores > 8 {
+        counts.push(cores);
+    }
+    counts
+}
+
+/// `TURNSTILE_BENCH_MODE=full` measures longer; anything else is the quick mode.
+pub fn full_mode() -> bool {
+    std::env::var("TURNSTILE_BENCH_MODE").is_ok_and(|m| m == "full")
+}
+
+/// Where the non-criterion benchmarks write their CSV files.
+pub fn out_dir() -> PathBuf {
+    let dir = std::env::var_os("TURNSTILE_BENCH_OUT")
+        .map_or_else(|| PathBuf::from("target/turnstile-bench"), PathBuf::from);
+    std::fs::create_dir_all(&dir).expect("create benchmark output directory");
+    dir
+}
+
+/// Whether a contender should run for this pattern and mix: churn only brings new
+/// (full) keys, so it has no denied mix; the CAS floor has no map, so no churn.
+pub fn applies(name: &str, pattern: Pattern, mix: Mix) -> bool {
+    !(pattern == Pattern::Churn && (mix == Mix::Denied || name == "floor-cas"))
+}

@@ -1,0 +1,149 @@
+//! Aggregate throughput under contention: every contender × key pattern × outcome mix
+//! × thread count, side by side in one run. Each criterion iteration is one check on
+//! every thread at once, so criterion's throughput is aggregate checks per second.
+
+mod common;
+
+use common::{
+    Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, prepopulate,
+    thread_counts, with_contender,
+};
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Runs `iters` checks on each of `threads` threads released together by a barrier;
+/// returns the wall time from the first thread's start to the last one's end.
+fn run<T: Contender>(
+    contender: &T,
+    pattern: Pattern,
+    keys: &[Vec<u64>],
+    threads: usize,
+    iters: u64,
+) -> Duration {
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    if pattern == Pattern::Churn {
+                        let base = Pattern::churn_base(t);
+                        for i in 0..iters {
+                            black_box(contender.check(base + i));
+                        }
+                    } else {
+                        let keys = &keys[t];
+                        let mask = keys.len() - 1;
+                        for i in 0..iters as usize {
+                            black_box(contender.check(keys[i & mask]));
+                        }
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread"))
+            .collect()
+    });
+    let start = spans
+        .iter()
+        .map(|s| s.0)
+        .min()
+        .expect("at least one thread");
+    let end = spans
+        .iter()
+        .map(|s| s.1)
+        .max()
+        .expect("at least one thread");
+    end - start
+}
+
+/// Benchmarks one contender in one group at every thread count.
+struct Bench<'a, 'g> {
+    group: &'a mut BenchmarkGroup<'g, WallTime>,
+    name: &'a str,
+    pattern: Pattern,
+    mix: Mix,
+    keys: &'a [Vec<u64>],
+}
+
+impl Visit for Bench<'_, '_> {
+    type Output = ();
+
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) {
+        let Bench {
+            group,
+            name,
+            pattern,
+            mix,
+            keys,
+        } = self;
+        // A hot key under the allowed mix could run dry in a long run, and churn grows
+        // the map without bound: both get a fresh contender for every sample.
+        let fresh_each_sample =
+            pattern == Pattern::Churn || (pattern == Pattern::Hot && mix == Mix::Allowed);
+        let shared = (!fresh_each_sample).then(|| {
+            let contender = make();
+            prepopulate(&contender, pattern);
+            contender
+        });
+        for threads in thread_counts() {
+            group.throughput(Throughput::Elements(threads as u64));
+            group.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| match &shared {
+                    Some(contender) => run(contender, pattern, keys, threads, iters),
+                    None => {
+                        let contender = make();
+                        prepopulate(&contender, pattern);
+                        run(&contender, pattern, keys, threads, iters)
+                    }
+                });
+            });
+        }
+    }
+}
+
+fn main() {
+    let (warm_up, measure, samples) = if full_mode() {
+        (Duration::from_secs(1), Duration::from_secs(3), 30)
+    } else {
+        (Duration::from_millis(150), Duration::from_millis(400), 10)
+    };
+    let mut criterion = Criterion::default()
+        .warm_up_time(warm_up)
+        .measurement_time(measure)
+        .sample_size(samples)
+        .without_plots()
+        .configure_from_args();
+    let max_threads = thread_counts().into_iter().max().unwrap_or(1);
+    for pattern in Pattern::ALL {
+        let keys: Vec<Vec<u64>> = (0..max_threads).map(|t| pattern.keys(t)).collect();
+        for mix in [Mix::Allowed, Mix::Denied] {
+            if pattern == Pattern::Churn && mix == Mix::Denied {
+                continue;
+            }
+            let mut group = criterion.benchmark_group(format!("{}-{}", pattern.name(), mix.name()));
+            for name in LIMITERS.iter().chain(&FLOORS) {
+                if applies(name, pattern, mix) {
+                    let bench = Bench {
+                        group: &mut group,
+                        name,
+                        pattern,
+                        mix,
+                        keys: &keys,
+                    };
+                    with_contender(name, mix, pattern.key_space(), bench);
+                }
+            }
+            group.finish();
+        }
+    }
+    criterion.final_summary();
+}
