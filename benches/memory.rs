@@ -1,0 +1,137 @@
+//! Memory per key: heap bytes (every allocation made while inserting, through a
+//! counting global allocator) and resident set growth, after 1,000,000 `u64` keys
+//! and 1,000,000 IPv4-string keys, for each limiter. Each case runs in its own child
+//! process so RSS is not polluted by the one before. Writes `memory.csv`.
+
+mod common;
+
+use common::{Mix, full_mode, out_dir};
+use governor::DefaultKeyedRateLimiter;
+use std::hash::Hash;
+use std::num::NonZeroU32;
+use std::process::Command;
+use turnstile::baseline::{GlobalLock, MutexPerKey};
+use turnstile::{Quota, RateLimiter, TokenBucket};
+
+const KEYS: usize = 1_000_000;
+const LIMITERS: [&str; 4] = ["turnstile", "mutex-per-key", "global-lock", "governor"];
+const KEY_TYPES: [&str; 2] = ["u64", "ipv4-string"];
+
+/// Resident set size of this process in bytes (Linux `VmRSS`).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Inserts every key with one check, inside the allocation counter; returns the live
+/// heap bytes and the RSS growth, with the limiter still alive.
+fn measure<K, L>(keys: &[K], make: impl FnOnce() -> L, check: impl Fn(&L, &K)) -> (i64, u64) {
+    let rss_before = rss_bytes();
+    let mut limiter = None;
+    let info = allocation_counter::measure(|| {
+        let built = make();
+        for key in keys {
+            check(&built, key);
+        }
+        limiter = Some(built);
+    });
+    let rss_after = rss_bytes();
+    drop(limiter);
+    (info.bytes_current, rss_after.saturating_sub(rss_before))
+}
+
+fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K]) -> (i64, u64) {
+    let (capacity, every) = Mix::Allowed.quota();
+    let quota = Quota::new(capacity, every).expect("valid quota");
+    match limiter {
+        "turnstile" => measure(
+            keys,
+            || TokenBucket::<K>::new(quota),
+            |l, k| {
+                let _ = l.acquire(k, 1);
+            },
+        ),
+        "mutex-per-key" => measure(
+            keys,
+            || MutexPerKey::<K>::new(quota),
+            |l, k| {
+                let _ = l.acquire(k, 1);
+            },
+        ),
+        "global-lock" => measure(
+            keys,
+            || GlobalLock::<K>::new(quota),
+            |l, k| {
+                let _ = l.acquire(k, 1);
+            },
+        ),
+        "governor" => {
+            let quota = governor::Quota::with_period(every)
+                .expect("non-zero period")
+                .allow_burst(NonZeroU32::new(capacity).expect("non-zero"));
+            measure(
+                keys,
+                || DefaultKeyedRateLimiter::<K>::keyed(quota),
+                |l, k| {
+                    let _ = l.check_key(k);
+                },
+            )
+        }
+        other => panic!("unknown limiter {other}"),
+    }
+}
+
+/// The child: one limiter, one key type; prints `heap_bytes rss_bytes`.
+fn child(limiter: &str, key_type: &str) {
+    let (heap, rss) = match key_type {
+        "u64" => case(limiter, &(0..KEYS as u64).collect::<Vec<_>>()),
+        "ipv4-string" => {
+            let keys: Vec<String> = (0..KEYS as u32)
+                .map(|i| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+                .collect();
+            case(limiter, &keys)
+        }
+        other => panic!("unknown key type {other}"),
+    };
+    println!("{heap} {rss}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(pos) = args.iter().position(|a| a == "--child") {
+        child(&args[pos + 1], &args[pos + 2]);
+        return;
+    }
+    let _ = full_mode(); // same figures in both modes: the measurement is exact
+    let exe = std::env::current_exe().expect("own path");
+    let mut csv = String::from("limiter,key_type,keys,heap_bytes_per_key,rss_bytes_per_key\n");
+    println!("{}", csv.trim_end());
+    for key_type in KEY_TYPES {
+        for limiter in LIMITERS {
+            let output = Command::new(&exe)
+                .args(["--child", limiter, key_type])
+                .output()
+                .expect("run child");
+            let text = String::from_utf8_lossy(&output.stdout);
+            let mut fields = text
+                .split_whitespace()
+                .map(|f| f.parse::<f64>().expect("number"));
+            let (heap, rss) = (fields.next().expect("heap"), fields.next().expect("rss"));
+            let row = format!(
+                "{limiter},{key_type},{KEYS},{:.1},{:.1}",
+                heap / KEYS as f64,
+                rss / KEYS as f64
+            );
+            println!("{row}");
+            csv.push_str(&row);
+            csv.push('\n');
+        }
+    }
+    let path = out_dir().join("memory.csv");
+    std::fs::write(&path, csv).expect("write memory.csv");
+    eprintln!("wrote {}", path.display());
+}

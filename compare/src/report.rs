@@ -1,0 +1,331 @@
+//! results/: the CSV files and the markdown summary, and the terminal summary.
+
+use crate::machine::Machine;
+use crate::runs::{Figures, Throughput};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Scenarios and contenders in table order; floors last.
+const SCENARIOS: [&str; 7] = [
+    "hot-allowed",
+    "hot-denied",
+    "uniform-allowed",
+    "uniform-denied",
+    "zipf-allowed",
+    "zipf-denied",
+    "churn-allowed",
+];
+const CONTENDERS: [&str; 7] = [
+    "turnstile",
+    "turnstile-recent",
+    "mutex-per-key",
+    "global-lock",
+    "governor",
+    "floor-stack",
+    "floor-cas",
+];
+/// Rivals: what turnstile is measured against (not ours, not floors).
+const RIVALS: [&str; 3] = ["mutex-per-key", "global-lock", "governor"];
+
+fn ops(figures: &Figures, scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
+    figures
+        .throughput
+        .iter()
+        .find(|t| t.scenario == scenario && t.limiter == limiter && t.threads == threads)
+        .map(|t| t.ops_per_sec)
+}
+
+fn thread_counts(figures: &Figures) -> Vec<usize> {
+    let mut counts: Vec<usize> = figures.throughput.iter().map(|t| t.threads).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+fn millions(ops: f64) -> String {
+    format!("{:.1} M/s", ops / 1e6)
+}
+
+/// One markdown table per scenario: contenders × thread counts, in millions of
+/// checks per second, with each contender's ratio to turnstile.
+fn throughput_tables(figures: &Figures) -> String {
+    let threads = thread_counts(figures);
+    let mut out = String::new();
+    for scenario in SCENARIOS {
+        if !figures.throughput.iter().any(|t| t.scenario == scenario) {
+            continue;
+        }
+        let _ = writeln!(out, "### {scenario}\n");
+        let header: Vec<String> = threads.iter().map(|t| format!("{t} thr")).collect();
+        let _ = writeln!(out, "| contender | {} |", header.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
+        for limiter in CONTENDERS {
+            let cells: Vec<String> = threads
+                .iter()
+                .map(|&n| {
+                    match (
+                        ops(figures, scenario, limiter, n),
+                        ops(figures, scenario, "turnstile", n),
+                    ) {
+                        (Some(v), Some(base)) if limiter != "turnstile" => {
+                            format!("{} ({:.2}×)", millions(v), v / base)
+                        }
+                        (Some(v), _) => millions(v),
+                        (None, _) => "–".to_string(),
+                    }
+                })
+                .collect();
+            if cells.iter().any(|c| c != "–") {
+                let _ = writeln!(out, "| {limiter} | {} |", cells.join(" | "));
+            }
+        }
+        let floor: Vec<String> = threads
+            .iter()
+            .map(|&n| {
+                match (
+                    ops(figures, scenario, "floor-stack", n),
+                    ops(figures, scenario, "turnstile", n),
+                ) {
+                    (Some(floor), Some(ours)) => format!("{:.2}×", floor / ours),
+                    _ => "–".to_string(),
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| *turnstile time ÷ floor-stack time* | {} |\n",
+            floor.join(" | ")
+        );
+    }
+    out
+}
+
+/// The issue's targets, each with its measured value and whether it was met.
+fn targets(figures: &Figures) -> String {
+    let mut out = String::from("| target | measured | met |\n|---|---|---|\n");
+    let mut row = |target: String, measured: String, met: Option<bool>| {
+        let verdict = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(out, "| {target} | {measured} | {verdict} |");
+    };
+    for scenario in ["hot-allowed", "uniform-allowed"] {
+        let ratio = ops(figures, scenario, "floor-stack", 1)
+            .zip(ops(figures, scenario, "turnstile", 1))
+            .map(|(f, t)| f / t);
+        row(
+            format!("1 thread, {scenario}: turnstile within 1.2× the floor (clock + lookup + CAS)"),
+            ratio.map_or("–".into(), |r| format!("{r:.2}×")),
+            ratio.map(|r| r <= 1.2),
+        );
+    }
+    for threads in [2, 4] {
+        for scenario in ["hot-allowed", "hot-denied"] {
+            for rival in ["governor", "mutex-per-key"] {
+                let ratio = ops(figures, scenario, "turnstile", threads)
+                    .zip(ops(figures, scenario, rival, threads))
+                    .map(|(t, r)| t / r);
+                row(
+                    format!("{threads} threads, {scenario}: turnstile ≥ 3× {rival}"),
+                    ratio.map_or("–".into(), |r| format!("{r:.2}×")),
+                    ratio.map(|r| r >= 3.0),
+                );
+            }
+        }
+        for scenario in ["uniform-allowed", "uniform-denied"] {
+            let ratio = ops(figures, scenario, "turnstile", threads)
+                .zip(ops(figures, scenario, "global-lock", threads))
+                .map(|(t, r)| t / r);
+            row(
+                format!("{threads} threads, {scenario}: turnstile ≥ 5× global-lock"),
+                ratio.map_or("–".into(), |r| format!("{r:.2}×")),
+                ratio.map(|r| r >= 5.0),
+            );
+        }
+    }
+    for pattern in ["hot", "uniform", "zipf"] {
+        for threads in thread_counts(figures) {
+            let denied = ops(figures, &format!("{pattern}-denied"), "turnstile", threads);
+            let allowed = ops(figures, &format!("{pattern}-allowed"), "turnstile", threads);
+            let ratio = denied.zip(allowed).map(|(d, a)| d / a);
+            row(
+                format!("{threads} threads, {pattern}: denial path at least as fast as allow path"),
+                ratio.map_or("–".into(), |r| format!("denied ÷ allowed = {r:.2}")),
+                ratio.map(|r| r >= 1.0),
+            );
+        }
+    }
+    let heap = |limiter: &str| {
+        figures
+            .memory
+            .iter()
+            .find(|m| m.limiter == limiter && m.key_type == "u64")
+            .map(|m| m.heap_per_key)
+    };
+    let both = heap("turnstile").zip(heap("governor"));
+    row(
+        "memory per u64 key (heap) no worse than governor's".into(),
+        both.map_or("–".into(), |(t, g)| format!("{t:.1} B vs {g:.1} B")),
+        both.map(|(t, g)| t <= g),
+    );
+    out
+}
+
+/// Every scenario and thread count where a rival out-ran turnstile.
+fn losses(figures: &Figures) -> Vec<String> {
+    let mut lost = Vec::new();
+    for Throughput {
+        scenario,
+        limiter,
+        threads,
+        ops_per_sec,
+    } in &figures.throughput
+    {
+        if !RIVALS.contains(&limiter.as_str()) {
+            continue;
+        }
+        if let Some(ours) = ops(figures, scenario, "turnstile", *threads)
+            && *ops_per_sec > ours
+        {
+            lost.push(format!(
+                "{scenario}, {threads} threads: {limiter} {} vs turnstile {} ({:.2}×)",
+                millions(*ops_per_sec),
+                millions(ours),
+                ops_per_sec / ours
+            ));
+        }
+    }
+    lost.sort();
+    lost
+}
+
+fn latency_table(figures: &Figures) -> String {
+    let mut out = String::from(
+        "| contender | pattern | threads | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|\n",
+    );
+    for l in &figures.latency {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} ns | {} ns | {} ns | {} ns |",
+            l.limiter, l.pattern, l.threads, l.p50, l.p99, l.p999, l.max
+        );
+    }
+    out
+}
+
+fn memory_table(figures: &Figures) -> String {
+    let mut out = String::from(
+        "| contender | key type | keys | heap bytes/key | RSS bytes/key |\n|---|---|---|---|---|\n",
+    );
+    for m in &figures.memory {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1} | {:.1} |",
+            m.limiter, m.key_type, m.keys, m.heap_per_key, m.rss_per_key
+        );
+    }
+    out
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), String> {
+    std::fs::write(path, contents).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Result<(), String> {
+    let head = format!(
+        "# {}; {} mode\n",
+        machine.line(),
+        if full { "full" } else { "quick" }
+    );
+
+    let mut csv = head.clone() + "scenario,limiter,threads,ops_per_sec\n";
+    for t in &figures.throughput {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{:.0}",
+            t.scenario, t.limiter, t.threads, t.ops_per_sec
+        );
+    }
+    write_file(&out.join("throughput.csv"), &csv)?;
+
+    let mut csv = head.clone() + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n";
+    for l in &figures.latency {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{}",
+            l.limiter, l.pattern, l.threads, l.calls, l.p50, l.p99, l.p999, l.max
+        );
+    }
+    write_file(&out.join("latency.csv"), &csv)?;
+
+    let mut csv = head.clone() + "limiter,key_type,keys,heap_bytes_per_key,rss_bytes_per_key\n";
+    for m in &figures.memory {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{:.1},{:.1}",
+            m.limiter, m.key_type, m.keys, m.heap_per_key, m.rss_per_key
+        );
+    }
+    write_file(&out.join("memory.csv"), &csv)?;
+
+    let lost = losses(figures);
+    let where_we_lose = if lost.is_empty() {
+        "No rival out-ran turnstile in any scenario of this run.".to_string()
+    } else {
+        format!(
+            "In this run a rival out-ran turnstile (default clock) in {} of the measured points:\n\n{}\n",
+            lost.len(),
+            lost.iter()
+                .map(|l| format!("- {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+    let analysis = if out.join("ANALYSIS.md").is_file() {
+        "Why, from profiles: see [ANALYSIS.md](ANALYSIS.md).\n"
+    } else {
+        ""
+    };
+    let markdown = format!(
+        "# turnstile benchmark results\n\n\
+         Generated by `cargo run --release -p compare{}` — do not edit by hand.\n\n\
+         - {}\n- mode: {}\n\n\
+         Throughput is aggregate checks per second across all threads (criterion median); \
+         ratios in parentheses are each contender's throughput ÷ turnstile's. \
+         `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
+         `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a pinned \
+         papaya lookup + one CAS with no limiting logic; `floor-cas` is one CAS on a \
+         pre-resolved word. Allowed mix: a burst of ~537 million per key; denied mix: one \
+         token an hour, taken before measuring. The machine is shared: compare ratios \
+         within this run, not across runs.\n\n\
+         ![throughput vs threads](throughput.svg)\n\n\
+         ## Targets\n\n{}\n\
+         ## Where we lose\n\n{}\n{}\n\
+         ## Throughput\n\n{}\
+         ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n{}\n\
+         ## Memory per key\n\n\
+         Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \
+         counted by a global allocator. RSS: growth of the resident set.\n\n{}",
+        if full { " -- --full" } else { "" },
+        machine.line(),
+        if full { "full" } else { "quick" },
+        targets(figures),
+        where_we_lose,
+        analysis,
+        throughput_tables(figures),
+        latency_table(figures),
+        memory_table(figures),
+    );
+    write_file(&out.join("README.md"), &markdown)
+}
+
+/// What the terminal shows at the end of a run.
+pub fn summary(figures: &Figures) -> String {
+    format!(
+        "{}\nTargets:\n\n{}",
+        throughput_tables(figures),
+        targets(figures)
+    )
+}

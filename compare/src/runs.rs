@@ -1,0 +1,213 @@
+//! Builds and runs the three bench binaries, then reads back their figures.
+
+use crate::Options;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Aggregate checks per second of one contender in one scenario at one thread count.
+pub struct Throughput {
+    pub scenario: String,
+    pub limiter: String,
+    pub threads: usize,
+    pub ops_per_sec: f64,
+}
+
+/// Per-call latency percentiles, in nanoseconds.
+pub struct Latency {
+    pub limiter: String,
+    pub pattern: String,
+    pub threads: usize,
+    pub calls: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+/// Bytes per key after inserting `keys` keys.
+pub struct Memory {
+    pub limiter: String,
+    pub key_type: String,
+    pub keys: u64,
+    pub heap_per_key: f64,
+    pub rss_per_key: f64,
+}
+
+pub struct Figures {
+    pub throughput: Vec<Throughput>,
+    pub latency: Vec<Latency>,
+    pub memory: Vec<Memory>,
+}
+
+const BENCHES: [&str; 3] = ["throughput", "latency", "memory"];
+
+/// The workspace root: the parent of this crate.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("compare/ has a parent")
+        .to_path_buf()
+}
+
+/// Paths of the bench executables, built now or found in `--bin-dir`.
+fn bench_executables(options: &Options) -> Result<Vec<(String, PathBuf)>, String> {
+    if let Some(dir) = &options.bin_dir {
+        return BENCHES
+            .iter()
+            .map(|name| {
+                let path = dir.join(name);
+                path.is_file()
+                    .then(|| (name.to_string(), path.clone()))
+                    .ok_or_else(|| format!("{} missing", path.display()))
+            })
+            .collect();
+    }
+    eprintln!("building the benchmarks (release)…");
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.current_dir(workspace_root()).args([
+        "bench",
+        "-p",
+        "turnstile",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    for name in BENCHES {
+        cargo.args(["--bench", name]);
+    }
+    let output = cargo
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the benchmarks failed".into());
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let name = message["target"]["name"].as_str().unwrap_or_default();
+        if let (true, Some(exe)) = (BENCHES.contains(&name), message["executable"].as_str()) {
+            found.push((name.to_string(), PathBuf::from(exe)));
+        }
+    }
+    if found.len() != BENCHES.len() {
+        return Err(format!(
+            "expected {} bench executables, cargo reported {}",
+            BENCHES.len(),
+            found.len()
+        ));
+    }
+    Ok(found)
+}
+
+/// Runs every bench binary with the mode's settings and collects the figures.
+pub fn run_suite(options: &Options) -> Result<Figures, String> {
+    let scratch = workspace_root().join("target/turnstile-bench");
+    let criterion_home = scratch.join("criterion");
+    let _ = std::fs::remove_dir_all(&criterion_home);
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;
+    for (name, exe) in bench_executables(options)? {
+        eprintln!("running {name}…");
+        let mut command = Command::new(&exe);
+        command
+            .arg("--bench")
+            .current_dir(workspace_root())
+            .env(
+                "TURNSTILE_BENCH_MODE",
+                if options.full { "full" } else { "quick" },
+            )
+            .env("TURNSTILE_BENCH_OUT", &scratch)
+            .env("CRITERION_HOME", &criterion_home);
+        if let Some(threads) = &options.threads {
+            command.env("TURNSTILE_BENCH_THREADS", threads);
+        }
+        let status = command
+            .status()
+            .map_err(|e| format!("run {}: {e}", exe.display()))?;
+        if !status.success() {
+            return Err(format!("{name} failed: {status}"));
+        }
+    }
+    Ok(Figures {
+        throughput: read_criterion(&criterion_home)?,
+        latency: read_csv(&scratch.join("latency.csv"), |f| Latency {
+            limiter: f[0].to_string(),
+            pattern: f[1].to_string(),
+            threads: f[2].parse().unwrap_or(0),
+            calls: f[3].parse().unwrap_or(0),
+            p50: f[4].parse().unwrap_or(0),
+            p99: f[5].parse().unwrap_or(0),
+            p999: f[6].parse().unwrap_or(0),
+            max: f[7].parse().unwrap_or(0),
+        })?,
+        memory: read_csv(&scratch.join("memory.csv"), |f| Memory {
+            limiter: f[0].to_string(),
+            key_type: f[1].to_string(),
+            keys: f[2].parse().unwrap_or(0),
+            heap_per_key: f[3].parse().unwrap_or(f64::NAN),
+            rss_per_key: f[4].parse().unwrap_or(f64::NAN),
+        })?,
+    })
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))
+}
+
+/// Every `new/benchmark.json` under criterion's output, with its median estimate.
+fn read_criterion(home: &Path) -> Result<Vec<Throughput>, String> {
+    let mut figures = Vec::new();
+    let mut dirs = vec![home.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.ends_with("new/benchmark.json") {
+                let benchmark = read_json(&path)?;
+                let estimates = read_json(&path.with_file_name("estimates.json"))?;
+                let elements = benchmark["throughput"]["Elements"].as_f64().unwrap_or(1.0);
+                let median_ns = estimates["median"]["point_estimate"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                figures.push(Throughput {
+                    scenario: benchmark["group_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    limiter: benchmark["function_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    threads: benchmark["value_str"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                    ops_per_sec: elements / median_ns * 1e9,
+                });
+            }
+        }
+    }
+    if figures.is_empty() {
+        return Err(format!("no criterion results under {}", home.display()));
+    }
+    Ok(figures)
+}
+
+fn read_csv<T>(path: &Path, row: impl Fn(&[&str]) -> T) -> Result<Vec<T>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| row(&line.split(',').collect::<Vec<_>>()))
+        .collect())
+}
