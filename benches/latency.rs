@@ -119,7 +119,7 @@ fn main() {
                 run_for,
                 csv: &mut csv,
             };
-            with_contender(name, Mix::Allowed, pattern.key_space(), run);
+            with_contender(name, Mix::Allowed, pattern, run);
         }
     }
     let path = out_dir().join("latency.csv");

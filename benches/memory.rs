@@ -2,18 +2,26 @@
 //! counting global allocator) and resident set growth, after 1,000,000 `u64` keys
 //! and 1,000,000 IPv4-string keys, for each limiter. Each case runs in its own child
 //! process so RSS is not polluted by the one before. Writes `memory.csv`.
+//!
+//! Then key churn: 10,000,000 distinct keys streamed through, each seen once, with a
+//! simulated clock advancing 10 µs per key, under the churn quota (10 tokens, one per
+//! millisecond). turnstile forgets idle keys on its own; governor never does. Writes
+//! `churn_memory.csv` with the peak number of keys and the peak heap.
 
 mod common;
 
-use common::{Mix, full_mode, out_dir};
+use common::{Mix, Pattern, full_mode, out_dir};
 use governor::DefaultKeyedRateLimiter;
 use std::hash::Hash;
 use std::num::NonZeroU32;
 use std::process::Command;
+use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
-use turnstile::{Quota, RateLimiter, TokenBucket};
+use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
 
 const KEYS: usize = 1_000_000;
+const STREAM_KEYS: u64 = 10_000_000;
+const STREAM_STEP: Duration = Duration::from_micros(10);
 const LIMITERS: [&str; 4] = ["turnstile", "mutex-per-key", "global-lock", "governor"];
 const KEY_TYPES: [&str; 2] = ["u64", "ipv4-string"];
 
@@ -45,7 +53,7 @@ fn measure<K, L>(keys: &[K], make: impl FnOnce() -> L, check: impl Fn(&L, &K)) -
 }
 
 fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K]) -> (i64, u64) {
-    let (capacity, every) = Mix::Allowed.quota();
+    let (capacity, every) = Mix::Allowed.quota(Pattern::Uniform);
     let quota = Quota::new(capacity, every).expect("valid quota");
     match limiter {
         "turnstile" => measure(
@@ -85,6 +93,52 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
     }
 }
 
+/// Streams `STREAM_KEYS` distinct keys through `limiter`, one check each, the clock
+/// advancing `STREAM_STEP` per key. Returns the peak key count (sampled every 1024
+/// keys), the peak heap and the heap at the end.
+fn stream(limiter: &str) -> (usize, u64, i64) {
+    let (capacity, every) = Mix::Allowed.quota(Pattern::Churn);
+    let mut peak_keys = 0;
+    let info = match limiter {
+        "turnstile" => {
+            let clock = ManualClock::new();
+            let quota = Quota::new(capacity, every).expect("valid quota");
+            allocation_counter::measure(|| {
+                let limiter = TokenBucket::<u64>::builder(quota)
+                    .clock(clock.clone())
+                    .build();
+                for key in 0..STREAM_KEYS {
+                    limiter.try_acquire(&key);
+                    clock.advance(STREAM_STEP);
+                    if key % 1024 == 0 {
+                        peak_keys = peak_keys.max(limiter.len());
+                    }
+                }
+                std::mem::forget(limiter); // keep its heap counted as live at the end
+            })
+        }
+        "governor" => {
+            let clock = governor::clock::FakeRelativeClock::default();
+            let quota = governor::Quota::with_period(every)
+                .expect("non-zero period")
+                .allow_burst(NonZeroU32::new(capacity).expect("non-zero"));
+            allocation_counter::measure(|| {
+                let limiter = governor::RateLimiter::dashmap_with_clock(quota, clock.clone());
+                for key in 0..STREAM_KEYS {
+                    let _ = limiter.check_key(&key);
+                    clock.advance(STREAM_STEP);
+                    if key % 1024 == 0 {
+                        peak_keys = peak_keys.max(limiter.len());
+                    }
+                }
+                std::mem::forget(limiter);
+            })
+        }
+        other => panic!("unknown limiter {other}"),
+    };
+    (peak_keys, info.bytes_max, info.bytes_current)
+}
+
 /// The child: one limiter, one key type; prints `heap_bytes rss_bytes`.
 fn child(limiter: &str, key_type: &str) {
     let (heap, rss) = match key_type {
@@ -104,6 +158,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         child(&args[pos + 1], &args[pos + 2]);
+        return;
+    }
+    if let Some(pos) = args.iter().position(|a| a == "--stream") {
+        let (peak_keys, peak_heap, end_heap) = stream(&args[pos + 1]);
+        println!("{peak_keys} {peak_heap} {end_heap}");
         return;
     }
     let _ = full_mode(); // same figures in both modes: the measurement is exact
@@ -133,5 +192,23 @@ fn main() {
     }
     let path = out_dir().join("memory.csv");
     std::fs::write(&path, csv).expect("write memory.csv");
+    eprintln!("wrote {}", path.display());
+
+    let mut csv = String::from("limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes\n");
+    println!("{}", csv.trim_end());
+    for limiter in ["turnstile", "governor"] {
+        let output = Command::new(&exe)
+            .args(["--stream", limiter])
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        let row = format!("{limiter},{STREAM_KEYS},{}", fields.join(","));
+        println!("{row}");
+        csv.push_str(&row);
+        csv.push('\n');
+    }
+    let path = out_dir().join("churn_memory.csv");
+    std::fs::write(&path, csv).expect("write churn_memory.csv");
     eprintln!("wrote {}", path.display());
 }

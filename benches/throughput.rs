@@ -139,7 +139,7 @@ fn main() {
                         mix,
                         keys: &keys,
                     };
-                    with_contender(name, mix, pattern.key_space(), bench);
+                    with_contender(name, mix, pattern, bench);
                 }
             }
             group.finish();

@@ -1,8 +1,10 @@
 //! Settings shared by every keyed limiter: clock, hasher, expected number of keys.
 
 use crate::clock::QuantaClock;
+use crate::evict::{Overflow, Settings};
 use crate::quota::Quota;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 /// The default hasher for keys: foldhash's fast, randomly seeded hasher — about twice
 /// as fast as std's SipHash on small keys, and seeded per limiter against collision
@@ -28,6 +30,7 @@ pub struct Builder<L, C = QuantaClock, S = DefaultHasher> {
     pub(crate) clock: C,
     pub(crate) hasher: S,
     pub(crate) expected_keys: usize,
+    pub(crate) forgetting: Settings,
     limiter: PhantomData<fn() -> L>,
 }
 
@@ -44,6 +47,7 @@ impl<L, C> Builder<L, C> {
             clock,
             hasher: DefaultHasher::default(),
             expected_keys: 0,
+            forgetting: Settings::default(),
             limiter: PhantomData,
         }
     }
@@ -57,6 +61,7 @@ impl<L, C, S> Builder<L, C, S> {
             clock,
             hasher: self.hasher,
             expected_keys: self.expected_keys,
+            forgetting: self.forgetting,
             limiter: PhantomData,
         }
     }
@@ -68,6 +73,7 @@ impl<L, C, S> Builder<L, C, S> {
             clock: self.clock,
             hasher,
             expected_keys: self.expected_keys,
+            forgetting: self.forgetting,
             limiter: PhantomData,
         }
     }
@@ -76,6 +82,32 @@ impl<L, C, S> Builder<L, C, S> {
     /// first arrive.
     pub fn expected_keys(mut self, n: usize) -> Self {
         self.expected_keys = n;
+        self
+    }
+
+    /// Forgets a key only once its state has carried no information for `margin`
+    /// (default 1 s). A request whose clock reading is older than the latest
+    /// forgetting's `now - margin` uses that instant as its reading, so the margin is
+    /// also how much clock lag (between cores, or from a preemption between reading
+    /// the clock and updating the key) stays exact.
+    pub fn eviction_margin(mut self, margin: Duration) -> Self {
+        self.forgetting.margin = margin;
+        self
+    }
+
+    /// Never sweeps on its own; only `evict_idle()` (and the `max_keys` cap) forget
+    /// keys. By default an insertion that doubles the map since the last sweep sweeps.
+    pub fn manual_eviction(mut self) -> Self {
+        self.forgetting.automatic = false;
+        self
+    }
+
+    /// Holds at most about `max_keys` keys (see [`Overflow`] and the crate docs on
+    /// eviction for how far concurrency can exceed it). At the cap, a new key first
+    /// triggers a sweep (at most once per margin); if nothing can be forgotten,
+    /// `overflow` decides.
+    pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
+        self.forgetting.max_keys = Some((max_keys, overflow));
         self
     }
 }

@@ -31,6 +31,14 @@ pub enum Decision {
         /// The quota's capacity, which the cost exceeded.
         capacity: u32,
     },
+    /// The limiter already holds its `max_keys` keys, none of them could be forgotten,
+    /// and its overflow policy is [`Overflow::Deny`](crate::Overflow::Deny): this new
+    /// key was not admitted and has no state.
+    Overflow {
+        /// When the limiter will next try to make room by forgetting idle keys — a
+        /// hint, not the promise [`Decision::Denied`] makes.
+        retry_after: Duration,
+    },
 }
 
 impl Decision {
@@ -47,15 +55,19 @@ impl Decision {
             Decision::Allowed { remaining }
             | Decision::Denied { remaining, .. }
             | Decision::ExceedsCapacity { remaining, .. } => remaining,
+            Decision::Overflow { .. } => 0,
         }
     }
 
-    /// For a denied request that can succeed later, the exact wait; `None` when the
-    /// request was allowed or can never succeed (see [`Decision::exceeds_capacity`]).
+    /// For a denied request that can succeed later, the exact wait (for
+    /// [`Decision::Overflow`], a hint); `None` when the request was allowed or can
+    /// never succeed (see [`Decision::exceeds_capacity`]).
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
         match *self {
-            Decision::Denied { retry_after, .. } => Some(retry_after),
+            Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
+                Some(retry_after)
+            }
             Decision::Allowed { .. } | Decision::ExceedsCapacity { .. } => None,
         }
     }

@@ -45,6 +45,7 @@ pub mod baseline;
 mod builder;
 mod clock;
 mod decision;
+pub mod evict;
 mod keyed;
 mod limiter;
 #[cfg(turnstile_loom)]
@@ -63,6 +64,7 @@ pub struct ReadmeDoctests;
 pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
+pub use evict::{KeyStats, Overflow};
 pub use limiter::{KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};
 pub use token_bucket::TokenBucket;

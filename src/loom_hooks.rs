@@ -7,7 +7,7 @@ use crate::token_bucket::TokenBucket;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-pub use crate::keyed::{WordAlgorithm, acquire_word};
+pub use crate::keyed::{RETIRED, WordAlgorithm, acquire_word};
 pub use crate::token_bucket::state::{Layout, acquire, available};
 
 /// The raw state word of `key` in `limiter` (None if the key has no state), with the
@@ -23,4 +23,15 @@ where
     Q: ?Sized + Hash + Eq,
 {
     limiter.word(key)
+}
+
+/// Mutant of `TokenBucket::evict_idle`: removes forgettable keys from the map without
+/// first retiring their words, so a thread holding a word can still update it.
+pub fn sweep_without_retiring<K, C, S>(limiter: &TokenBucket<K, C, S>)
+where
+    K: Hash + Eq,
+    C: Clock,
+    S: BuildHasher,
+{
+    limiter.sweep_without_retiring()
 }

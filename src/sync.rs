@@ -5,13 +5,11 @@
 //! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
 
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::Arc;
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::Mutex;
-#[cfg(turnstile_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};

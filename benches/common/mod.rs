@@ -119,13 +119,17 @@ impl Mix {
 
     /// Allowed: the largest burst a 1 s interval holds (half a billion), so no key
     /// runs dry within a benchmark. Denied: one token an hour, taken during setup.
-    pub fn quota(self) -> (u32, Duration) {
-        match self {
-            Mix::Allowed => (
+    /// Churn (allowed: every key is new): 10 tokens, one more per millisecond — a
+    /// quota under which an attacker's one-off keys become forgettable again, so
+    /// limiters that forget keys do so during the run.
+    pub fn quota(self, pattern: Pattern) -> (u32, Duration) {
+        match (self, pattern) {
+            (Mix::Allowed, Pattern::Churn) => (10, Duration::from_millis(1)),
+            (Mix::Allowed, _) => (
                 Quota::max_capacity(Duration::from_secs(1)),
                 Duration::from_secs(1),
             ),
-            Mix::Denied => (1, Duration::from_secs(3600)),
+            (Mix::Denied, _) => (1, Duration::from_secs(3600)),
         }
     }
 }
@@ -138,15 +142,11 @@ pub trait Visit {
     fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Self::Output;
 }
 
-/// Calls `visitor` with a maker for the contender called `name`, under `mix`'s quota,
-/// sized for `expected_keys`.
-pub fn with_contender<V: Visit>(
-    name: &str,
-    mix: Mix,
-    expected_keys: usize,
-    visitor: V,
-) -> V::Output {
-    let (capacity, every) = mix.quota();
+/// Calls `visitor` with a maker for the contender called `name`, under the quota of
+/// `mix` and `pattern`, sized for the pattern's key space.
+pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor: V) -> V::Output {
+    let expected_keys = pattern.key_space();
+    let (capacity, every) = mix.quota(pattern);
     let quota = Quota::new(capacity, every).expect("benchmark quotas are valid");
     match name {
         "turnstile" => visitor.visit(|| {

@@ -229,6 +229,24 @@ fn memory_table(figures: &Figures) -> String {
     out
 }
 
+fn churn_memory_table(figures: &Figures) -> String {
+    let mut out = String::from(
+        "| contender | keys streamed | peak keys held | peak heap | heap at the end |\n|---|---|---|---|---|\n",
+    );
+    for c in &figures.churn_memory {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1} MB | {:.1} MB |",
+            c.limiter,
+            c.keys_streamed,
+            c.peak_keys,
+            c.peak_heap as f64 / 1e6,
+            c.end_heap as f64 / 1e6
+        );
+    }
+    out
+}
+
 fn write_file(path: &Path, contents: &str) -> Result<(), String> {
     std::fs::write(path, contents).map_err(|e| format!("write {}: {e}", path.display()))
 }
@@ -270,6 +288,16 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     }
     write_file(&out.join("memory.csv"), &csv)?;
 
+    let mut csv = head.clone() + "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes\n";
+    for c in &figures.churn_memory {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{}",
+            c.limiter, c.keys_streamed, c.peak_keys, c.peak_heap, c.end_heap
+        );
+    }
+    write_file(&out.join("churn_memory.csv"), &csv)?;
+
     let lost = losses(figures);
     let where_we_lose = if lost.is_empty() {
         "No rival out-ran turnstile in any scenario of this run.".to_string()
@@ -307,7 +335,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \
-         counted by a global allocator. RSS: growth of the resident set.\n\n{}",
+         counted by a global allocator. RSS: growth of the resident set.\n\n{}\n\
+         ## Memory under key churn\n\n\
+         Distinct keys streamed through once each, a simulated clock advancing 10 µs per key, \
+         quota 10 tokens + 1 per ms. turnstile forgets idle keys by itself (default 1 s margin); \
+         governor keeps every key until `retain_recent` is called.\n\n{}",
         if full { " -- --full" } else { "" },
         machine.line(),
         if full { "full" } else { "quick" },
@@ -317,6 +349,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
         throughput_tables(figures),
         latency_table(figures),
         memory_table(figures),
+        churn_memory_table(figures),
     );
     write_file(&out.join("README.md"), &markdown)
 }

@@ -34,10 +34,20 @@ pub struct Memory {
     pub rss_per_key: f64,
 }
 
+/// Distinct keys streamed through once each: the most keys and heap held at once.
+pub struct ChurnMemory {
+    pub limiter: String,
+    pub keys_streamed: u64,
+    pub peak_keys: u64,
+    pub peak_heap: u64,
+    pub end_heap: u64,
+}
+
 pub struct Figures {
     pub throughput: Vec<Throughput>,
     pub latency: Vec<Latency>,
     pub memory: Vec<Memory>,
+    pub churn_memory: Vec<ChurnMemory>,
 }
 
 const BENCHES: [&str; 3] = ["throughput", "latency", "memory"];
@@ -148,6 +158,13 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             keys: f[2].parse().unwrap_or(0),
             heap_per_key: f[3].parse().unwrap_or(f64::NAN),
             rss_per_key: f[4].parse().unwrap_or(f64::NAN),
+        })?,
+        churn_memory: read_csv(&scratch.join("churn_memory.csv"), |f| ChurnMemory {
+            limiter: f[0].to_string(),
+            keys_streamed: f[1].parse().unwrap_or(0),
+            peak_keys: f[2].parse().unwrap_or(0),
+            peak_heap: f[3].parse().unwrap_or(0),
+            end_heap: f[4].parse().unwrap_or(0),
         })?,
     })
 }

@@ -54,6 +54,23 @@ where
         f(&stored)
     }
 
+    fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let mut map = self.map.lock().unwrap();
+        let remove = map.get(key).is_some_and(|v| pred(v));
+        if remove {
+            map.remove(key);
+        }
+        remove
+    }
+
+    fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+        self.map.lock().unwrap().retain(|_, v| keep(v));
+    }
+
     fn len(&self) -> usize {
         self.map.lock().unwrap().len()
     }

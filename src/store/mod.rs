@@ -30,8 +30,16 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 ///   if the key is absent and calls `f` with the key's value. However many threads
 ///   race on an absent key, exactly one value is stored and every racer's `f` sees
 ///   that same value; the losers' `value`s are dropped unused.
+/// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
+///   holds for the value stored at that moment; an entry is never replaced in place,
+///   so a later insert stores a new value.
 /// - **stable values**: a value is never moved, replaced or freed while an `f` that
-///   received it runs, so state updated through it is never lost.
+///   received it runs — even if its entry is removed meanwhile — so a thread that
+///   found a value may still use it; protocols that forget keys must account for
+///   that (see `keyed.rs`).
+/// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
+///   pass (possibly more than once for one entry) and removes the entries it rejects;
+///   entries inserted or removed during the pass may or may not be seen.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.
@@ -48,6 +56,15 @@ pub(crate) trait Store<K, V, S> {
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
+
+    /// Removes `key`'s entry if `pred` holds for its value; whether it did.
+    fn remove_if<Q>(&self, key: &Q, pred: impl FnMut(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq;
+
+    /// Removes every entry whose value `keep` rejects.
+    fn retain(&self, keep: impl FnMut(&V) -> bool);
 
     /// Number of keys stored.
     fn len(&self) -> usize;

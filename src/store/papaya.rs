@@ -53,6 +53,19 @@ where
         f(stored)
     }
 
+    fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        matches!(self.map.pin().remove_if(key, |_, v| pred(v)), Ok(Some(_)))
+    }
+
+    fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+        // papaya first completes any resize in progress, then makes one pass.
+        self.map.pin().retain(|_, v| keep(v));
+    }
+
     fn len(&self) -> usize {
         self.map.len()
     }

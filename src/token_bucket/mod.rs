@@ -5,7 +5,7 @@ pub(crate) mod state;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::WordLimiter;
-use crate::{Decision, KeyRef, Quota, RateLimiter};
+use crate::{Decision, KeyRef, KeyStats, Quota, RateLimiter};
 use state::Layout;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -71,7 +71,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<TokenBucket<K>, C, S> {
     pub fn build(self) -> TokenBucket<K, C, S> {
         let layout = Layout::new(&self.quota);
         TokenBucket {
-            inner: WordLimiter::new(layout, self.clock, self.hasher, self.expected_keys),
+            inner: WordLimiter::new(
+                layout,
+                self.clock,
+                self.hasher,
+                self.expected_keys,
+                &self.forgetting,
+            ),
             quota: self.quota,
         }
     }
@@ -88,9 +94,32 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> TokenBucket<K, C, S> {
         self.inner.len()
     }
 
+    /// Forgets every key whose bucket has been full for at least the eviction margin;
+    /// returns how many. Forgetting never changes a decision (see [`crate::evict`]).
+    pub fn evict_idle(&self) -> usize {
+        self.inner.evict_idle()
+    }
+
+    /// How many keys have been forgotten, and how many requests met the `max_keys`
+    /// cap with nothing to forget and went to the overflow policy.
+    pub fn stats(&self) -> KeyStats {
+        let (evicted, overflowed) = self.inner.stats();
+        KeyStats {
+            keys: self.len(),
+            evicted,
+            overflowed,
+        }
+    }
+
     /// Whether no key has state yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A mutant sweep that removes without retiring, for loom models.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn sweep_without_retiring(&self) {
+        self.inner.sweep_without_retiring()
     }
 
     /// The raw state word of `key` and its layout, for loom models.

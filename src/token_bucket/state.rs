@@ -96,9 +96,19 @@ impl Layout {
 }
 
 impl WordAlgorithm for Layout {
+    fn new(quota: &Quota) -> Self {
+        Layout::new(quota)
+    }
+
     #[inline]
     fn fresh(&self) -> u64 {
         self.full()
+    }
+
+    /// Full as of `at`, with its last refill no later than `at`'s grid point: at every
+    /// later reading it refills to full at that reading's grid point, as a new key does.
+    fn forgettable(&self, word: u64, at: u64) -> bool {
+        self.last_refill(word) <= at / self.interval && refill(self, word, at).0 == self.capacity
     }
 
     #[inline]

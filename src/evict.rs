@@ -1,0 +1,210 @@
+//! Bounded memory: keyed limiters forget keys that carry no information.
+//!
+//! # Which keys are forgotten
+//! A key is forgotten only when its state is *forgettable* as of `now - margin`: from
+//! then on, every request would answer exactly as it would on a brand-new key, and
+//! leave the same state behind. For the token bucket that is a bucket already full
+//! (with its last refill no later than that instant); for the other algorithms, the
+//! equivalent (see each algorithm's `forgettable`). A throttled key is never
+//! forgotten, so forgetting never hands a client a fresh allowance.
+//!
+//! # The protocol, and why it is exact
+//! A thread may already hold a key's state word when the sweeper removes it. If that
+//! thread then took a token from the removed word while the next request created a
+//! fresh one, the client would get more than its limit. So the sweeper never removes a
+//! live word:
+//!
+//! 1. it raises the limiter's *watermark* to `now - margin`;
+//! 2. for each forgettable word, it compare-and-sets the word from the value it
+//!    checked to `RETIRED` (a value no state uses) — this succeeds only if nobody
+//!    changed the word since, and after it nobody can;
+//! 3. it removes retired entries from the map.
+//!
+//! An acquirer whose load or CAS finds `RETIRED` helps remove the entry and looks the
+//! key up again, finding or inserting a fresh state. Exactly one of "the sweeper
+//! retires the word" and "an acquirer changes it" wins the CAS, so no update is ever
+//! applied to a forgotten word. And the forgotten state and the fresh one answer every
+//! reading at or after the watermark identically; a request whose clock reading is
+//! older than the watermark (a reading taken before a long preemption, or on a core
+//! whose clock lags by more than the margin) uses the watermark as its reading instead
+//! — a legitimate, slightly later reading — so stale readings never meet a fresh state.
+//!
+//! **Invariant:** every word a request changes is one that the map held and that was
+//! not retired at that moment, and every request's reading is at least the watermark
+//! of any forgetting it can observe. Model-checked in `loom-tests/tests/eviction.rs`,
+//! with a mutant that removes without retiring, which loom rejects.
+//!
+//! # When sweeping happens
+//! No background thread is needed: when an insertion makes the map reach twice its
+//! size after the last sweep (at least [`MIN_SWEEP_KEYS`]), the inserting call sweeps
+//! the whole map once — a pause proportional to the number of keys (see results/ for
+//! the measured cost), amortised to O(1) per insertion. `evict_idle()` sweeps on
+//! demand. At the `max_keys` cap, a sweep runs at most once per margin; if nothing can
+//! be forgotten, the [`Overflow`] policy decides. The cap is approximate: threads
+//! inserting at once may each pass the check, so the map can exceed `max_keys` by at
+//! most the number of threads inserting concurrently.
+
+use crate::Quota;
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use std::time::Duration;
+
+/// A keyed limiter's memory at a glance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyStats {
+    /// Keys with state now.
+    pub keys: usize,
+    /// Keys forgotten so far.
+    pub evicted: u64,
+    /// Requests that met the `max_keys` cap with nothing to forget and went to the
+    /// [`Overflow`] policy.
+    pub overflowed: u64,
+}
+
+/// A map smaller than this is not swept automatically.
+pub const MIN_SWEEP_KEYS: usize = 1024;
+
+/// What a limiter at its `max_keys` cap does with a new key when nothing can be
+/// forgotten (an attacker rotating client ids faster than buckets refill).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// Fail closed: the request is answered [`Decision::Overflow`](crate::Decision::Overflow)
+    /// and the key gets no state.
+    Deny,
+    /// Every new key that finds no room shares one overflow allowance under this
+    /// quota, so unknown clients keep a small, bounded service during an attack.
+    Shared(Quota),
+}
+
+/// How a keyed limiter forgets keys; set through the builder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    pub(crate) margin: Duration,
+    pub(crate) automatic: bool,
+    pub(crate) max_keys: Option<(usize, Overflow)>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            margin: Duration::from_secs(1),
+            automatic: true,
+            max_keys: None,
+        }
+    }
+}
+
+/// A limiter's forgetting bookkeeping.
+pub(crate) struct Sweeper {
+    /// Only keys forgettable as of `now - margin` are forgotten (nanoseconds).
+    pub(crate) margin: u64,
+    automatic: bool,
+    pub(crate) max_keys: usize,
+    /// Every key forgotten so far was forgettable as of this time (ns since epoch).
+    watermark: AtomicU64,
+    /// Map size at which an insertion sweeps.
+    next_sweep: AtomicU64,
+    /// When the last sweep at the cap began (ns since epoch).
+    last_cap_sweep: AtomicU64,
+    /// One sweep at a time.
+    lock: Mutex<()>,
+    evicted: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+impl Sweeper {
+    pub(crate) fn new(settings: &Settings, expected_keys: usize) -> Self {
+        let first_sweep = (2 * expected_keys).max(MIN_SWEEP_KEYS) as u64;
+        Self {
+            margin: crate::clock::duration_to_nanos(settings.margin),
+            automatic: settings.automatic,
+            max_keys: settings.max_keys.map_or(usize::MAX, |(n, _)| n),
+            watermark: AtomicU64::new(0),
+            next_sweep: AtomicU64::new(first_sweep),
+            last_cap_sweep: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            evicted: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+        }
+    }
+
+    /// `now` raised to the watermark: a reading older than the latest forgetting is
+    /// replaced by the watermark, a later (and still past) instant.
+    #[inline]
+    pub(crate) fn reading(&self, now: u64) -> u64 {
+        // Relaxed: callers load it after finding the key's word — through the store's
+        // Acquire lookup, or the Acquire fence taken on seeing RETIRED — which orders
+        // it after the sweeper's raise (sequenced before its Release retire CAS and
+        // before the removal). Any older value is a watermark no fresh word depends on.
+        now.max(self.watermark.load(Ordering::Relaxed))
+    }
+
+    /// Starts a sweep at `now`: raises the watermark and returns the instant keys must
+    /// be forgettable at.
+    pub(crate) fn begin(&self, now: u64) -> u64 {
+        let at = now.saturating_sub(self.margin);
+        // Relaxed: sequenced before every retire CAS (Release) of this sweep, which
+        // publishes it; see `reading`.
+        self.watermark.fetch_max(at, Ordering::Relaxed);
+        at
+    }
+
+    /// Records a finished sweep that forgot `forgotten` keys and left `len`.
+    pub(crate) fn end(&self, forgotten: usize, len: usize) {
+        // Relaxed: statistics and a heuristic threshold; they guard no other memory.
+        self.evicted.fetch_add(forgotten as u64, Ordering::Relaxed);
+        let next = (2 * len).max(MIN_SWEEP_KEYS) as u64;
+        self.next_sweep.store(next, Ordering::Relaxed);
+    }
+
+    /// Whether an insertion that left `len` keys should sweep now.
+    pub(crate) fn due(&self, len: usize) -> bool {
+        // Relaxed: a heuristic threshold.
+        self.automatic && len as u64 >= self.next_sweep.load(Ordering::Relaxed)
+    }
+
+    /// Whether a new key at the cap may sweep now (at most once per margin, so an
+    /// attack at the cap cannot make every request pay a full pass).
+    pub(crate) fn cap_sweep_allowed(&self, now: u64) -> bool {
+        // Relaxed: a rate limit on sweeping; it guards no other memory.
+        let last = self.last_cap_sweep.load(Ordering::Relaxed);
+        let period = self.margin.max(1_000_000);
+        now.saturating_sub(last) >= period
+            && self
+                .last_cap_sweep
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// The wait until a request at the cap may sweep again: `Decision::Overflow`'s hint.
+    pub(crate) fn next_cap_sweep_in(&self, now: u64) -> Duration {
+        // Relaxed: as in `cap_sweep_allowed`.
+        let last = self.last_cap_sweep.load(Ordering::Relaxed);
+        let period = self.margin.max(1_000_000);
+        Duration::from_nanos((last + period).saturating_sub(now).max(1))
+    }
+
+    /// Holds the sweep lock, waiting for a running sweep to finish.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Holds the sweep lock if no sweep is running.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, ()>> {
+        self.lock.try_lock().ok()
+    }
+
+    pub(crate) fn count_overflow(&self) {
+        // Relaxed: a statistic.
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        // Relaxed: statistics.
+        (
+            self.evicted.load(Ordering::Relaxed),
+            self.overflowed.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,292 @@
+//! Forgetting idle keys bounds memory and never changes a decision.
+
+mod common;
+
+use common::{Reference, ms};
+use proptest::prelude::*;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread;
+use std::time::Duration;
+use turnstile::{Decision, KeyStats, ManualClock, Overflow, Quota, RateLimiter, TokenBucket};
+
+fn limiter(quota: Quota, clock: &ManualClock, margin: Duration) -> TokenBucket<u32, ManualClock> {
+    TokenBucket::<u32>::builder(quota)
+        .clock(clock.clone())
+        .eviction_margin(margin)
+        .build()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Sweeping after every request never changes a decision, as long as no reading
+    /// lags the newest one by the margin or more.
+    #[test]
+    fn sweeping_after_every_request_changes_no_decision(
+        capacity in 1u32..=5,
+        interval_us in 1u64..=500,
+        margin_intervals in 0u64..=3,
+        steps in prop::collection::vec((0u64..4_000, 0u64..100, 0u32..4, 0u32..=6), 1..200),
+    ) {
+        let quota = Quota::new(capacity, Duration::from_micros(interval_us)).unwrap();
+        let interval = interval_us * 1000;
+        let margin = margin_intervals * interval;
+        let clock = ManualClock::new();
+        let evicting = limiter(quota, &clock, Duration::from_nanos(margin));
+        let mut reference = Reference::new(quota);
+        let (mut newest, mut forgotten) = (0u64, 0usize);
+        for (forward_us, lag_permille, key, cost) in steps {
+            newest += forward_us * 1000 * interval_us / 100;
+            // A reading behind the newest by less than the margin (skew, preemption).
+            let lag = margin.saturating_sub(1) * lag_permille / 100;
+            let now = newest - lag.min(newest);
+            clock.set(Duration::from_nanos(now));
+            let cost = cost.min(capacity + 1);
+            prop_assert_eq!(evicting.acquire(&key, cost), reference.acquire(key, now, cost));
+            prop_assert_eq!(evicting.peek(&key), reference.peek(key, now));
+            clock.set(Duration::from_nanos(newest));
+            forgotten += evicting.evict_idle();
+        }
+        // Not vacuous: across the cases, keys are forgotten (checked in aggregate below).
+        prop_assert!(forgotten <= 200 * 4);
+    }
+}
+
+#[test]
+fn the_property_test_really_forgets_keys() {
+    // The schedule shape of the property test, fixed: keys do get forgotten, and
+    // decisions still match the reference.
+    let quota = Quota::new(2, ms(1)).unwrap();
+    let clock = ManualClock::new();
+    let evicting = limiter(quota, &clock, Duration::ZERO);
+    let mut reference = Reference::new(quota);
+    let mut forgotten = 0;
+    for step in 0..400u64 {
+        let now = step * 700_000;
+        clock.set(Duration::from_nanos(now));
+        let key = (step % 3) as u32;
+        assert_eq!(evicting.acquire(&key, 1), reference.acquire(key, now, 1));
+        forgotten += evicting.evict_idle();
+    }
+    assert!(forgotten > 100, "only {forgotten} keys forgotten");
+}
+
+#[test]
+fn a_reading_older_than_the_last_forgetting_counts_as_that_instant() {
+    // Forgotten at 100 ms (margin 0). A core lagging at 5 ms then asks: its reading is
+    // re-timed to 100 ms, so the fresh bucket is not drained by a reading from before
+    // the forgetting and refilled again afterwards.
+    let clock = ManualClock::new();
+    let quota = Quota::new(2, ms(10)).unwrap();
+    let limiter = limiter(quota, &clock, Duration::ZERO);
+    let mut reference = Reference::new(quota);
+    assert!(limiter.acquire(&1, 2).is_allowed());
+    assert!(reference.acquire(1, 0, 2).is_allowed());
+    clock.set(ms(100));
+    assert_eq!(limiter.evict_idle(), 1);
+    let watermark = 100_000_000;
+    for reading in [5_000_000, watermark, watermark] {
+        clock.set(Duration::from_nanos(reading));
+        let expected = reference.acquire(1, reading.max(watermark), 2);
+        assert_eq!(limiter.acquire(&1, 2), expected, "reading {reading}");
+    }
+}
+
+#[test]
+fn a_throttled_key_is_never_forgotten() {
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::new(3, ms(100)).unwrap(), &clock, Duration::ZERO);
+    assert!(limiter.acquire(&1, 3).is_allowed());
+    for _ in 0..10 {
+        assert_eq!(limiter.evict_idle(), 0);
+        assert!(!limiter.try_acquire(&1));
+    }
+    clock.advance(ms(100));
+    assert_eq!(limiter.evict_idle(), 0, "one token back is not full");
+    clock.advance(ms(200));
+    assert_eq!(limiter.evict_idle(), 1, "full again: forgotten");
+    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.acquire(&1, 3), Decision::Allowed { remaining: 0 });
+}
+
+#[test]
+fn the_margin_keeps_a_key_until_it_has_been_full_that_long() {
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::new(1, ms(10)).unwrap(), &clock, ms(50));
+    assert!(limiter.try_acquire(&1));
+    clock.set(ms(59)); // full since 10 ms, for 49 ms
+    assert_eq!(limiter.evict_idle(), 0);
+    clock.set(ms(60)); // full for 50 ms
+    assert_eq!(limiter.evict_idle(), 1);
+}
+
+/// Threads take from and touch (cost 0) many keys while another thread sweeps without
+/// pause. A key is full — so forgettable — until its first take, so takes race with
+/// the sweeper retiring the very word they are updating. With the clock frozen, each
+/// key admits exactly its capacity: forgetting a full key and creating it again never
+/// adds a token, and no take lands on a forgotten word.
+#[test]
+fn continuous_sweeping_under_load_admits_exactly_capacity_per_key() {
+    const KEYS: u32 = 2048;
+    const CAPACITY: u32 = 2;
+    for round in 0..3 {
+        let clock = ManualClock::new();
+        let limiter = limiter(
+            Quota::new(CAPACITY, ms(10)).unwrap(),
+            &clock,
+            Duration::ZERO,
+        );
+        // Every key is created full and forgotten (by automatic sweeps as the map
+        // doubles, the rest by an explicit pass): forgetting runs in this test.
+        for key in 0..KEYS {
+            assert!(limiter.acquire(&key, 0).is_allowed());
+        }
+        limiter.evict_idle();
+        assert_eq!(
+            (limiter.len(), limiter.stats().evicted),
+            (0, u64::from(KEYS))
+        );
+        let allowed: Vec<AtomicU32> = (0..KEYS).map(|_| AtomicU32::new(0)).collect();
+        let done = AtomicBool::new(false);
+        let barrier = Barrier::new(4);
+        thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                while !done.load(Ordering::Acquire) {
+                    limiter.evict_idle();
+                }
+            });
+            let takers: Vec<_> = (0..3u32)
+                .map(|t| {
+                    let (limiter, allowed, barrier) = (&limiter, &allowed, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        for i in 0..KEYS * 8 {
+                            let key = i.wrapping_mul(2_654_435_761).wrapping_add(t * 977) % KEYS;
+                            if i % 4 != 0 {
+                                assert!(limiter.acquire(&key, 0).is_allowed());
+                            } else if limiter.try_acquire(&key) {
+                                allowed[key as usize].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // Finish every key, so each has been offered more than its capacity.
+                        for key in 0..KEYS {
+                            for _ in 0..CAPACITY {
+                                if limiter.try_acquire(&key) {
+                                    allowed[key as usize].fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for taker in takers {
+                taker.join().unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        for (key, count) in allowed.iter().enumerate() {
+            assert_eq!(
+                count.load(Ordering::Relaxed),
+                CAPACITY,
+                "round {round}, key {key}"
+            );
+        }
+    }
+}
+
+/// Distinct keys streamed through with time advancing, each seen once: automatic
+/// sweeping keeps the map near the active set, not the total.
+#[test]
+fn streaming_distinct_keys_keeps_the_map_near_the_active_set() {
+    const KEYS: u32 = 200_000;
+    const STEP_NS: u64 = 1_000;
+    let interval = ms(1);
+    let margin = ms(1);
+    let run = |evicting: bool| {
+        let clock = ManualClock::new();
+        let mut builder = TokenBucket::<u32>::builder(Quota::new(1, interval).unwrap())
+            .clock(clock.clone())
+            .eviction_margin(margin);
+        if !evicting {
+            builder = builder.manual_eviction();
+        }
+        let limiter = builder.build();
+        let mut largest = 0;
+        let info = allocation_counter::measure(|| {
+            for key in 0..KEYS {
+                assert!(limiter.try_acquire(&key));
+                clock.advance(Duration::from_nanos(STEP_NS));
+                largest = largest.max(limiter.len());
+            }
+        });
+        (largest, info.bytes_max, limiter.stats())
+    };
+    // A key is active from its request until its bucket is full again (the next grid
+    // point, within one interval) plus the margin: at most this many keys at a time.
+    let active = ((interval + margin).as_nanos() as u64 / STEP_NS + 1) as usize;
+    let (largest, peak_heap, stats) = run(true);
+    // Sweeps run when the map doubles since the last one, which left only active keys.
+    assert!(
+        largest <= 2 * active.max(1024) + 1,
+        "map reached {largest} keys; active set {active}"
+    );
+    assert!(
+        stats.evicted >= u64::from(KEYS) - 2 * active as u64,
+        "{stats:?}"
+    );
+    let (kept_all, peak_heap_kept, _) = run(false);
+    assert_eq!(kept_all, KEYS as usize);
+    assert!(
+        peak_heap * 10 < peak_heap_kept,
+        "peak heap {peak_heap} B with eviction vs {peak_heap_kept} B without"
+    );
+}
+
+#[test]
+fn at_the_cap_new_keys_are_denied_and_counted_until_room_is_made() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u32>::builder(Quota::new(2, ms(10)).unwrap())
+        .clock(clock.clone())
+        .eviction_margin(ms(5))
+        .max_keys(100, Overflow::Deny)
+        .build();
+    for key in 0..100 {
+        assert!(limiter.acquire(&key, 2).is_allowed()); // drained: not forgettable
+    }
+    let refused = limiter.acquire(&100, 1);
+    assert!(matches!(refused, Decision::Overflow { .. }), "{refused:?}");
+    assert!(!limiter.try_acquire(&101));
+    assert_eq!(
+        limiter.stats(),
+        KeyStats {
+            keys: 100,
+            evicted: 0,
+            overflowed: 2
+        }
+    );
+    // Existing keys are served as before.
+    clock.advance(ms(10));
+    assert!(limiter.try_acquire(&7));
+    // Once buckets are full again for the margin, a new key makes room.
+    clock.advance(ms(30));
+    assert!(limiter.try_acquire(&100));
+    assert!(limiter.stats().evicted >= 99);
+}
+
+#[test]
+fn at_the_cap_new_keys_share_one_overflow_allowance() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
+        .clock(clock.clone())
+        .max_keys(10, Overflow::Shared(Quota::new(3, ms(100)).unwrap()))
+        .build();
+    for key in 0..10 {
+        assert!(limiter.try_acquire(&key));
+    }
+    let shared: Vec<bool> = (1000..1005).map(|key| limiter.try_acquire(&key)).collect();
+    assert_eq!(shared, [true, true, true, false, false]);
+    assert_eq!(limiter.len(), 10);
+    assert_eq!(limiter.stats().overflowed, 5);
+}
