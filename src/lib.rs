@@ -29,6 +29,11 @@
 //! - **Bad input fails at construction**: every [`Quota`] accepted is one the state
 //!   word holds exactly; nothing panics or truncates later.
 //!
+//! # Distributed limits
+//! With the cargo feature `redis`, the module `turnstile::redis` keeps the state in Redis
+//! instead, so limits hold across many servers: the same token bucket semantics, one
+//! atomic Lua script per check, with a failure policy for when Redis is unreachable.
+//!
 //! # Verification
 //! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
 //! a deliberately broken variant that the checker must reject. Keys live in a
@@ -52,6 +57,9 @@ mod limiter;
 #[doc(hidden)]
 pub mod loom_hooks;
 mod quota;
+#[cfg(all(feature = "redis", not(turnstile_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 mod store;
 mod sync;
 mod token_bucket;

@@ -1,0 +1,284 @@
+//! The Redis limiters for threads without an async runtime.
+//!
+//! Each limiter owns a small tokio runtime (one worker thread) that drives its
+//! [`ConnectionManager`]; a check hands the async check to that worker and waits on a
+//! channel for at most the timeout. Any number of threads may check at once: their
+//! requests share the one multiplexed connection, pipelined. Waiting on a channel
+//! rather than `Runtime::block_on` keeps a check from panicking when it is called from
+//! inside another runtime (it still blocks that runtime's thread: async code should use
+//! the async limiters).
+
+use super::config::ConfigError;
+use super::engine::ScriptLimiter;
+use super::failure::{CheckError, FailureCounts, Outcome};
+use super::{RedisFixedWindowBuilder, RedisTokenBucketBuilder};
+use crate::{Decision, Quota};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The longest pause between reconnection attempts of the connection managers that
+/// `build_blocking` makes: after Redis comes back, checks succeed again within about
+/// this long (plus the connection timeout).
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// A runtime that shuts down without blocking when the last limiter using it is
+/// dropped, so dropping a blocking limiter inside async code does not panic.
+struct OwnedRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+impl OwnedRuntime {
+    fn start() -> Result<Self, ConfigError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("turnstile-redis")
+            .enable_all()
+            .build()
+            .map_err(ConfigError::Runtime)?;
+        Ok(Self {
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+        })
+    }
+}
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl fmt::Debug for OwnedRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnedRuntime")
+    }
+}
+
+/// A runtime and a connection manager on it, for `client`.
+fn connect(
+    client: ::redis::Client,
+    config: ConnectionManagerConfig,
+) -> Result<(Arc<OwnedRuntime>, ConnectionManager), ConfigError> {
+    let runtime = OwnedRuntime::start()?;
+    let conn = {
+        let _entered = runtime.handle.enter();
+        ConnectionManager::new_lazy_with_config(client, config).map_err(ConfigError::Connection)?
+    };
+    Ok((Arc::new(runtime), conn))
+}
+
+/// The connection manager settings `build_blocking` uses: connection attempts time
+/// out after the check timeout, and reconnection backs off from 100 ms up to
+/// [`MAX_RECONNECT_DELAY`], so a check after Redis came back waits for no long
+/// back-off. The connection is made on the first check, not at construction.
+pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_max_delay(MAX_RECONNECT_DELAY)
+}
+
+/// Runs `future` on `runtime`, waiting at most `timeout` for its result.
+fn block_on<T: Send + 'static>(
+    runtime: &OwnedRuntime,
+    timeout: Duration,
+    future: impl Future<Output = Result<T, CheckError>> + Send + 'static,
+) -> Result<T, CheckError> {
+    let (send, receive) = mpsc::sync_channel(1);
+    runtime.handle.spawn(async move {
+        // The receiver may have stopped waiting (timeout); then nobody needs the result.
+        let _ = send.send(future.await);
+    });
+    match receive.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(CheckError::Timeout(timeout)),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(CheckError::TaskLost),
+    }
+}
+
+/// The blocking twin of [`super::RedisTokenBucket`]: same semantics, same method
+/// names, called from plain threads. Made by
+/// [`RedisTokenBucketBuilder::build_blocking`]. Cloning is cheap and shares the
+/// runtime, connection and counters.
+///
+/// ```no_run
+/// use turnstile::Quota;
+/// use turnstile::redis::{FailurePolicy, RedisTokenBucket};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let limiter = RedisTokenBucket::builder(Quota::per_second(10)?, FailurePolicy::Closed)
+///     .build_blocking(client)?;
+/// if limiter.try_acquire("alice") {
+///     // serve the request
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisTokenBucket {
+    inner: super::RedisTokenBucket<ConnectionManager>,
+    runtime: Arc<OwnedRuntime>,
+}
+
+impl RedisTokenBucketBuilder {
+    /// A blocking limiter with its own runtime and a [`ConnectionManager`] for
+    /// `client`, configured by [`connection_config`]. Redis need not be up yet.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucketBuilder::build`], plus a runtime that cannot start or a
+    /// client the connection manager refuses.
+    pub fn build_blocking(self, client: ::redis::Client) -> Result<RedisTokenBucket, ConfigError> {
+        let config = connection_config(self.settings.timeout);
+        self.build_blocking_with_config(client, config)
+    }
+
+    /// As [`RedisTokenBucketBuilder::build_blocking`], with your own connection
+    /// manager settings.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucketBuilder::build_blocking`].
+    pub fn build_blocking_with_config(
+        self,
+        client: ::redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Result<RedisTokenBucket, ConfigError> {
+        self.validate()?;
+        let (runtime, conn) = connect(client, config)?;
+        Ok(RedisTokenBucket {
+            inner: self.build(conn)?,
+            runtime,
+        })
+    }
+}
+
+impl RedisTokenBucket {
+    /// As [`super::RedisTokenBucket::acquire`], blocking for at most the timeout.
+    pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
+    }
+
+    /// `acquire(key, 1).is_allowed()`, the failure policy included.
+    pub fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+        self.acquire(key, 1).is_allowed()
+    }
+
+    /// As [`super::RedisTokenBucket::peek`], blocking for at most the timeout.
+    ///
+    /// # Errors
+    /// As [`super::RedisTokenBucket::peek`].
+    pub fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+        peek(&self.runtime, &self.inner.limiter, key.as_ref())
+    }
+
+    /// How often Redis gave no decision.
+    pub fn failures(&self) -> FailureCounts {
+        self.inner.failures()
+    }
+
+    /// The quota every key gets.
+    pub fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+}
+
+/// The blocking twin of [`super::RedisFixedWindow`], made by
+/// [`RedisFixedWindowBuilder::build_blocking`].
+#[derive(Clone, Debug)]
+pub struct RedisFixedWindow {
+    inner: super::RedisFixedWindow<ConnectionManager>,
+    runtime: Arc<OwnedRuntime>,
+}
+
+impl RedisFixedWindowBuilder {
+    /// A blocking limiter with its own runtime and connection manager (see
+    /// [`RedisTokenBucketBuilder::build_blocking`]).
+    ///
+    /// # Errors
+    /// As [`RedisFixedWindowBuilder::build`], plus a runtime that cannot start or a
+    /// client the connection manager refuses.
+    pub fn build_blocking(self, client: ::redis::Client) -> Result<RedisFixedWindow, ConfigError> {
+        let config = connection_config(self.settings.timeout);
+        self.build_blocking_with_config(client, config)
+    }
+
+    /// As [`RedisFixedWindowBuilder::build_blocking`], with your own connection
+    /// manager settings.
+    ///
+    /// # Errors
+    /// As [`RedisFixedWindowBuilder::build_blocking`].
+    pub fn build_blocking_with_config(
+        self,
+        client: ::redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Result<RedisFixedWindow, ConfigError> {
+        self.validate()?;
+        let (runtime, conn) = connect(client, config)?;
+        Ok(RedisFixedWindow {
+            inner: self.build(conn)?,
+            runtime,
+        })
+    }
+}
+
+impl RedisFixedWindow {
+    /// As [`super::RedisFixedWindow::acquire`], blocking for at most the timeout.
+    pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
+    }
+
+    /// `acquire(key, 1).is_allowed()`, the failure policy included.
+    pub fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+        self.acquire(key, 1).is_allowed()
+    }
+
+    /// As [`super::RedisFixedWindow::peek`], blocking for at most the timeout.
+    ///
+    /// # Errors
+    /// As [`super::RedisTokenBucket::peek`].
+    pub fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+        peek(&self.runtime, &self.inner.limiter, key.as_ref())
+    }
+
+    /// How often Redis gave no decision.
+    pub fn failures(&self) -> FailureCounts {
+        self.inner.failures()
+    }
+
+    /// Requests admitted per window.
+    pub fn limit(&self) -> u32 {
+        self.inner.limit()
+    }
+
+    /// The window's length.
+    pub fn window(&self) -> Duration {
+        self.inner.window()
+    }
+}
+
+fn acquire(
+    runtime: &OwnedRuntime,
+    limiter: &ScriptLimiter<ConnectionManager>,
+    key: &[u8],
+    cost: u32,
+) -> Outcome {
+    let check = limiter.check(key, cost);
+    let result: Result<Decision, CheckError> = block_on(runtime, limiter.timeout(), check);
+    limiter.settle(result)
+}
+
+fn peek(
+    runtime: &OwnedRuntime,
+    limiter: &ScriptLimiter<ConnectionManager>,
+    key: &[u8],
+) -> Result<u32, CheckError> {
+    let left = limiter.left(key);
+    block_on(runtime, limiter.timeout(), left).inspect_err(|error| limiter.count_error(error))
+}

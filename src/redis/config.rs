@@ -1,0 +1,241 @@
+//! Settings shared by the Redis limiters, their builder, and what construction refuses.
+
+use super::failure::FailurePolicy;
+use crate::Clock;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest time the scripts handle, in microseconds: 2^52 µs, about 142 years.
+/// Times, refill-to-full spans and windows up to it keep every sum in the scripts
+/// below 2^53, where Lua's doubles are still exact integers.
+pub(crate) const MAX_MICROS: u64 = 1 << 52;
+
+/// How long a check waits for Redis unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Where a limiter's time comes from.
+#[derive(Clone)]
+pub(crate) enum TimeSource {
+    /// Redis's `TIME`, read inside the script: one clock for every app server, in
+    /// microseconds since the Unix epoch, which is the refill grid's origin.
+    Server,
+    /// The caller's clock, in microseconds since the limiter was built. A trait object
+    /// rather than a type parameter: one virtual call beside a network round trip costs
+    /// nothing measurable, and it keeps the limiter's type to its connection.
+    Client { clock: Arc<dyn Clock>, epoch: u64 },
+}
+
+impl TimeSource {
+    /// The time to send with a check: `None` for the server's own, otherwise whole
+    /// microseconds since the epoch, saturating at [`MAX_MICROS`].
+    pub(crate) fn now_micros(&self) -> Option<u64> {
+        match self {
+            TimeSource::Server => None,
+            TimeSource::Client { clock, epoch } => {
+                Some((clock.now().saturating_sub(*epoch) / 1000).min(MAX_MICROS))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for TimeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeSource::Server => f.write_str("Server"),
+            TimeSource::Client { epoch, .. } => {
+                f.debug_struct("Client").field("epoch", epoch).finish()
+            }
+        }
+    }
+}
+
+/// Settings every Redis limiter has.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) timeout: Duration,
+    pub(crate) policy: FailurePolicy,
+    pub(crate) time: TimeSource,
+    pub(crate) expire_idle_keys: bool,
+}
+
+impl Settings {
+    /// The settings every limiter starts with.
+    pub(crate) fn new(policy: FailurePolicy, default_prefix: &str) -> Self {
+        Self {
+            prefix: default_prefix.as_bytes().to_vec(),
+            timeout: DEFAULT_TIMEOUT,
+            policy,
+            time: TimeSource::Server,
+            expire_idle_keys: true,
+        }
+    }
+
+    /// The settings, checked.
+    pub(crate) fn checked(&self) -> Result<Settings, ConfigError> {
+        if self.timeout.is_zero() {
+            return Err(ConfigError::ZeroTimeout);
+        }
+        Ok(self.clone())
+    }
+}
+
+/// The setters every Redis limiter's builder has, for its `impl` block; the builder
+/// keeps them in a `settings` field.
+macro_rules! settings_methods {
+    () => {
+        /// Prepends `prefix` to every key (binary-safe). Give each quota its own
+        /// prefix: limiters with different quotas under one prefix share their keys'
+        /// state. On Redis Cluster, leave hash tags (`{...}`) out of the prefix, or
+        /// every key lands in one slot; see the [module docs](crate::redis).
+        pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+            self.settings.prefix = prefix.as_ref().to_vec();
+            self
+        }
+
+        /// How long a check waits for Redis before the failure policy answers
+        /// (default [`DEFAULT_TIMEOUT`](crate::redis::DEFAULT_TIMEOUT), 50 ms). The
+        /// wait covers connecting, sending, the script and the reply.
+        pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.settings.timeout = timeout;
+            self
+        }
+
+        /// Takes the time from `clock` instead of Redis's `TIME`, in whole
+        /// microseconds since this call (the limiter's epoch, as in-process).
+        ///
+        /// For tests: under a [`ManualClock`](crate::ManualClock) the limiter decides
+        /// exactly as the in-process one does. Each app server's clock has its own
+        /// epoch and skew, so app servers sharing a limit keep the default, Redis's
+        /// time. Key expiry runs on Redis's own clock: with a clock that does not
+        /// advance in real time, turn it off (`expire_idle_keys(false)`), or a key may
+        /// be forgotten before this clock says its state stopped mattering.
+        pub fn client_clock(mut self, clock: impl crate::Clock + 'static) -> Self {
+            let epoch = clock.now();
+            self.settings.time = crate::redis::config::TimeSource::Client {
+                clock: std::sync::Arc::new(clock),
+                epoch,
+            };
+            self
+        }
+
+        /// Whether each written key gets a `PEXPIRE` at the moment its state stops
+        /// mattering (a bucket full again, a window over), so Redis forgets idle
+        /// clients by itself. Default `true`; turn it off only for a client clock
+        /// that does not run in real time (see `client_clock`).
+        pub fn expire_idle_keys(mut self, expire: bool) -> Self {
+            self.settings.expire_idle_keys = expire;
+            self
+        }
+    };
+}
+pub(crate) use settings_methods;
+
+/// `d` in microseconds rounded up, and whether it was a whole number of them.
+pub(crate) fn micros_ceil(d: Duration) -> (u128, bool) {
+    let nanos = d.as_nanos();
+    (nanos.div_ceil(1000), nanos % 1000 == 0)
+}
+
+/// Why a Redis limiter was not built.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The quota's refill interval is not a whole number of microseconds. The scripts
+    /// count time in microseconds (the resolution of Redis's `TIME`); rounding the
+    /// interval silently would change the rate.
+    IntervalNotWholeMicros {
+        /// The interval asked for.
+        refill_every: Duration,
+        /// The interval rounded up to the microsecond, which keeps the rate at or
+        /// below the one asked for.
+        rounded_up: Duration,
+    },
+    /// Refilling an empty bucket would take longer than 2^52 µs (about 142 years):
+    /// capacity × interval must stay within what the script's numbers hold exactly.
+    RefillTooLong {
+        /// The capacity asked for.
+        capacity: u32,
+        /// The interval asked for.
+        refill_every: Duration,
+    },
+    /// A fixed window's limit is zero: nothing could ever pass.
+    ZeroLimit,
+    /// A fixed window's window is shorter than one microsecond.
+    ZeroWindow,
+    /// A fixed window's window is not a whole number of microseconds.
+    WindowNotWholeMicros {
+        /// The window asked for.
+        window: Duration,
+        /// The window rounded up to the microsecond.
+        rounded_up: Duration,
+    },
+    /// A fixed window's window is longer than 2^52 µs (about 142 years).
+    WindowTooLong {
+        /// The window asked for.
+        window: Duration,
+    },
+    /// The timeout is zero: every check would fail.
+    ZeroTimeout,
+    /// The blocking limiter's runtime could not be started.
+    Runtime(std::io::Error),
+    /// The blocking limiter's connection manager could not be made (an invalid client
+    /// configuration; an unreachable server is not an error at construction).
+    Connection(::redis::RedisError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let max = Duration::from_micros(MAX_MICROS);
+        match self {
+            ConfigError::IntervalNotWholeMicros {
+                refill_every,
+                rounded_up,
+            } => write!(
+                f,
+                "refill interval {refill_every:?} is not a whole number of microseconds: Redis \
+                 limiters count time in microseconds (the resolution of Redis TIME), and \
+                 rounding silently would change the rate; use a quota with a refill interval \
+                 of {rounded_up:?} (rounded up, so the rate stays at or below the one asked for)"
+            ),
+            ConfigError::RefillTooLong {
+                capacity,
+                refill_every,
+            } => write!(
+                f,
+                "capacity {capacity} × refill interval {refill_every:?} exceeds {max:?} (2^52 µs): \
+                 the Redis script's numbers are doubles, exact only below 2^53"
+            ),
+            ConfigError::ZeroLimit => write!(f, "fixed window limit must be at least 1"),
+            ConfigError::ZeroWindow => write!(f, "fixed window must be at least 1 microsecond"),
+            ConfigError::WindowNotWholeMicros { window, rounded_up } => write!(
+                f,
+                "window {window:?} is not a whole number of microseconds: Redis limiters count \
+                 time in microseconds (the resolution of Redis TIME); use a window of \
+                 {rounded_up:?}"
+            ),
+            ConfigError::WindowTooLong { window } => write!(
+                f,
+                "window {window:?} exceeds {max:?} (2^52 µs): the Redis script's numbers are \
+                 doubles, exact only below 2^53"
+            ),
+            ConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
+            ConfigError::Runtime(error) => {
+                write!(f, "could not start the blocking limiter's runtime: {error}")
+            }
+            ConfigError::Connection(error) => {
+                write!(f, "could not make the connection manager: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Runtime(error) => Some(error),
+            ConfigError::Connection(error) => Some(error),
+            _ => None,
+        }
+    }
+}

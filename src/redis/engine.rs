@@ -1,0 +1,185 @@
+//! What both Redis limiters do around their script: build the key, send one `EVALSHA`
+//! with the time and the algorithm's parameters, wait at most the timeout, read the
+//! reply, and let the failure policy answer when there is none.
+
+use super::config::{Settings, TimeSource};
+use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy, Outcome};
+use crate::Decision;
+use ::redis::aio::ConnectionLike;
+use ::redis::{Script, Value};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The cost argument that asks a script how much is left, writing nothing.
+const PEEK: i64 = -1;
+
+/// One algorithm's script and how to read its replies.
+#[derive(Debug)]
+pub(crate) struct Algorithm {
+    /// The script; its SHA-1 is computed once, when the static is first used.
+    pub(crate) script: &'static Script,
+    /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
+    /// (microseconds).
+    pub(crate) params: [u64; 2],
+    /// Reads an acquire reply; `None` when it is not one the script gives.
+    pub(crate) decide: fn(params: [u64; 2], reply: &[i64]) -> Option<Decision>,
+}
+
+/// Everything a limiter shares between its clones.
+#[derive(Debug)]
+struct Engine {
+    algorithm: Algorithm,
+    prefix: Vec<u8>,
+    timeout: Duration,
+    policy: FailurePolicy,
+    time: TimeSource,
+    expire_idle_keys: bool,
+    counters: FailureCounters,
+}
+
+/// A Redis limiter: its engine and a connection. Cloning shares both (the connection
+/// types of the `redis` crate multiplex one socket between clones).
+#[derive(Debug)]
+pub(crate) struct ScriptLimiter<C> {
+    engine: Arc<Engine>,
+    conn: C,
+}
+
+impl<C: Clone> Clone for ScriptLimiter<C> {
+    fn clone(&self) -> Self {
+        Self {
+            engine: Arc::clone(&self.engine),
+            conn: self.conn.clone(),
+        }
+    }
+}
+
+impl<C> ScriptLimiter<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(algorithm: Algorithm, settings: Settings, conn: C) -> Self {
+        let Settings {
+            prefix,
+            timeout,
+            policy,
+            time,
+            expire_idle_keys,
+        } = settings;
+        let engine = Engine {
+            algorithm,
+            prefix,
+            timeout,
+            policy,
+            time,
+            expire_idle_keys,
+            counters: FailureCounters::default(),
+        };
+        Self {
+            engine: Arc::new(engine),
+            conn,
+        }
+    }
+
+    /// The check of `cost` for `key`, as a future that owns what it needs, so it can
+    /// be spawned. Failures are not yet counted: see [`ScriptLimiter::settle`].
+    pub(crate) fn check(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, CheckError>> + Send + use<C> {
+        let run = self.run(key, i64::from(cost));
+        let engine = Arc::clone(&self.engine);
+        async move {
+            let reply = run.await?;
+            let numbers = integers(&reply);
+            numbers
+                .as_deref()
+                .and_then(|numbers| (engine.algorithm.decide)(engine.algorithm.params, numbers))
+                .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
+        }
+    }
+
+    /// What `key` has left, as a future that owns what it needs. Failures are not
+    /// yet counted: see [`ScriptLimiter::count_error`].
+    pub(crate) fn left(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
+        let run = self.run(key, PEEK);
+        async move {
+            match run.await? {
+                Value::Int(n) => u32::try_from(n).ok(),
+                _ => None,
+            }
+            .ok_or_else(|| CheckError::UnexpectedReply("a peek reply out of range".into()))
+        }
+    }
+
+    /// One `EVALSHA` of the algorithm's script for `key`, within the timeout. The
+    /// script is loaded and retried when Redis does not know it (`NOSCRIPT`: a
+    /// restarted server, a `SCRIPT FLUSH`, a new cluster node).
+    fn run(
+        &self,
+        key: &[u8],
+        cost: i64,
+    ) -> impl Future<Output = Result<Value, CheckError>> + Send + use<C> {
+        let engine = &self.engine;
+        let mut full_key = Vec::with_capacity(engine.prefix.len() + key.len());
+        full_key.extend_from_slice(&engine.prefix);
+        full_key.extend_from_slice(key);
+        let mut invocation = engine.algorithm.script.key(full_key);
+        let [first, second] = engine.algorithm.params;
+        invocation.arg(first).arg(second).arg(cost);
+        match engine.time.now_micros() {
+            Some(now) => invocation.arg(now),
+            None => invocation.arg(""),
+        };
+        invocation.arg(if engine.expire_idle_keys { "1" } else { "0" });
+        let timeout = engine.timeout;
+        let mut conn = self.conn.clone();
+        async move {
+            match tokio::time::timeout(timeout, invocation.invoke_async::<Value>(&mut conn)).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(CheckError::Redis(error)),
+                Err(_elapsed) => Err(CheckError::Timeout(timeout)),
+            }
+        }
+    }
+
+    /// The outcome of a check's result: the failure policy answers a failure, which
+    /// is counted.
+    pub(crate) fn settle(&self, result: Result<Decision, CheckError>) -> Outcome {
+        self.engine.counters.settle(self.engine.policy, result)
+    }
+
+    /// Counts a failed peek.
+    pub(crate) fn count_error(&self, error: &CheckError) {
+        self.engine.counters.count_error(error);
+    }
+
+    /// How often Redis gave no decision.
+    pub(crate) fn failures(&self) -> FailureCounts {
+        self.engine.counters.snapshot()
+    }
+
+    /// The timeout of one check.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.engine.timeout
+    }
+}
+
+/// The reply as a list of integers, if it is one.
+fn integers(reply: &Value) -> Option<Vec<i64>> {
+    match reply {
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}

@@ -1,0 +1,195 @@
+//! What a check answers when Redis cannot: the policy, the outcome type that says
+//! which of the two answered, and the counters that say how often.
+
+use crate::Decision;
+use crate::sync::{AtomicU64, Ordering};
+use std::fmt;
+use std::time::Duration;
+
+/// What a check answers when Redis is unreachable, answers with an error, or does not
+/// answer within the limiter's timeout.
+///
+/// There is no default: failing open risks overloading what the limit protects,
+/// failing closed turns a Redis outage into an outage of your own service. Which is
+/// worse depends on the service, so the choice is the caller's, made once per limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailurePolicy {
+    /// Allow the request, and count it in [`FailureCounts::allowed`].
+    Open,
+    /// Deny the request, and count it in [`FailureCounts::denied`].
+    Closed,
+}
+
+/// Why Redis gave no decision.
+#[derive(Debug)]
+pub enum CheckError {
+    /// No reply within the limiter's timeout (Redis slow, paused, or unreachable while
+    /// the connection keeps retrying). The script may still run later: a timed-out
+    /// check can have taken its tokens.
+    Timeout(Duration),
+    /// The connection or the server reported an error.
+    Redis(::redis::RedisError),
+    /// The script answered something it never answers; the key probably holds data
+    /// that another program wrote under the limiter's prefix.
+    UnexpectedReply(String),
+    /// A blocking limiter's check ended without a result (its task panicked). Never
+    /// expected; reported rather than hidden.
+    TaskLost,
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckError::Timeout(after) => write!(f, "no reply from Redis within {after:?}"),
+            CheckError::Redis(error) => write!(f, "Redis error: {error}"),
+            CheckError::UnexpectedReply(reply) => {
+                write!(f, "unexpected reply from the limiter's script: {reply}")
+            }
+            CheckError::TaskLost => write!(f, "the check's task ended without a result"),
+        }
+    }
+}
+
+impl std::error::Error for CheckError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckError::Redis(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// The answer to one check against Redis: Redis's exact decision, or the failure
+/// policy's answer when Redis gave none.
+///
+/// A separate type rather than a fourth [`Decision`] variant: a `Decision` is always
+/// exact (its `remaining` and `retry_after` are facts about the key), and every
+/// in-process limiter returns one. A fallback knows neither, so it says so, and keeps
+/// the error for logging. [`Outcome::is_allowed`] is the one call a request handler
+/// needs; [`Outcome::decision`] gives the exact answer when there is one.
+#[must_use = "an outcome that is not checked limits nothing"]
+#[derive(Debug)]
+pub enum Outcome {
+    /// Redis ran the check: the exact decision, with the same meaning as in-process.
+    Decided(Decision),
+    /// Redis gave no decision; the limiter's [`FailurePolicy`] answered.
+    Fallback {
+        /// `true` under [`FailurePolicy::Open`], `false` under [`FailurePolicy::Closed`].
+        allowed: bool,
+        /// Why Redis gave no decision.
+        error: CheckError,
+    },
+}
+
+impl Outcome {
+    /// Whether the request may proceed: Redis allowed it, or Redis gave no decision
+    /// and the policy is [`FailurePolicy::Open`].
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        match self {
+            Outcome::Decided(decision) => decision.is_allowed(),
+            Outcome::Fallback { allowed, .. } => *allowed,
+        }
+    }
+
+    /// Redis's decision, or `None` when the failure policy answered.
+    #[inline]
+    pub fn decision(&self) -> Option<Decision> {
+        match self {
+            Outcome::Decided(decision) => Some(*decision),
+            Outcome::Fallback { .. } => None,
+        }
+    }
+
+    /// The exact wait of a request Redis denied; `None` otherwise (allowed, never
+    /// satisfiable, or answered by the failure policy, which knows no wait).
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decision().and_then(|decision| decision.retry_after())
+    }
+
+    /// Why Redis gave no decision, when it gave none.
+    #[inline]
+    pub fn error(&self) -> Option<&CheckError> {
+        match self {
+            Outcome::Decided(_) => None,
+            Outcome::Fallback { error, .. } => Some(error),
+        }
+    }
+
+    /// Whether the failure policy answered instead of Redis.
+    #[inline]
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, Outcome::Fallback { .. })
+    }
+}
+
+/// How often a limiter got no decision from Redis, since it was built. Shared by the
+/// limiter's clones. A snapshot: each field is read on its own, so a snapshot taken
+/// while checks fail may be off by the checks in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    /// Checks (and peeks) that got no reply within the timeout.
+    pub timeouts: u64,
+    /// Checks (and peeks) that got an error: connection refused or lost, a server
+    /// error, an unexpected reply, a lost task.
+    pub errors: u64,
+    /// Checks the policy allowed ([`FailurePolicy::Open`]).
+    pub allowed: u64,
+    /// Checks the policy denied ([`FailurePolicy::Closed`]).
+    pub denied: u64,
+}
+
+/// The live counters behind [`FailureCounts`].
+#[derive(Debug, Default)]
+pub(crate) struct FailureCounters {
+    timeouts: AtomicU64,
+    errors: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+}
+
+impl FailureCounters {
+    /// Counts a failed check or peek by its cause.
+    pub(crate) fn count_error(&self, error: &CheckError) {
+        let counter = match error {
+            CheckError::Timeout(_) => &self.timeouts,
+            _ => &self.errors,
+        };
+        // Relaxed: statistics; the counters guard no other memory.
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Turns a check's result into its outcome, applying `policy` to a failure and
+    /// counting it.
+    pub(crate) fn settle(
+        &self,
+        policy: FailurePolicy,
+        result: Result<Decision, CheckError>,
+    ) -> Outcome {
+        match result {
+            Ok(decision) => Outcome::Decided(decision),
+            Err(error) => {
+                self.count_error(&error);
+                let (allowed, counter) = match policy {
+                    FailurePolicy::Open => (true, &self.allowed),
+                    FailurePolicy::Closed => (false, &self.denied),
+                };
+                // Relaxed: as in `count_error`.
+                counter.fetch_add(1, Ordering::Relaxed);
+                Outcome::Fallback { allowed, error }
+            }
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn snapshot(&self) -> FailureCounts {
+        // Relaxed: as in `count_error`; the fields are independent statistics.
+        FailureCounts {
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            allowed: self.allowed.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+-- turnstile: one fixed window check, atomically (src/redis/fixed_window.rs).
+--
+-- KEYS[1]  the counter: a hash, w = start of the window it counts (microseconds, a
+--          multiple of the window), n = requests admitted in that window. A missing
+--          key has counted nothing.
+-- ARGV[1]  limit: requests admitted per window
+-- ARGV[2]  window, microseconds
+-- ARGV[3]  cost; -1 asks how many are left, and writes nothing
+-- ARGV[4]  now, microseconds since the windows' epoch; empty: the server's TIME
+-- ARGV[5]  "1": expire the key when its window ends
+--
+-- Reply: {status, remaining, wait}; status 0 allowed, 1 denied, 2 cost above the
+-- limit; remaining after the decision; for a denial, wait = microseconds until the
+-- window ends. A peek replies with remaining alone.
+--
+-- The increment and the expiry are one script, so no client sees one without the
+-- other. The window's start is stored beside the count, and it, not the key's
+-- expiry, decides when the count starts over: expiry has millisecond resolution and
+-- is checked lazily, so it cannot draw an exact boundary; it only forgets.
+-- Numbers: as in token_bucket.lua, integers below 2^53, fmod, formatted by hand.
+
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+if now == nil then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local expire = ARGV[5] == '1'
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local start = now - math.fmod(now, window)
+local count = 0
+local stored = redis.call('HMGET', KEYS[1], 'w', 'n')
+if stored[1] then
+  local counted = tonumber(stored[1])
+  counted = counted - math.fmod(counted, window)
+  -- A reading older than the counted window counts as inside it: time never runs
+  -- backwards for a key. An older counted window is over, and its count with it.
+  if counted >= start then
+    start = counted
+    count = tonumber(stored[2])
+  end
+end
+local remaining = math.max(limit - count, 0)
+
+if cost < 0 then
+  return remaining
+end
+if cost > limit then
+  return {2, remaining, 0}
+end
+if cost > remaining then
+  return {1, remaining, start + window - now}
+end
+if cost > 0 then
+  count = count + cost
+  redis.call('HSET', KEYS[1], 'w', int(start), 'n', int(count))
+  -- The window's first admission sets the expiry; its end does not move after that.
+  if expire and count == cost then
+    local ends_in = start + window - now
+    local rest = math.fmod(ends_in, 1000)
+    local ms = (ends_in - rest) / 1000
+    if rest > 0 then
+      ms = ms + 1
+    end
+    redis.call('PEXPIRE', KEYS[1], int(ms))
+  end
+end
+return {0, limit - count, 0}

@@ -1,0 +1,246 @@
+//! The fixed window counter on Redis: count and expiry in one Lua script per check.
+
+use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::engine::{Algorithm, ScriptLimiter};
+use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+use crate::Decision;
+use ::redis::Script;
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
+
+/// The classic fixed window counter in Redis: at most `limit` per window, windows
+/// following each other from the Unix epoch (`[k·window, (k+1)·window)`), counted per
+/// key. Simple and one small hash per active key; it lets up to twice the limit
+/// through across a window boundary (the end of one window and the start of the next).
+///
+/// Semantics, exact:
+/// - A request of `cost` is allowed iff the key's count in the current window plus
+///   `cost` is at most `limit`; then it is counted. A denial changes nothing and is
+///   not counted. A cost of zero is always allowed.
+/// - `retry_after` of a denial is the exact time until the window ends, when the
+///   count starts over. A cost above `limit` is reported as never satisfiable.
+/// - A time older than the key's counted window (a server clock stepped back) counts
+///   as inside that window.
+///
+/// The count and its expiry are set by one script, so no client ever sees one without
+/// the other (the classic `INCR` followed by a separate `EXPIRE` leaks a key that
+/// never expires when the client dies between the two). The script also stores the
+/// window's start beside the count, and that, not the expiry, decides when the count
+/// starts over: expiry has millisecond resolution and is applied lazily, so it cannot
+/// draw an exact boundary. The expiry only makes Redis forget the key.
+///
+/// Time, failure policy, timeouts and keys work as for
+/// [`RedisTokenBucket`](super::RedisTokenBucket).
+#[derive(Debug)]
+pub struct RedisFixedWindow<C = ConnectionManager> {
+    pub(crate) limiter: ScriptLimiter<C>,
+    limit: u32,
+    window: Duration,
+}
+
+impl<C: Clone> Clone for RedisFixedWindow<C> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            limit: self.limit,
+            window: self.window,
+        }
+    }
+}
+
+impl RedisFixedWindow {
+    /// A builder for a limiter admitting at most `limit` per `window` for every key,
+    /// answering `policy` when Redis does not. Keys are prefixed with `turnstile:fw:`
+    /// unless told otherwise.
+    pub fn builder(limit: u32, window: Duration, policy: FailurePolicy) -> RedisFixedWindowBuilder {
+        RedisFixedWindowBuilder {
+            limit,
+            window,
+            settings: Settings::new(policy, "turnstile:fw:"),
+        }
+    }
+}
+
+/// Builds a [`RedisFixedWindow`] (made by [`RedisFixedWindow::builder`]).
+#[must_use = "a builder does nothing until it is built"]
+#[derive(Debug)]
+pub struct RedisFixedWindowBuilder {
+    limit: u32,
+    window: Duration,
+    pub(crate) settings: Settings,
+}
+
+impl RedisFixedWindowBuilder {
+    settings_methods!();
+
+    /// The limiter, on `conn` (see [`RedisTokenBucketBuilder::build`](super::RedisTokenBucketBuilder::build)).
+    ///
+    /// # Errors
+    /// A zero limit, a window under 1 µs, over 2^52 µs or not a whole number of
+    /// microseconds, or a zero timeout.
+    pub fn build<C>(self, conn: C) -> Result<RedisFixedWindow<C>, ConfigError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let algorithm = algorithm(self.limit, self.window)?;
+        let settings = self.settings.checked()?;
+        Ok(RedisFixedWindow {
+            limiter: ScriptLimiter::new(algorithm, settings, conn),
+            limit: self.limit,
+            window: self.window,
+        })
+    }
+
+    /// Checks the parameters and settings without building (see the token bucket's).
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        algorithm(self.limit, self.window)?;
+        self.settings.checked().map(drop)
+    }
+}
+
+impl<C> RedisFixedWindow<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Asks for `cost` requests' worth for `key` in the current window, all or nothing,
+    /// in one round trip. Failures as in
+    /// [`RedisTokenBucket::acquire`](super::RedisTokenBucket::acquire).
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        let check = self.limiter.check(key.as_ref(), cost);
+        self.limiter.settle(check.await)
+    }
+
+    /// `acquire(key, 1).await.is_allowed()`, the failure policy included.
+    pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+        self.acquire(key, 1).await.is_allowed()
+    }
+
+    /// What `key` has left in the current window, without counting anything.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucket::peek`](super::RedisTokenBucket::peek).
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+        let left = self.limiter.left(key.as_ref());
+        left.await
+            .inspect_err(|error| self.limiter.count_error(error))
+    }
+
+    /// How often Redis gave no decision.
+    pub fn failures(&self) -> FailureCounts {
+        self.limiter.failures()
+    }
+
+    /// Requests admitted per window.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window's length.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+}
+
+/// The script and its parameters, or why Redis cannot hold them exactly.
+fn algorithm(limit: u32, window: Duration) -> Result<Algorithm, ConfigError> {
+    if limit == 0 {
+        return Err(ConfigError::ZeroLimit);
+    }
+    if window < Duration::from_micros(1) {
+        return Err(ConfigError::ZeroWindow);
+    }
+    let (micros, whole) = micros_ceil(window);
+    if micros > u128::from(MAX_MICROS) {
+        return Err(ConfigError::WindowTooLong { window });
+    }
+    // In range: at most 2^52.
+    let micros = micros as u64;
+    if !whole {
+        return Err(ConfigError::WindowNotWholeMicros {
+            window,
+            rounded_up: Duration::from_micros(micros),
+        });
+    }
+    Ok(Algorithm {
+        script: &SCRIPT,
+        params: [u64::from(limit), micros],
+        decide,
+    })
+}
+
+/// A decision from the script's reply `{status, remaining, wait}`.
+fn decide([limit, _window]: [u64; 2], reply: &[i64]) -> Option<Decision> {
+    let &[status, remaining, wait] = reply else {
+        return None;
+    };
+    let remaining = u32::try_from(remaining).ok()?;
+    match status {
+        0 => Some(Decision::Allowed { remaining }),
+        1 => {
+            let wait = u64::try_from(wait).ok().filter(|&wait| wait > 0)?;
+            Some(Decision::Denied {
+                remaining,
+                retry_after: Duration::from_micros(wait),
+            })
+        }
+        2 => Some(Decision::ExceedsCapacity {
+            remaining,
+            capacity: u32::try_from(limit).ok()?,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_validated_at_construction() {
+        let second = Duration::from_secs(1);
+        assert!(matches!(algorithm(0, second), Err(ConfigError::ZeroLimit)));
+        assert!(matches!(
+            algorithm(1, Duration::from_nanos(999)),
+            Err(ConfigError::ZeroWindow)
+        ));
+        assert!(matches!(
+            algorithm(1, Duration::from_nanos(1500)),
+            Err(ConfigError::WindowNotWholeMicros { rounded_up, .. })
+                if rounded_up == Duration::from_micros(2)
+        ));
+        let longest = Duration::from_micros(MAX_MICROS);
+        assert!(algorithm(1, longest).is_ok());
+        assert!(matches!(
+            algorithm(1, longest + Duration::from_micros(1)),
+            Err(ConfigError::WindowTooLong { .. })
+        ));
+        assert!(matches!(
+            algorithm(1, Duration::MAX),
+            Err(ConfigError::WindowTooLong { .. })
+        ));
+        assert_eq!(algorithm(100, second).unwrap().params, [100, 1_000_000]);
+    }
+
+    #[test]
+    fn replies_are_read_exactly_and_strange_ones_refused() {
+        assert_eq!(
+            decide([3, 1000], &[1, 0, 250]),
+            Some(Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::from_micros(250)
+            })
+        );
+        assert_eq!(
+            decide([3, 1000], &[2, 1, 0]),
+            Some(Decision::ExceedsCapacity {
+                remaining: 1,
+                capacity: 3
+            })
+        );
+        assert_eq!(decide([3, 1000], &[1, 0, 0]), None);
+        assert_eq!(decide([3, 1000], &[0, 1]), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! Limits shared by many servers: the token bucket and the fixed window with their
+//! state in Redis, one atomic Lua script per check (feature `redis`).
+//!
+//! In-process state does not survive scaling out: five app servers, each allowing a
+//! client 100 requests a minute, let it make 500. Here the state lives in one Redis,
+//! and each check is one `EVALSHA` of a script that reads, decides and writes
+//! atomically, so the five servers admit 100 between them.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use turnstile::Quota;
+//! use turnstile::redis::{FailurePolicy, Outcome, RedisTokenBucket};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = redis::Client::open("redis://127.0.0.1/")?;
+//! let conn = redis::aio::ConnectionManager::new(client).await?;
+//! let limiter = RedisTokenBucket::builder(Quota::per_minute(100)?, FailurePolicy::Open)
+//!     .prefix("api:per-user:")
+//!     .timeout(Duration::from_millis(20))
+//!     .build(conn)?;
+//!
+//! match limiter.acquire("alice", 1).await {
+//!     Outcome::Decided(decision) if decision.is_allowed() => { /* serve */ }
+//!     Outcome::Decided(decision) => { /* 429, Retry-After: decision.retry_after() */ }
+//!     Outcome::Fallback { allowed, error } => { /* Redis down: `allowed` by policy; log `error` */ }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! | type | algorithm | API |
+//! |---|---|---|
+//! | [`RedisTokenBucket`] | [`TokenBucket`](crate::TokenBucket)'s semantics, exactly | async (tokio) |
+//! | [`RedisFixedWindow`] | the classic counter per calendar window | async (tokio) |
+//! | [`blocking::RedisTokenBucket`], [`blocking::RedisFixedWindow`] | the same | blocking, own runtime |
+//!
+//! # Time
+//! By default the script reads Redis's own clock (`TIME`), so app servers whose clocks
+//! disagree still share one consistent limit. The scripts count in **microseconds**,
+//! `TIME`'s resolution, and the refill grid (or the windows) start at the **Unix
+//! epoch**: a point every app server agrees on without talking to the others, and one
+//! that lines a daily quota up with UTC midnight. A `TIME` older than a key's last
+//! refill (the server's clock stepped back, a failover to a replica whose clock is
+//! behind) counts as no time elapsed, as in-process.
+//!
+//! For tests, [`RedisTokenBucketBuilder::client_clock`] takes the time from a
+//! [`Clock`](crate::Clock) instead, in microseconds since the limiter was built;
+//! under a [`ManualClock`](crate::ManualClock) the Redis limiter then makes exactly the
+//! in-process limiter's decisions (with times in whole microseconds; otherwise the
+//! reading is floored to the microsecond, which decides identically and can only
+//! lengthen a `retry_after`, never shorten it).
+//!
+//! # Units and limits
+//! Lua's numbers are doubles, exact for integers below 2^53. In microseconds that is
+//! 285 years, where nanoseconds would be 104 days, hence the unit. So:
+//! - a refill interval (or window) must be a **whole number of microseconds**; others
+//!   are refused at construction with [`ConfigError::IntervalNotWholeMicros`], which
+//!   names the interval rounded up (`Quota::per_second(3)` has 333,333,334 ns; use
+//!   `Quota::new(3, Duration::from_micros(333_334))`). Nothing is rounded silently;
+//! - capacity × interval (the time to refill an empty bucket) and the window must be
+//!   at most 2^52 µs, about 142 years, so every sum in the script stays below 2^53;
+//! - server time is exact until 2^53 µs after 1970, the year 2255; a client clock's
+//!   readings saturate 2^52 µs (142 years) after the limiter's epoch;
+//! - numbers the script writes are formatted as integers by hand, and the grid point
+//!   is `now - fmod(now, interval)`, exact, never `floor(now / interval)`, whose
+//!   quotient is rounded first.
+//!
+//! # State and expiry
+//! One Redis hash per key: tokens and last refill time for a bucket, window start and
+//! count for a window. Every written key gets a `PEXPIRE` for the moment it stops
+//! mattering, rounded up to the millisecond: the bucket full again, the window over;
+//! a check that finds a bucket full deletes it rather than writing it. A missing key
+//! is a full bucket (or an empty window), so Redis forgets idle clients by itself and
+//! nothing needs sweeping. Forgetting is exact with one caveat: a forgotten key no
+//! longer remembers its last refill, so if Redis's clock later steps back past that
+//! moment, the key refills over the span the clock stepped back, which a remembered
+//! key counts as no time.
+//! Expiry runs on Redis's clock, so with a client clock that does not advance in real
+//! time, turn it off ([`RedisTokenBucketBuilder::expire_idle_keys`]); the state is then
+//! kept, full buckets included, exactly as in-process.
+//!
+//! Changing a quota under the same prefix is safe: stored tokens above a new capacity
+//! are capped, and refill times are stored as times, not grid indices, so a new
+//! interval reads them correctly.
+//!
+//! # Keys and Redis Cluster
+//! A check touches exactly one key: the limiter's prefix followed by the key's bytes
+//! (any bytes: spaces, braces, non-UTF-8, kilobytes). Both scripts declare it in
+//! `KEYS`, so they run on Redis Cluster unchanged: connect with a cluster connection
+//! (`redis::cluster_async::ClusterConnection`, from the `redis` crate's
+//! `cluster-async` feature in your own `Cargo.toml`; any
+//! `redis::aio::ConnectionLike + Clone` works), and the client routes each `EVALSHA` to
+//! the key's slot and loads the script on every primary on `NOSCRIPT`. Keys spread over
+//! the slots by their whole name; a hash tag (`{...}`) in a **key** pins keys that
+//! share it to one slot when you want them together, while a hash tag in the
+//! **prefix** would put every key of the limiter in one slot, on one node: don't.
+//!
+//! # Failures
+//! Each check waits at most its timeout (default [`DEFAULT_TIMEOUT`], 50 ms, set per
+//! limiter; it covers connecting, sending, the script and the reply). When Redis does
+//! not answer in time, or answers with an error, the limiter's [`FailurePolicy`]
+//! answers: [`FailurePolicy::Open`] allows, [`FailurePolicy::Closed`] denies. There is
+//! no default; the caller chooses. Checks return an [`Outcome`]:
+//! [`Outcome::Decided`] with Redis's exact [`Decision`](crate::Decision), or
+//! [`Outcome::Fallback`] with the policy's answer and the error. A fallback is not
+//! dressed up as a `Decision`: it knows no `remaining` and no `retry_after`, and
+//! every `Decision` elsewhere in turnstile is exact. Each limiter counts its failures
+//! ([`FailureCounts`]: timeouts, errors, allowed and denied by policy).
+//!
+//! A timed-out check may still run on Redis later (the request was sent), so it may
+//! have taken its tokens: under `Closed` the client was denied anyway; under `Open`
+//! it was allowed without being sure it was counted. With a
+//! [`ConnectionManager`](::redis::aio::ConnectionManager), the usual connection, the
+//! limiter reconnects by itself when Redis comes back; checks in between fail fast or
+//! at the timeout. A `MultiplexedConnection` does not reconnect.
+//!
+//! # Why not the `RateLimiter` trait
+//! [`RateLimiter`](crate::RateLimiter) is synchronous and infallible: `acquire`
+//! returns a `Decision`, `peek` a number, and both take keys by `Borrow` for an
+//! in-memory map. A Redis check is a network round trip that can fail, so the async
+//! limiters offer the same method names (`acquire`, `try_acquire`, `peek`) as
+//! `async`-returning methods with honest types: an [`Outcome`] for checks, a `Result`
+//! for `peek`. Implementing the trait would mean blocking a thread inside async code
+//! and inventing a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
+//! since Redis keys are.
+//!
+//! # Cost
+//! A check is one network round trip: tens of microseconds to a Redis on the same
+//! host, not nanoseconds (measured in `results/redis.md`). It also allocates (the key
+//! with its prefix, the command buffer): the in-process promise of no allocation per
+//! check does not carry over, and the network dominates either way. Concurrent checks
+//! on one connection are pipelined.
+//!
+//! # Requirements
+//! Redis 5 or later (scripts replicated by effects, which is what lets a writing
+//! script read `TIME`; the only mode since Redis 7). Tested against Redis 7.0.
+
+pub mod blocking;
+mod config;
+mod engine;
+mod failure;
+mod fixed_window;
+mod token_bucket;
+
+pub use config::{ConfigError, DEFAULT_TIMEOUT};
+pub use failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
+pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};

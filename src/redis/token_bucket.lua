@@ -1,0 +1,90 @@
+-- turnstile: one token bucket check, atomically (src/redis/token_bucket.rs; semantics
+-- in src/token_bucket/state.rs, of which this is a transcription).
+--
+-- KEYS[1]  the bucket: a hash, t = tokens at the last refill, r = the last refill, a
+--          point of the refill grid in microseconds. A missing key is a full bucket.
+-- ARGV[1]  capacity
+-- ARGV[2]  refill interval, microseconds
+-- ARGV[3]  cost; -1 asks how many tokens there are, and writes nothing
+-- ARGV[4]  now, microseconds since the grid's epoch; empty: the server's TIME
+-- ARGV[5]  "1": expire the key when its bucket would be full again
+--
+-- Reply: {status, tokens, ahead, missing}; status 0 allowed, 1 denied, 2 cost above
+-- capacity; tokens after the decision; for a denial, the wait is exactly
+-- ahead + missing * interval microseconds (the caller adds, in 128-bit integers).
+-- A peek replies with the token count alone.
+--
+-- Every number is an integer below 2^53, which Lua's doubles hold exactly. math.fmod
+-- is exact; math.floor(a / b) is not (the quotient is rounded first). Numbers given to
+-- redis.call are formatted by hand, so no Redis version can write them as 1.78e+15.
+
+local capacity = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+if now == nil then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local expire = ARGV[5] == '1'
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- The latest grid point at or before now.
+local point = now - math.fmod(now, interval)
+local tokens = capacity
+local stored = redis.call('HMGET', KEYS[1], 't', 'r')
+local old_tokens, last = nil, nil
+if stored[1] then
+  -- A changed interval moves the stored time down to a point of the new grid; the
+  -- min below caps what a key holds under a capacity lowered since it was written.
+  old_tokens = tonumber(stored[1])
+  last = tonumber(stored[2])
+  last = last - math.fmod(last, interval)
+  -- A reading older than the last refill counts as no time elapsed.
+  if last > point then
+    point = last
+  end
+  tokens = math.min(capacity, old_tokens + (point - last) / interval)
+end
+
+if cost < 0 then
+  return tokens
+end
+if cost > capacity then
+  return {2, tokens, 0, 0}
+end
+
+local status, ahead, missing = 0, 0, 0
+if tokens >= cost then
+  tokens = tokens - cost
+else
+  -- The missing tokens arrive at the next (cost - tokens) grid points after point.
+  status, ahead, missing = 1, point - now, cost - tokens
+end
+
+if tokens ~= old_tokens or point ~= last then
+  -- Full again at point + (capacity - tokens) * interval.
+  local full_in = point - now + (capacity - tokens) * interval
+  if expire and full_in <= 0 then
+    -- Full now: the expiry would remove the key at once, and a missing key is a
+    -- full bucket.
+    if stored[1] then
+      redis.call('DEL', KEYS[1])
+    end
+  else
+    redis.call('HSET', KEYS[1], 't', int(tokens), 'r', int(point))
+    if expire then
+      -- Never expire before the bucket is full: round up to the millisecond.
+      local rest = math.fmod(full_in, 1000)
+      local ms = (full_in - rest) / 1000
+      if rest > 0 then
+        ms = ms + 1
+      end
+      redis.call('PEXPIRE', KEYS[1], int(ms))
+    end
+  end
+end
+return {status, tokens, ahead, missing}

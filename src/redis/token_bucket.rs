@@ -1,0 +1,277 @@
+//! The token bucket on Redis: the in-process semantics, one Lua script per check.
+
+use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::engine::{Algorithm, ScriptLimiter};
+use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+use crate::{Decision, Quota};
+use ::redis::Script;
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("token_bucket.lua")));
+
+/// A token bucket whose state lives in Redis, shared by every process that uses the
+/// same Redis, prefix and quota: five app servers admit the quota once, not five times.
+///
+/// The semantics are [`TokenBucket`](crate::TokenBucket)'s, exactly: a refill grid
+/// shared by all keys, whole-interval refill keeping the unfinished part, the capacity
+/// as the cap, all-or-nothing costs, denials that change nothing, exact `retry_after`,
+/// a cost above the capacity reported as never satisfiable, and a time older than the
+/// key's last refill counted as no time elapsed. Each check is one `EVALSHA` of one
+/// Lua script, so it is atomic on the Redis side; time is Redis's own (`TIME`, in
+/// microseconds), and the refill grid starts at the Unix epoch, the same for every app
+/// server. Quotas whose refill interval is not a whole number of microseconds are
+/// refused at construction ([`ConfigError::IntervalNotWholeMicros`]).
+///
+/// Each written key expires when its bucket would be full again; a missing key is a
+/// full bucket, so Redis forgets idle clients by itself (see the
+/// [module docs](super#state-and-expiry)).
+///
+/// Checks are `async` and return an [`Outcome`]: Redis's exact [`Decision`], or the
+/// [`FailurePolicy`]'s answer when Redis did not answer within the timeout. For
+/// threads without a runtime, see [`blocking::RedisTokenBucket`](super::blocking::RedisTokenBucket).
+///
+/// Cloning is cheap and shares the connection and the failure counters.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use turnstile::Quota;
+/// use turnstile::redis::{FailurePolicy, RedisTokenBucket};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let conn = redis::aio::ConnectionManager::new(client).await?;
+/// let limiter = RedisTokenBucket::builder(Quota::per_second(10)?, FailurePolicy::Open)
+///     .prefix("api:")
+///     .timeout(Duration::from_millis(20))
+///     .build(conn)?;
+/// let outcome = limiter.acquire("alice", 1).await;
+/// if !outcome.is_allowed() {
+///     // 429, with outcome.retry_after() when Redis gave one
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RedisTokenBucket<C = ConnectionManager> {
+    pub(crate) limiter: ScriptLimiter<C>,
+    quota: Quota,
+}
+
+impl<C: Clone> Clone for RedisTokenBucket<C> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            quota: self.quota,
+        }
+    }
+}
+
+impl RedisTokenBucket {
+    /// A builder for a limiter applying `quota` to every key, answering `policy` when
+    /// Redis does not. Keys are prefixed with `turnstile:tb:` unless told otherwise.
+    pub fn builder(quota: Quota, policy: FailurePolicy) -> RedisTokenBucketBuilder {
+        RedisTokenBucketBuilder {
+            quota,
+            settings: Settings::new(policy, "turnstile:tb:"),
+        }
+    }
+}
+
+/// Builds a [`RedisTokenBucket`] (made by [`RedisTokenBucket::builder`]).
+#[must_use = "a builder does nothing until it is built"]
+#[derive(Debug)]
+pub struct RedisTokenBucketBuilder {
+    quota: Quota,
+    pub(crate) settings: Settings,
+}
+
+impl RedisTokenBucketBuilder {
+    settings_methods!();
+
+    /// The limiter, on `conn`: a [`ConnectionManager`] (reconnects by itself: the
+    /// usual choice), a `MultiplexedConnection`, or a cluster connection.
+    ///
+    /// # Errors
+    /// A refill interval that is not a whole number of microseconds, a capacity ×
+    /// interval above 2^52 µs, or a zero timeout.
+    pub fn build<C>(self, conn: C) -> Result<RedisTokenBucket<C>, ConfigError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let algorithm = algorithm(&self.quota)?;
+        let settings = self.settings.checked()?;
+        Ok(RedisTokenBucket {
+            limiter: ScriptLimiter::new(algorithm, settings, conn),
+            quota: self.quota,
+        })
+    }
+
+    /// Checks the quota and settings without building, for the blocking limiter,
+    /// which starts its runtime only for a limiter that will be built.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        algorithm(&self.quota)?;
+        self.settings.checked().map(drop)
+    }
+}
+
+impl<C> RedisTokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Asks for `cost` tokens for `key` (any bytes; the prefix is prepended), all or
+    /// nothing, in one round trip.
+    ///
+    /// A key's first request finds it full; a denial changes nothing; a cost of zero
+    /// is always allowed. When Redis does not answer within the timeout, or answers
+    /// with an error, the failure policy answers ([`Outcome::Fallback`]) and the
+    /// failure is counted ([`RedisTokenBucket::failures`]); the check never waits
+    /// longer than the timeout.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        let check = self.limiter.check(key.as_ref(), cost);
+        self.limiter.settle(check.await)
+    }
+
+    /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure
+    /// policy included.
+    pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+        self.acquire(key, 1).await.is_allowed()
+    }
+
+    /// Tokens `key` has now, without taking any or writing anything (an unknown key is
+    /// full).
+    ///
+    /// # Errors
+    /// Redis did not answer within the timeout, or answered with an error. There is
+    /// nothing to allow or deny, so the failure policy does not apply; the failure is
+    /// counted in [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+        let left = self.limiter.left(key.as_ref());
+        left.await
+            .inspect_err(|error| self.limiter.count_error(error))
+    }
+
+    /// How often Redis gave no decision, since this limiter (or the one it was cloned
+    /// from) was built.
+    pub fn failures(&self) -> FailureCounts {
+        self.limiter.failures()
+    }
+
+    /// The quota every key gets.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+}
+
+/// The script and its parameters for `quota`, or why Redis cannot hold it exactly.
+fn algorithm(quota: &Quota) -> Result<Algorithm, ConfigError> {
+    let refill_every = quota.refill_every();
+    let (interval, whole) = micros_ceil(refill_every);
+    let capacity = quota.capacity();
+    if u128::from(capacity) * interval > u128::from(MAX_MICROS) {
+        return Err(ConfigError::RefillTooLong {
+            capacity,
+            refill_every,
+        });
+    }
+    // In range: capacity >= 1, so interval <= 2^52.
+    let interval = interval as u64;
+    if !whole {
+        return Err(ConfigError::IntervalNotWholeMicros {
+            refill_every,
+            rounded_up: Duration::from_micros(interval),
+        });
+    }
+    Ok(Algorithm {
+        script: &SCRIPT,
+        params: [u64::from(capacity), interval],
+        decide,
+    })
+}
+
+/// A decision from the script's reply `{status, tokens, ahead, missing}`.
+fn decide([capacity, interval]: [u64; 2], reply: &[i64]) -> Option<Decision> {
+    let &[status, tokens, ahead, missing] = reply else {
+        return None;
+    };
+    let remaining = u32::try_from(tokens).ok()?;
+    match status {
+        0 => Some(Decision::Allowed { remaining }),
+        1 => {
+            // The missing tokens arrive at the next `missing` grid points after the
+            // refill point, which is `ahead` µs from now (negative: in the past).
+            let wait = i128::from(ahead) + i128::from(missing) * i128::from(interval);
+            let wait = u64::try_from(wait).ok().filter(|&wait| wait > 0)?;
+            Some(Decision::Denied {
+                remaining,
+                retry_after: Duration::from_micros(wait),
+            })
+        }
+        2 => Some(Decision::ExceedsCapacity {
+            remaining,
+            capacity: u32::try_from(capacity).ok()?,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_in_whole_microseconds_are_accepted() {
+        let quota = Quota::per_second(1000).unwrap();
+        let algorithm = algorithm(&quota).unwrap();
+        assert_eq!(algorithm.params, [1000, 1000]);
+    }
+
+    #[test]
+    fn an_interval_that_is_not_whole_microseconds_is_refused_with_the_rounded_up_one() {
+        // 1 s / 3 = 333,333,334 ns (rounded up by Quota): not whole microseconds.
+        let quota = Quota::per_second(3).unwrap();
+        let error = algorithm(&quota).unwrap_err();
+        assert!(matches!(
+            error,
+            ConfigError::IntervalNotWholeMicros { rounded_up, .. }
+                if rounded_up == Duration::from_micros(333_334)
+        ));
+        let message = error.to_string();
+        assert!(message.contains("333.334ms"), "{message}");
+        // The suggestion is itself accepted.
+        assert!(algorithm(&Quota::new(3, Duration::from_micros(333_334)).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_refill_to_full_beyond_2_pow_52_microseconds_is_refused() {
+        let interval = Duration::from_micros(MAX_MICROS / 4);
+        assert!(algorithm(&Quota::new(4, interval).unwrap()).is_ok());
+        assert!(matches!(
+            algorithm(&Quota::new(5, interval).unwrap()),
+            Err(ConfigError::RefillTooLong { capacity: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn a_denial_reply_is_read_as_the_exact_wait() {
+        // Refill point 300 µs ago, 2 tokens missing, 1000 µs interval: 1700 µs.
+        let decision = decide([5, 1000], &[1, 0, -300, 2]).unwrap();
+        assert_eq!(
+            decision,
+            Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::from_micros(1700)
+            }
+        );
+    }
+
+    #[test]
+    fn replies_the_script_never_gives_are_refused() {
+        assert_eq!(decide([5, 1000], &[0, 1, 0]), None);
+        assert_eq!(decide([5, 1000], &[7, 1, 0, 0]), None);
+        assert_eq!(decide([5, 1000], &[0, -1, 0, 0]), None);
+        // A denial whose wait is not in the future.
+        assert_eq!(decide([5, 1000], &[1, 0, -1000, 1]), None);
+    }
+}

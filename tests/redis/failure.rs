@@ -1,0 +1,135 @@
+//! When Redis dies or stalls, the chosen policy answers within the timeout, the
+//! failures are counted, nothing panics or hangs; when it comes back, checks succeed.
+
+use crate::server::RedisServer;
+use crate::{fresh_prefix, manager};
+use std::time::{Duration, Instant};
+use turnstile::redis::{CheckError, FailureCounts, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::{Decision, ManualClock, Quota};
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// A check taking this long has hung: ten times its timeout.
+const HUNG: Duration = Duration::from_secs(1);
+/// How long Redis may take to be reachable again after a restart.
+const RECOVERY: Duration = Duration::from_secs(15);
+
+/// A limiter of 10 tokens an hour, on a clock that stands still, so that the counts
+/// below are exact however long the outage lasts.
+async fn limiter(server: &RedisServer, policy: FailurePolicy) -> RedisTokenBucket {
+    RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), policy)
+        .prefix(fresh_prefix("failure"))
+        .timeout(TIMEOUT)
+        .client_clock(ManualClock::new())
+        .build(manager(server).await)
+        .unwrap()
+}
+
+/// Runs one check, failing the test if it takes longer than [`HUNG`].
+async fn check(limiter: &RedisTokenBucket) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(HUNG, limiter.acquire("k", 1))
+        .await
+        .expect("a check returns within its timeout, not hangs");
+    (outcome, started.elapsed())
+}
+
+/// Checks until Redis decides again, as an app server would keep serving.
+async fn until_decided(limiter: &RedisTokenBucket) -> Decision {
+    let deadline = Instant::now() + RECOVERY;
+    loop {
+        if let (Outcome::Decided(decision), _) = check(limiter).await {
+            return decision;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no decision {RECOVERY:?} after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn killed_and_restarted(policy: FailurePolicy) {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, policy).await;
+    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+
+    server.kill();
+    for _ in 0..5 {
+        let (outcome, _) = check(&limiter).await;
+        assert!(outcome.is_fallback(), "{outcome:?}");
+        assert_eq!(outcome.is_allowed(), policy == FailurePolicy::Open);
+        assert_eq!(outcome.decision(), None);
+        assert_eq!(outcome.retry_after(), None);
+    }
+    let counts = limiter.failures();
+    assert_eq!(counts.timeouts + counts.errors, 5, "{counts:?}");
+    let (allowed, denied) = match policy {
+        FailurePolicy::Open => (5, 0),
+        FailurePolicy::Closed => (0, 5),
+    };
+    assert_eq!((counts.allowed, counts.denied), (allowed, denied));
+    // A peek has nothing to allow or deny: an error, counted.
+    assert!(limiter.peek("k").await.is_err());
+    let after_peek = limiter.failures();
+    assert_eq!(after_peek.timeouts + after_peek.errors, 6);
+    assert_eq!((after_peek.allowed, after_peek.denied), (allowed, denied));
+
+    server.restart();
+    // The restarted server is empty: the key is full again.
+    assert_eq!(
+        until_decided(&limiter).await,
+        Decision::Allowed { remaining: 9 }
+    );
+    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+    assert_eq!(limiter.peek("k").await.unwrap(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_fails_closed_then_checks_succeed_after_its_restart() {
+    killed_and_restarted(FailurePolicy::Closed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_fails_open_then_checks_succeed_after_its_restart() {
+    killed_and_restarted(FailurePolicy::Open).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, FailurePolicy::Closed).await;
+    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+
+    server.pause();
+    for _ in 0..3 {
+        let (outcome, took) = check(&limiter).await;
+        assert!(
+            matches!(
+                outcome,
+                Outcome::Fallback {
+                    allowed: false,
+                    error: CheckError::Timeout(after)
+                } if after == TIMEOUT
+            ),
+            "{outcome:?}"
+        );
+        assert!(
+            took >= TIMEOUT,
+            "gave up after {took:?}, before the timeout"
+        );
+    }
+    assert_eq!(
+        limiter.failures(),
+        FailureCounts {
+            timeouts: 3,
+            errors: 0,
+            allowed: 0,
+            denied: 3
+        }
+    );
+
+    server.resume();
+    // Once thawed, Redis answers the queued checks and the new ones.
+    let decision = until_decided(&limiter).await;
+    assert!(decision.is_allowed() || decision.retry_after().is_some());
+}
