@@ -33,6 +33,10 @@ pub trait WordAlgorithm: Send + Sync + Sized {
     /// What a key with state `word` has left at `now`, without taking anything.
     fn available(&self, word: u64, now: u64) -> u32;
 
+    /// `cost` given back at `now` (a refund of an earlier take, capped at what a key
+    /// can hold): the word to store; `word` itself when nothing changes.
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64;
+
     /// Whether `word` carries no information as of `at`: for every reading at or
     /// after `at`, requests on it answer exactly as on [`fresh`](Self::fresh) and
     /// leave the same word. Only such keys are forgotten.
@@ -191,6 +195,34 @@ where
         });
         self.sweeper.end(forgotten, self.words.len());
         forgotten
+    }
+
+    /// Gives `cost` back to `key`. An unknown or retired key is one that carries no
+    /// information — nothing was taken from it that it still misses — so there is
+    /// nothing to give back.
+    pub(crate) fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let now = self.epoch.elapsed();
+        self.words.get(key, |word| {
+            let now = self.sweeper.reading(now);
+            // Relaxed: as in `acquire_word`; the word guards no other memory.
+            let mut current = word.load(Ordering::Relaxed);
+            while current != RETIRED {
+                let new = self.algorithm.refund(current, now, cost);
+                if new == current {
+                    return;
+                }
+                // Relaxed on success and failure: as in `acquire_word`.
+                match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => return,
+                    Err(actual) => current = actual,
+                }
+            }
+        });
     }
 
     #[inline]

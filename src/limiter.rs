@@ -38,6 +38,14 @@ pub trait RateLimiter<K> {
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq;
+
+    /// Gives back `cost` tokens taken from `key` by an allowed request that did not go
+    /// ahead (a later check of the same request refused it), capped at the capacity.
+    /// A key with no state is full: there is nothing to give back.
+    fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq;
 }
 
 /// A borrowed form of a key `K` that can make an owned `K` — `str` for `String`,

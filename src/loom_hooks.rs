@@ -8,7 +8,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 pub use crate::keyed::{RETIRED, WordAlgorithm, acquire_word};
-pub use crate::token_bucket::state::{Layout, acquire, available};
+pub use crate::token_bucket::state::{Layout, acquire, available, refund};
 
 /// The raw state word of `key` in `limiter` (None if the key has no state), with the
 /// limiter's layout to decode it.

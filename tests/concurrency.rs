@@ -175,3 +175,33 @@ fn weighted_requests_racing_never_take_part_of_a_cost() {
     assert!(taken <= 100);
     assert_eq!(taken + limiter.peek(&3), 100);
 }
+
+/// Takers take 3 and give 3 back when a (simulated) later check refuses, racing with
+/// plain takes. Refunds restore exactly what was taken and never push the key above
+/// its capacity: at the end, tokens left + tokens kept by allowed requests = capacity.
+#[test]
+fn refunds_racing_with_takes_never_exceed_capacity() {
+    for _ in 0..20 {
+        let limiter =
+            TokenBucket::<u64, _>::with_clock(Quota::new(50, ms(10)).unwrap(), ManualClock::new());
+        let kept = AtomicU32::new(0);
+        thread::scope(|s| {
+            for t in 0..4u32 {
+                let (limiter, kept) = (&limiter, &kept);
+                s.spawn(move || {
+                    for i in 0..200u32 {
+                        if limiter.acquire(&5, 3).is_allowed() {
+                            if (i + t) % 2 == 0 {
+                                limiter.refund(&5, 3);
+                            } else {
+                                kept.fetch_add(3, Ordering::Relaxed);
+                            }
+                        }
+                        assert!(limiter.peek(&5) <= 50);
+                    }
+                });
+            }
+        });
+        assert_eq!(kept.into_inner() + limiter.peek(&5), 50);
+    }
+}

@@ -18,6 +18,8 @@ enum Step {
     Back { by: u64, key: u32, cost: u32 },
     /// Clock forward, then peek.
     Peek { by: u64, key: u32 },
+    /// Clock forward, then give tokens back.
+    Refund { by: u64, key: u32, cost: u32 },
 }
 
 fn quota() -> impl Strategy<Value = Quota> {
@@ -45,6 +47,8 @@ fn schedule(quota: Quota) -> impl Strategy<Value = Vec<Step>> {
         1 => (0..interval * 3, 0u32..4, cost)
             .prop_map(|(by, key, cost)| Step::Back { by, key, cost }),
         1 => (step_ns(interval), 0u32..4).prop_map(|(by, key)| Step::Peek { by, key }),
+        1 => (step_ns(interval), 0u32..4, 0..=quota.capacity())
+            .prop_map(|(by, key, cost)| Step::Refund { by, key, cost }),
     ];
     prop::collection::vec(step, 1..200)
 }
@@ -80,6 +84,13 @@ fn agrees_with_reference<L: RateLimiter<u32>>(
             Step::Peek { by, key } => {
                 now += by;
                 clock.set(Duration::from_nanos(now));
+                prop_assert_eq!(limiter.peek(&key), reference.peek(key, now), "step {}", i);
+            }
+            Step::Refund { by, key, cost } => {
+                now += by;
+                clock.set(Duration::from_nanos(now));
+                limiter.refund(&key, cost);
+                reference.refund(key, now, cost);
                 prop_assert_eq!(limiter.peek(&key), reference.peek(key, now), "step {}", i);
             }
         }

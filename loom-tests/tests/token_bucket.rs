@@ -8,7 +8,7 @@ use loom::thread;
 use loom_tests::check;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::loom_hooks::{Layout, acquire, acquire_word, available, token_bucket_word};
+use turnstile::loom_hooks::{Layout, acquire, acquire_word, available, refund, token_bucket_word};
 use turnstile::{Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 
 const KEY: u64 = 7;
@@ -394,4 +394,91 @@ fn mutant_5_unclamped_refill_is_rejected() {
     check("5 mutant: unclamped refill", Some(4), || {
         skewed_readings_never_over_admit(|clock| Mutant::new(3, clock, unclamped_refill))
     });
+}
+
+// ---------------------------------------------------------------------------
+// Model 7: a refund racing with a take — nothing lost, never above capacity.
+
+trait Refunding: Bucket {
+    fn refund(&self, cost: u32);
+}
+
+impl Refunding for Real {
+    fn refund(&self, cost: u32) {
+        self.0.refund(&KEY, cost)
+    }
+}
+
+/// A mutant whose refund reads, computes and stores instead of compare-and-setting.
+struct StoreRefund(Mutant);
+
+impl Bucket for StoreRefund {
+    fn acquire(&self, cost: u32) -> Decision {
+        self.0.acquire(cost)
+    }
+    fn peek(&self) -> u32 {
+        self.0.peek()
+    }
+    fn word(&self) -> (u64, Layout) {
+        self.0.word()
+    }
+}
+
+impl Refunding for StoreRefund {
+    fn refund(&self, cost: u32) {
+        let Mutant {
+            word,
+            layout,
+            clock,
+            ..
+        } = &self.0;
+        let current = word.load(Ordering::Relaxed);
+        word.store(
+            refund(layout, current, clock.now(), cost),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+fn refund_racing_with_take<B: Refunding>(make: fn(&ManualClock) -> B) {
+    let bucket = Arc::new(make(&ManualClock::new()));
+    // A two-check policy took 2, then its second check refused: it gives them back.
+    let undone = spawn(&bucket, |b| {
+        if b.acquire(2).is_allowed() {
+            b.refund(2);
+        }
+        b.peek()
+    });
+    let kept = spawn(&bucket, |b| allowed(b.acquire(1)));
+    let seen = undone.join().unwrap();
+    let kept = kept.join().unwrap();
+    assert!(seen <= 3, "refund: {seen} tokens seen with capacity 3");
+    let left = bucket.peek();
+    assert_eq!(
+        kept + left,
+        3,
+        "refund: {kept} kept + {left} left != capacity 3"
+    );
+}
+
+#[test]
+fn model_7_refund_racing_with_take() {
+    check("7 refund racing with take", None, || {
+        refund_racing_with_take(|clock| real_with_key(3, clock))
+    });
+}
+
+#[test]
+#[should_panic(expected = "refund:")]
+fn mutant_7_refund_by_plain_store_is_rejected() {
+    check("7 mutant: refund by plain store", None, || {
+        refund_racing_with_take(|clock| StoreRefund(Mutant::new(3, clock, acquire_cas)))
+    });
+}
+
+/// The correct CAS protocol, for mutants that break something else.
+fn acquire_cas(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+    acquire_word(layout, word, now, cost)
+        .ok()
+        .expect("no sweeper in this model")
 }

@@ -86,4 +86,15 @@ where
                 state::available(&self.layout, word, now)
             })
     }
+
+    fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let now = self.epoch.elapsed();
+        if let Some(word) = lock(&self.words).get_mut(key) {
+            *word = state::refund(&self.layout, *word, now, cost);
+        }
+    }
 }

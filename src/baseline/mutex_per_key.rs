@@ -81,4 +81,16 @@ where
             .get(key, |word| state::available(&self.layout, *lock(word), now))
             .unwrap_or(self.quota.capacity())
     }
+
+    fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let now = self.epoch.elapsed();
+        self.words.get(key, |word| {
+            let mut word = lock(word);
+            *word = state::refund(&self.layout, *word, now, cost);
+        });
+    }
 }

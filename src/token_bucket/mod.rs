@@ -151,4 +151,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> RateLimiter<K> for TokenBucket<K, C
     {
         self.inner.peek(key)
     }
+
+    fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.inner.refund(key, cost)
+    }
 }

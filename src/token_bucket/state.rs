@@ -120,6 +120,11 @@ impl WordAlgorithm for Layout {
     fn available(&self, word: u64, now: u64) -> u32 {
         available(self, word, now)
     }
+
+    #[inline]
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+        refund(self, word, now, cost)
+    }
 }
 
 /// The bucket refilled lazily at `now` (nanoseconds since the epoch): its token count
@@ -187,6 +192,14 @@ pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decisio
 #[inline]
 pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
     refill(layout, word, now).0 as u32
+}
+
+/// `cost` tokens given back at `now`, capped at the capacity: the word to store.
+#[inline]
+pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+    let (tokens, index) = refill(layout, word, now);
+    let tokens = (tokens + u64::from(cost)).min(layout.capacity);
+    layout.pack(index, tokens)
 }
 
 /// Exact time from `now` until `missing` more tokens have arrived after grid index
@@ -344,6 +357,18 @@ mod tests {
             let word = l.pack(last, u64::from(capacity));
             assert_eq!(l.unpack(word), (last, u64::from(capacity)), "{interval}");
         }
+    }
+
+    #[test]
+    fn a_refund_gives_tokens_back_up_to_the_capacity() {
+        let l = layout(5, Duration::from_secs(1));
+        let (word, _) = acquire(&l, l.full(), 0, 4);
+        let word = refund(&l, word, 0, 3);
+        assert_eq!(available(&l, word, 0), 4);
+        assert_eq!(available(&l, refund(&l, word, 0, 3), 0), 5);
+        // Refilled first: at 2 s, 1 + 2 tokens, then 2 back, capped at 5.
+        let (word, _) = acquire(&l, l.full(), 0, 4);
+        assert_eq!(l.unpack(refund(&l, word, 2000 * MS, 2)), (2, 5));
     }
 
     #[test]

@@ -60,6 +60,16 @@ impl Reference {
         }
     }
 
+    /// Gives `cost` back to an existing key, capped at the capacity; an unknown key is
+    /// full and stays unknown.
+    pub fn refund(&mut self, key: u32, now: u64, cost: u32) {
+        if self.buckets.contains_key(&key) {
+            let (tokens, index) = self.refilled(key, now);
+            let tokens = (tokens + u128::from(cost)).min(self.capacity);
+            self.buckets.insert(key, (tokens, index));
+        }
+    }
+
     pub fn peek(&self, key: u32, now: u64) -> u32 {
         self.refilled(key, now).0 as u32
     }
