@@ -1,6 +1,9 @@
 //! Shared by the integration tests: a plain reference model of the token bucket and
-//! constructors for every implementation under test.
+//! constructors for every implementation under test; `schedule` has the random
+//! schedules and the driver the other algorithms' reference-model tests share.
 #![allow(dead_code)]
+
+pub mod schedule;
 
 use std::collections::HashMap;
 use std::time::Duration;
