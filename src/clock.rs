@@ -207,6 +207,16 @@ pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `nanos` as a `Duration`, exactly; beyond `Duration::MAX` (over 5 * 10^11 years, a
+/// wait no clock reading can reach) it saturates.
+pub(crate) fn nanos_to_duration(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;

@@ -16,18 +16,37 @@
 //! # Ok::<(), turnstile::QuotaError>(())
 //! ```
 //!
+//! # Algorithms
+//! Every limiter implements [`RateLimiter`], keyed, on the same lock-free map and an
+//! injected [`Clock`]; pick by what the limit should mean:
+//!
+//! | type | the limit means | state per key |
+//! |---|---|---|
+//! | [`TokenBucket`] | bursts of `capacity`, one more every `refill_every` (grid refill) | one `AtomicU64` |
+//! | [`Gcra`] | the same with continuous refill: tokens spaced exactly `refill_every` apart | one `AtomicU64` |
+//! | [`FixedWindow`] | at most `capacity` per calendar window; up to 2× across a boundary | one `AtomicU64` |
+//! | [`SlidingWindowCounter`] | about `capacity` in any window (bounded error, stated) | one `AtomicU64` |
+//! | [`SlidingLog`] | at most `capacity` in any window, exactly | a lock and up to `capacity` timestamps |
+//!
+//! The window algorithms' window is `capacity × refill_every`, so
+//! `Quota::per_minute(100)` is 100 per minute for each of them.
+//!
 //! # What it guarantees
-//! - **Exact integer semantics**, the same in every implementation: see
-//!   [`TokenBucket`]. Decisions never depend on thread timing beyond the order in
+//! - **Exact integer semantics**, the same in every implementation of an algorithm:
+//!   see each type. Decisions never depend on thread timing beyond the order in
 //!   which requests take effect on a key.
-//! - **Lock-free, allocation-free** once a key exists: one clock reading, one lookup
-//!   in a lock-free map, one compare-and-set on the key's `AtomicU64`. A key's first
-//!   request allocates its entry.
-//! - **Consistency**: each key's state changes only by atomic read-modify-write, so
+//! - **Lock-free, allocation-free** once a key exists, for every algorithm but
+//!   [`SlidingLog`]: one clock reading, one lookup in a lock-free map, one
+//!   compare-and-set on the key's `AtomicU64`. A key's first request allocates its
+//!   entry.
+//! - **Consistency**: each key's state changes only by atomic read-modify-write (for
+//!   [`SlidingLog`], under the key's own lock), so
 //!   the decisions on one key are those of some sequential order of its requests
 //!   (linearizable per key). Keys are independent; there is no cross-key ordering.
-//! - **Bad input fails at construction**: every [`Quota`] accepted is one the state
-//!   word holds exactly; nothing panics or truncates later.
+//! - **Bad input fails at construction**: every [`Quota`] accepted is one the token
+//!   bucket, fixed window and sliding log hold exactly; [`SlidingWindowCounter`] and
+//!   [`Gcra`] refuse at construction the few they cannot. Nothing panics or
+//!   truncates later.
 //!
 //! # Distributed limits
 //! With the cargo feature `redis`, the module `turnstile::redis` keeps the state in Redis
@@ -51,6 +70,8 @@ mod builder;
 mod clock;
 mod decision;
 pub mod evict;
+mod fixed_window;
+mod gcra;
 mod keyed;
 mod limiter;
 #[cfg(turnstile_loom)]
@@ -60,9 +81,13 @@ mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+mod sliding_log;
+mod sliding_window;
 mod store;
 mod sync;
 mod token_bucket;
+mod window;
+mod word;
 
 /// The README's code blocks, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -73,6 +98,11 @@ pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
 pub use evict::{KeyStats, Overflow};
+pub use fixed_window::FixedWindow;
+pub use gcra::Gcra;
+pub use keyed::KeyedLimiter;
 pub use limiter::{KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindowCounter;
 pub use token_bucket::TokenBucket;

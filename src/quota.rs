@@ -8,8 +8,15 @@ use std::time::Duration;
 /// A rate limit: at most `capacity` at once (the burst), one more every `refill_every`.
 ///
 /// Every limit a `Quota` accepts is one its limiters can hold exactly, so limiters
-/// built from it never fail, panic or truncate later. See
-/// [`Quota::max_capacity`] for the one bound beyond "not zero".
+/// built from it never panic or truncate later. See [`Quota::max_capacity`] for the
+/// one bound beyond "not zero", which is the token bucket's; `FixedWindow` and
+/// `SlidingLog` hold every accepted quota too. `SlidingWindowCounter` and `Gcra`
+/// need narrower bounds, which their constructors check, refusing with
+/// [`QuotaError::Unsupported`].
+///
+/// The window algorithms read a quota as `limit = capacity` per window of
+/// `capacity × refill_every`; GCRA as burst `capacity`, one emission per
+/// `refill_every`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     capacity: u32,
@@ -86,6 +93,10 @@ impl Quota {
     /// `refill_every`: about one token per nanosecond of interval (511 at 1 µs,
     /// 524,286 at 1 ms, 536,870,910 at 1 s), capped at `u32::MAX`.
     ///
+    /// This is the token bucket's bound, which `Quota` enforces; `FixedWindow` and
+    /// `SlidingLog` hold every quota within it too. `SlidingWindowCounter` and `Gcra`
+    /// need narrower bounds, checked by their constructors.
+    ///
     /// Why: a token bucket keeps its token count and its last refill time in one
     /// 64-bit word, exactly, for every instant a `u64` nanosecond clock can name
     /// (584 years). The refill time is a count of whole intervals, which needs
@@ -147,6 +158,20 @@ pub enum QuotaError {
         /// The largest capacity this interval allows ([`Quota::max_capacity`]).
         max_capacity: u64,
     },
+    /// The quota is valid, but this algorithm's state cannot hold it exactly. Only
+    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and [`Gcra`](crate::Gcra)
+    /// have bounds beyond [`Quota::max_capacity`]; each algorithm's documentation
+    /// states its own.
+    Unsupported {
+        /// The algorithm that refused the quota.
+        algorithm: &'static str,
+        /// The capacity asked for.
+        capacity: u32,
+        /// The interval asked for.
+        refill_every: Duration,
+        /// What the algorithm needs of a quota, in words.
+        requirement: &'static str,
+    },
 }
 
 impl fmt::Display for QuotaError {
@@ -171,6 +196,16 @@ impl fmt::Display for QuotaError {
                  interval of {refill_every:?}: the 64-bit state word holds the token count \
                  beside a refill time counted in whole intervals, which allows about one token \
                  per nanosecond of interval; use a smaller capacity or a longer interval"
+            ),
+            QuotaError::Unsupported {
+                algorithm,
+                capacity,
+                refill_every,
+                requirement,
+            } => write!(
+                f,
+                "{algorithm} cannot hold a quota of capacity {capacity} with a refill interval \
+                 of {refill_every:?} exactly: {requirement}"
             ),
         }
     }

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread;
 use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
-use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{
+    FixedWindow, Gcra, ManualClock, Quota, RateLimiter, SlidingLog, SlidingWindowCounter,
+    TokenBucket,
+};
 
 /// Runs `attempts` requests on each of `threads` threads, all released at once;
 /// returns how many were allowed.
@@ -64,6 +67,30 @@ fn frozen_clock_global_lock() {
     frozen_clock_admits_exactly_min_of_capacity_and_attempts(GlobalLock::<u64, _>::with_clock);
 }
 
+#[test]
+fn frozen_clock_fixed_window() {
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(FixedWindow::<u64, _>::with_clock);
+}
+
+#[test]
+fn frozen_clock_sliding_window_counter() {
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(|quota, clock| {
+        SlidingWindowCounter::<u64, _>::with_clock(quota, clock).unwrap()
+    });
+}
+
+#[test]
+fn frozen_clock_gcra() {
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(|quota, clock| {
+        Gcra::<u64, _>::with_clock(quota, clock).unwrap()
+    });
+}
+
+#[test]
+fn frozen_clock_sliding_log() {
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(SlidingLog::<u64, _>::with_clock);
+}
+
 fn first_request_race_creates_one_bucket<L, F>(make: F)
 where
     L: RateLimiter<u64> + Sync,
@@ -89,6 +116,30 @@ fn first_request_race_mutex_per_key() {
 #[test]
 fn first_request_race_global_lock() {
     first_request_race_creates_one_bucket(GlobalLock::<u64, _>::with_clock);
+}
+
+#[test]
+fn first_request_race_fixed_window() {
+    first_request_race_creates_one_bucket(FixedWindow::<u64, _>::with_clock);
+}
+
+#[test]
+fn first_request_race_sliding_window_counter() {
+    first_request_race_creates_one_bucket(|quota, clock| {
+        SlidingWindowCounter::<u64, _>::with_clock(quota, clock).unwrap()
+    });
+}
+
+#[test]
+fn first_request_race_gcra() {
+    first_request_race_creates_one_bucket(|quota, clock| {
+        Gcra::<u64, _>::with_clock(quota, clock).unwrap()
+    });
+}
+
+#[test]
+fn first_request_race_sliding_log() {
+    first_request_race_creates_one_bucket(SlidingLog::<u64, _>::with_clock);
 }
 
 /// Takers hammer one drained key while another thread moves the clock forward one
@@ -150,6 +201,103 @@ fn refill_race_mutex_per_key() {
 #[test]
 fn refill_race_global_lock() {
     refill_race_loses_no_token(GlobalLock::<u64, _>::with_clock);
+}
+
+#[test]
+fn refill_race_gcra() {
+    // GCRA's continuous refill adds whole tokens exactly at multiples of the interval
+    // after the drain at 0, so the same exact accounting holds.
+    refill_race_loses_no_token(|quota, clock| Gcra::<u64, _>::with_clock(quota, clock).unwrap());
+}
+
+/// Takers hammer one key drained in window 0 while the clock jumps into window 1:
+/// however many see the new window at once, it starts from zero exactly once.
+fn window_reset_race_admits_exactly_one_window<L, F>(make: F)
+where
+    L: RateLimiter<u64> + Sync,
+    F: Fn(Quota, ManualClock) -> L,
+{
+    const LIMIT: u32 = 1000;
+    let window = ms(10) * LIMIT;
+    for round in 0..20 {
+        let clock = ManualClock::new();
+        let limiter = make(Quota::new(LIMIT, ms(10)).unwrap(), clock.clone());
+        assert!(limiter.acquire(&1, LIMIT).is_allowed());
+        let allowed = AtomicU32::new(0);
+        let barrier = Barrier::new(4);
+        thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                clock.set(window);
+            });
+            for _ in 0..3 {
+                s.spawn(|| {
+                    barrier.wait();
+                    loop {
+                        // Whether the jump happened, read before asking: a denial
+                        // after it means window 1 is spent.
+                        let jumped = clock_is_past(&clock, window);
+                        if limiter.try_acquire(&1) {
+                            allowed.fetch_add(1, Ordering::Relaxed);
+                        } else if jumped {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(allowed.into_inner(), LIMIT, "round {round}");
+        assert_eq!(limiter.peek(&1), 0, "round {round}");
+    }
+}
+
+fn clock_is_past(clock: &ManualClock, at: Duration) -> bool {
+    use turnstile::Clock;
+    clock.now() >= at.as_nanos() as u64
+}
+
+#[test]
+fn window_reset_race_fixed_window() {
+    window_reset_race_admits_exactly_one_window(FixedWindow::<u64, _>::with_clock);
+}
+
+/// Takers hammer one key drained at the start of window 0 while the clock moves
+/// through window 1 one interval at a time; the previous window's weight falls by
+/// one request per interval. At the end, q intervals into window 1:
+/// `allowed + remaining == q` exactly — nothing lost, nothing invented.
+#[test]
+fn weight_race_sliding_window_counter() {
+    const LIMIT: u32 = 2000;
+    let interval = Duration::from_micros(10);
+    let clock = ManualClock::new();
+    let quota = Quota::new(LIMIT, interval).unwrap();
+    let limiter = SlidingWindowCounter::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    assert!(limiter.acquire(&1, LIMIT).is_allowed());
+    clock.set(interval * LIMIT); // window 1, q = 0: nothing left
+    let done = AtomicBool::new(false);
+    let allowed = AtomicU32::new(0);
+    let barrier = Barrier::new(4);
+    thread::scope(|s| {
+        s.spawn(|| {
+            barrier.wait();
+            for _ in 1..LIMIT {
+                clock.advance(interval);
+                thread::yield_now();
+            }
+            done.store(true, Ordering::Release);
+        });
+        for _ in 0..3 {
+            s.spawn(|| {
+                barrier.wait();
+                while !done.load(Ordering::Acquire) {
+                    if limiter.try_acquire(&1) {
+                        allowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(allowed.into_inner() + limiter.peek(&1), LIMIT - 1);
 }
 
 #[test]

@@ -290,3 +290,100 @@ fn at_the_cap_new_keys_share_one_overflow_allowance() {
     assert_eq!(limiter.len(), 10);
     assert_eq!(limiter.stats().overflowed, 5);
 }
+
+/// A limiter that forgets after every step and a twin that never forgets answer every
+/// request alike, for each algorithm — and keys do get forgotten along the way.
+fn forgetting_twins_agree<L: RateLimiter<u32>>(
+    name: &str,
+    make: impl Fn(&ManualClock) -> L,
+    forget: impl Fn(&L) -> usize,
+) {
+    let clock = ManualClock::new();
+    let (forgetting, twin) = (make(&clock), make(&clock));
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    let (mut now, mut forgotten) = (0, 0);
+    for step in 0..3_000 {
+        now += next(4_000_000); // up to 4 ms: windows are 3 ms, refills 1 ms
+        clock.set(Duration::from_nanos(now));
+        let (key, cost) = (next(5) as u32, next(4) as u32);
+        if next(8) == 0 {
+            forgetting.refund(&key, cost);
+            twin.refund(&key, cost);
+        } else {
+            assert_eq!(
+                forgetting.acquire(&key, cost),
+                twin.acquire(&key, cost),
+                "{name}, step {step}"
+            );
+        }
+        assert_eq!(
+            forgetting.peek(&key),
+            twin.peek(&key),
+            "{name}, step {step}"
+        );
+        forgotten += forget(&forgetting);
+    }
+    assert!(forgotten > 100, "{name}: only {forgotten} keys forgotten");
+}
+
+#[test]
+fn forgetting_changes_no_decision_for_any_algorithm() {
+    use turnstile::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter};
+    let quota = Quota::new(3, ms(1)).unwrap();
+    let margin = Duration::ZERO;
+    forgetting_twins_agree(
+        "TokenBucket",
+        |clock| {
+            TokenBucket::<u32>::builder(quota)
+                .clock(clock.clone())
+                .eviction_margin(margin)
+                .build()
+        },
+        |l| l.evict_idle(),
+    );
+    forgetting_twins_agree(
+        "FixedWindow",
+        |clock| {
+            FixedWindow::<u32>::builder(quota)
+                .clock(clock.clone())
+                .eviction_margin(margin)
+                .build()
+        },
+        |l| l.evict_idle(),
+    );
+    forgetting_twins_agree(
+        "SlidingWindowCounter",
+        |clock| {
+            let builder = SlidingWindowCounter::<u32>::builder(quota).clock(clock.clone());
+            builder.eviction_margin(margin).build().unwrap()
+        },
+        |l| l.evict_idle(),
+    );
+    forgetting_twins_agree(
+        "SlidingLog",
+        |clock| {
+            SlidingLog::<u32>::builder(quota)
+                .clock(clock.clone())
+                .eviction_margin(margin)
+                .build()
+        },
+        |l| l.evict_idle(),
+    );
+    forgetting_twins_agree(
+        "Gcra",
+        |clock| {
+            Gcra::<u32>::builder(quota)
+                .clock(clock.clone())
+                .eviction_margin(margin)
+                .build()
+                .unwrap()
+        },
+        |l| l.evict_idle(),
+    );
+}

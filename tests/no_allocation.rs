@@ -1,9 +1,10 @@
 //! The hot path allocates nothing once a key exists. `allocation-counter` installs a
 //! counting `#[global_allocator]` in this test binary; every allocation and
-//! reallocation made on this thread inside `measure` is counted.
+//! reallocation made on this thread inside `measure` is counted. (The sliding log, the
+//! one algorithm whose state grows with its limit, allocates while a key's ring grows.)
 
 use std::time::Duration;
-use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 
 #[test]
 fn existing_keys_allocate_nothing_on_allowed_denied_or_peek_paths() {
@@ -44,4 +45,82 @@ fn existing_keys_allocate_nothing_on_allowed_denied_or_peek_paths() {
         allowed > 10_000 && denied > 20_000,
         "allowed {allowed}, denied {denied}"
     );
+}
+
+/// Every lock-free algorithm's check on an existing key: allowed, denied, over the
+/// limit and peek, across window boundaries — no allocation.
+#[test]
+fn the_other_lock_free_algorithms_allocate_nothing_for_existing_keys() {
+    use turnstile::{FixedWindow, Gcra, SlidingWindowCounter};
+    let clock = ManualClock::new();
+    let quota = Quota::new(10, Duration::from_micros(100)).unwrap(); // 10 per ms
+    let fixed = FixedWindow::<u64, _>::with_clock(quota, clock.clone());
+    let sliding = SlidingWindowCounter::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let gcra = Gcra::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let limiters: [&dyn Fn(u64, u32) -> Decision; 3] = [
+        &|key, cost| fixed.acquire(&key, cost),
+        &|key, cost| sliding.acquire(&key, cost),
+        &|key, cost| gcra.acquire(&key, cost),
+    ];
+    for key in 0..1000 {
+        for limiter in &limiters {
+            assert!(limiter(key, 1).is_allowed());
+        }
+    }
+    let (mut allowed, mut denied) = (0u32, 0u32);
+    let info = allocation_counter::measure(|| {
+        for _ in 0..20 {
+            clock.advance(Duration::from_micros(300));
+            for key in 0..1000 {
+                for limiter in &limiters {
+                    for cost in [1, 1, 1, 11] {
+                        if limiter(key, cost).is_allowed() {
+                            allowed += 1;
+                        } else {
+                            denied += 1;
+                        }
+                    }
+                }
+                std::hint::black_box((fixed.peek(&key), sliding.peek(&key), gcra.peek(&key)));
+            }
+        }
+    });
+    assert_eq!(info.count_total, 0, "allocations on the hot path: {info:?}");
+    assert!(
+        allowed > 50_000 && denied > 60_000,
+        "allowed {allowed}, denied {denied}"
+    );
+}
+
+/// A sliding log allocates only while a key's ring grows, and never holds more than
+/// `limit` timestamps: once grown, a key's checks allocate nothing.
+#[test]
+fn a_sliding_log_key_grows_to_at_most_limit_timestamps_then_allocates_nothing() {
+    use turnstile::SlidingLog;
+    const LIMIT: u64 = 100;
+    let clock = ManualClock::new();
+    let quota = Quota::new(LIMIT as u32, Duration::from_micros(10)).unwrap(); // per ms
+    let log = SlidingLog::<u64, _>::with_clock(quota, clock.clone());
+    assert!(log.acquire(&1, 0).is_allowed()); // the key's entry, with an empty ring
+    let hammer = |rounds: u32| {
+        let mut allowed = 0;
+        for _ in 0..rounds {
+            clock.advance(Duration::from_micros(7));
+            for cost in [1, 3, 1] {
+                allowed += u32::from(log.acquire(&1, cost).is_allowed());
+            }
+        }
+        allowed
+    };
+    let growing = allocation_counter::measure(|| assert!(hammer(1000) > 0));
+    assert!(
+        growing.bytes_current <= (LIMIT * 8) as i64,
+        "the ring holds at most {LIMIT} timestamps: {growing:?}"
+    );
+    assert!(
+        growing.count_total <= 6,
+        "doubling from 4 to 100: {growing:?}"
+    );
+    let grown = allocation_counter::measure(|| assert!(hammer(1000) > 0));
+    assert_eq!(grown.count_total, 0, "{grown:?}");
 }

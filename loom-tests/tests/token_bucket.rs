@@ -203,7 +203,6 @@ fn refill_by_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> De
     let (refilled, _) = acquire(layout, current, now, 0);
     word.store(refilled, Ordering::Relaxed);
     acquire_word(layout, word, now, cost)
-        .ok()
         .expect("no sweeper in this model")
 }
 
@@ -309,7 +308,6 @@ impl Limiter for GetThenInsert {
             fresh
         });
         acquire_word(&self.layout, &word, 0, cost)
-            .ok()
             .expect("no sweeper in this model")
     }
 }
@@ -479,6 +477,5 @@ fn mutant_7_refund_by_plain_store_is_rejected() {
 /// The correct CAS protocol, for mutants that break something else.
 fn acquire_cas(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
     acquire_word(layout, word, now, cost)
-        .ok()
         .expect("no sweeper in this model")
 }

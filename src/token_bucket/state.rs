@@ -5,8 +5,8 @@
 //! and the property tests and loom models check it. One definition of the semantics.
 
 use crate::Decision;
-use crate::keyed::WordAlgorithm;
 use crate::quota::Quota;
+use crate::word::WordAlgorithm;
 use std::time::Duration;
 
 /// The layout of a token bucket's state word, fixed per quota.
@@ -96,10 +96,6 @@ impl Layout {
 }
 
 impl WordAlgorithm for Layout {
-    fn new(quota: &Quota) -> Self {
-        Layout::new(quota)
-    }
-
     #[inline]
     fn fresh(&self) -> u64 {
         self.full()
@@ -194,10 +190,15 @@ pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
     refill(layout, word, now).0 as u32
 }
 
-/// `cost` tokens given back at `now`, capped at the capacity: the word to store.
+/// `cost` tokens given back at `now`, capped at the capacity: the word to store. A
+/// bucket already full at `now` is left exactly as it is — it has nothing missing,
+/// and a new key's canonical full word must stay indistinguishable from no key.
 #[inline]
 pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
     let (tokens, index) = refill(layout, word, now);
+    if tokens == layout.capacity {
+        return word;
+    }
     let tokens = (tokens + u64::from(cost)).min(layout.capacity);
     layout.pack(index, tokens)
 }

@@ -1,6 +1,9 @@
 //! Shared by the integration tests: a plain reference model of the token bucket and
-//! constructors for every implementation under test.
+//! constructors for every implementation under test; `schedule` has the random
+//! schedules and the driver the other algorithms' reference-model tests share.
 #![allow(dead_code)]
+
+pub mod schedule;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -60,11 +63,11 @@ impl Reference {
         }
     }
 
-    /// Gives `cost` back to an existing key, capped at the capacity; an unknown key is
-    /// full and stays unknown.
+    /// Gives `cost` back to a key that is missing tokens, capped at the capacity; a
+    /// full bucket (an unknown key is full) is left as it is.
     pub fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        if self.buckets.contains_key(&key) {
-            let (tokens, index) = self.refilled(key, now);
+        let (tokens, index) = self.refilled(key, now);
+        if tokens < self.capacity {
             let tokens = (tokens + u128::from(cost)).min(self.capacity);
             self.buckets.insert(key, (tokens, index));
         }

@@ -1,0 +1,292 @@
+//! The fixed window's state word and its pure step functions.
+//!
+//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
+//! shared compare-and-set loop, and the property tests and loom models check it.
+
+use crate::Decision;
+use crate::clock::nanos_to_duration;
+use crate::quota::Quota;
+use crate::window::Window;
+use crate::word::WordAlgorithm;
+use std::time::Duration;
+
+/// The layout of a fixed window's state word, fixed per quota.
+///
+/// ```text
+///  63                          c   c-1                   0
+/// +-----------------------------+-----------------------+
+/// | window index                | count                 |
+/// +-----------------------------+-----------------------+
+/// ```
+///
+/// - *count* (the low `c` bits, `c = bits(limit + 1)`): requests admitted in that
+///   window, `0..=limit`. As in the token bucket, the field is one value wider than
+///   the limit needs, so its all-ones value is never a count and stays free to mark a
+///   retired word.
+/// - *window index* (the upper `64 - c` bits): the window of the key's last admitted
+///   request, counted since the limiter's epoch. It holds every window a `u64`
+///   nanosecond clock can reach (`u64::MAX / window`), so nothing wraps.
+///
+/// Every [`Quota`] fits: the window is at least one refill interval long, so the index
+/// needs no more bits than the token bucket's refill index, and the count no more than
+/// its token count (both `bits(capacity + 1)`).
+///
+/// A word whose window has passed carries no information (a new window starts at
+/// zero), so every new key starts as the constant word 0: window 0, count 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    limit: u64,
+    window: Window,
+    count_bits: u32,
+}
+
+/// Number of bits needed to write `x` in binary.
+const fn bits(x: u64) -> u32 {
+    u64::BITS - x.leading_zeros()
+}
+
+impl Layout {
+    /// The layout for `quota`; every quota fits.
+    pub fn new(quota: &Quota) -> Self {
+        let limit = u64::from(quota.capacity());
+        let window = Window::of(quota);
+        let count_bits = bits(limit + 1);
+        debug_assert!(count_bits + bits(window.last_index()) <= u64::BITS);
+        Self {
+            limit,
+            window,
+            count_bits,
+        }
+    }
+
+    /// The word of every new key: window 0, nothing counted.
+    #[inline]
+    pub const fn fresh(&self) -> u64 {
+        0
+    }
+
+    /// The word holding window `index` with `count` admitted.
+    #[inline]
+    pub const fn pack(&self, index: u64, count: u64) -> u64 {
+        (index << self.count_bits) | count
+    }
+
+    /// The word's fields as `(window index, count)`.
+    #[inline]
+    pub const fn unpack(&self, word: u64) -> (u64, u64) {
+        (word >> self.count_bits, word & ((1 << self.count_bits) - 1))
+    }
+
+    /// The key's window and count as seen at `now`: a later window starts empty; a
+    /// reading older than the key's window (another core's clock slightly behind)
+    /// counts as no time elapsed, so it sees the key's window.
+    #[inline]
+    pub fn at(&self, word: u64, now: u64) -> (u64, u64) {
+        let (index, count) = self.unpack(word);
+        let current = self.window.index(now);
+        if current > index {
+            (current, 0)
+        } else {
+            (index, count)
+        }
+    }
+}
+
+impl WordAlgorithm for Layout {
+    #[inline]
+    fn fresh(&self) -> u64 {
+        Layout::fresh(self)
+    }
+
+    #[inline]
+    fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+        acquire(self, word, now, cost)
+    }
+
+    #[inline]
+    fn available(&self, word: u64, now: u64) -> u32 {
+        available(self, word, now)
+    }
+
+    #[inline]
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+        refund(self, word, now, cost)
+    }
+
+    /// Nothing counted in `at`'s window or later: at every later reading the count is
+    /// zero in that reading's window, as for a new key.
+    fn forgettable(&self, word: u64, at: u64) -> bool {
+        let (index, count) = self.unpack(word);
+        let current = self.window.index(at);
+        index < current || (index == current && count == 0)
+    }
+}
+
+/// One request for `cost` at `now`: the word to store and the decision.
+///
+/// Only an admitted request with a cost changes the word; a denial, a zero cost or a
+/// cost above the limit returns `word` itself, so callers write nothing.
+#[inline]
+pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+    let (index, count) = layout.at(word, now);
+    let remaining = layout.limit - count;
+    let cost = u64::from(cost);
+    if cost > layout.limit {
+        let decision = Decision::ExceedsCapacity {
+            remaining: remaining as u32,
+            capacity: layout.limit as u32,
+        };
+        return (word, decision);
+    }
+    if cost > remaining {
+        let decision = Decision::Denied {
+            remaining: remaining as u32,
+            retry_after: wait(layout, index, now),
+        };
+        return (word, decision);
+    }
+    let decision = Decision::Allowed {
+        remaining: (remaining - cost) as u32,
+    };
+    if cost == 0 {
+        return (word, decision);
+    }
+    (layout.pack(index, count + cost), decision)
+}
+
+/// Exact time from `now` until the window after `index` starts: it starts empty, and
+/// a denied cost is at most the limit. Out of line, to keep the admitting path short.
+#[inline(never)]
+fn wait(layout: &Layout, index: u64, now: u64) -> Duration {
+    nanos_to_duration(layout.window.start(index + 1) - u128::from(now))
+}
+
+/// `cost` admissions given back in the key's window as seen at `now` (at most what
+/// it counts): the word to store. Admissions of a window that has passed are gone
+/// with it, so there is nothing left to give back.
+#[inline]
+pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+    let (index, count) = layout.at(word, now);
+    let left = count.saturating_sub(u64::from(cost));
+    if left == count {
+        word
+    } else {
+        layout.pack(index, left)
+    }
+}
+
+/// Requests `word` can still admit at `now`, without taking any.
+#[inline]
+pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+    (layout.limit - layout.at(word, now).1) as u32
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn layout(limit: u32, interval: Duration) -> Layout {
+        Layout::new(&Quota::new(limit, interval).unwrap())
+    }
+
+    #[test]
+    fn a_new_window_resets_the_count() {
+        // 3 per 300 ms window.
+        let l = layout(3, Duration::from_millis(100));
+        let (word, d) = acquire(&l, l.fresh(), 10 * MS, 3);
+        assert_eq!(d, Decision::Allowed { remaining: 0 });
+        assert_eq!(acquire(&l, word, 299 * MS, 1).0, word);
+        let (word, d) = acquire(&l, word, 300 * MS, 1);
+        assert_eq!(d, Decision::Allowed { remaining: 2 });
+        assert_eq!(l.unpack(word), (1, 1));
+    }
+
+    #[test]
+    fn a_denial_waits_exactly_until_the_next_window() {
+        let l = layout(2, Duration::from_millis(100));
+        let (word, _) = acquire(&l, l.fresh(), 50 * MS, 2);
+        let (same, d) = acquire(&l, word, 120 * MS, 1);
+        assert_eq!(same, word);
+        assert_eq!(
+            d,
+            Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::from_millis(80)
+            }
+        );
+        assert!(!acquire(&l, word, 200 * MS - 1, 1).1.is_allowed());
+        assert!(acquire(&l, word, 200 * MS, 1).1.is_allowed());
+    }
+
+    #[test]
+    fn a_reading_older_than_the_keys_window_sees_that_window() {
+        let l = layout(2, Duration::from_millis(100));
+        let (word, _) = acquire(&l, l.fresh(), 450 * MS, 2); // window 2
+        // Another core reads 150 ms (window 0): no reset, and the wait runs from the
+        // reading itself to the start of window 3.
+        let (same, d) = acquire(&l, word, 150 * MS, 1);
+        assert_eq!(same, word);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(450)));
+        assert_eq!(available(&l, word, 150 * MS), 0);
+    }
+
+    #[test]
+    fn zero_costs_and_costs_above_the_limit_change_nothing() {
+        let l = layout(2, Duration::from_millis(100));
+        let (word, _) = acquire(&l, l.fresh(), 0, 1);
+        assert_eq!(
+            acquire(&l, word, 500 * MS, 0),
+            (word, Decision::Allowed { remaining: 2 })
+        );
+        assert_eq!(
+            acquire(&l, word, 0, 3),
+            (
+                word,
+                Decision::ExceedsCapacity {
+                    remaining: 1,
+                    capacity: 2
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn the_largest_window_index_and_count_fit_without_overlap() {
+        // The widest fields: every capacity bound of the token bucket's quota, at
+        // intervals from the shortest to the longest.
+        for interval in [
+            4,
+            5,
+            7,
+            1000,
+            1023,
+            1024,
+            MS,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX,
+        ] {
+            let bound = Quota::max_capacity(Duration::from_nanos(interval));
+            for limit in [1, bound / 2, bound / 2 + 1, bound - 1, bound] {
+                let l = layout(limit.max(1), Duration::from_nanos(interval));
+                let last = l.window.last_index();
+                let word = l.pack(last, l.limit);
+                assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
+                assert!(bits(last) + l.count_bits <= 64, "{interval} {limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn readings_at_the_end_of_the_clock_are_exact() {
+        let l = layout(5, Duration::from_millis(1));
+        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 5);
+        assert!(d.is_allowed());
+        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        let next_window = (u128::from(u64::MAX) / 5_000_000 + 1) * 5_000_000;
+        let wait = (next_window - u128::from(u64::MAX)) as u64;
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(wait)));
+    }
+}

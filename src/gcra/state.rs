@@ -1,0 +1,293 @@
+//! GCRA's state word and its pure step functions.
+//!
+//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
+//! shared compare-and-set loop, and the property tests and loom models check it.
+
+use crate::Decision;
+use crate::clock::nanos_to_duration;
+use crate::quota::{Quota, QuotaError};
+use crate::word::WordAlgorithm;
+use std::time::Duration;
+
+/// GCRA's parameters and the meaning of its state word, fixed per quota.
+///
+/// ```text
+///  63                                                    0
+/// +-------------------------------------------------------+
+/// | theoretical arrival time (TAT), ns since the epoch     |
+/// +-------------------------------------------------------+
+/// ```
+///
+/// The word is one instant: the *theoretical arrival time*, when the key's bucket
+/// would be full again if nothing more were admitted. At a reading `t` the key owes
+/// `debt = max(0, TAT − t)` nanoseconds, and holds `capacity − debt / interval`
+/// tokens, fractions included — a token bucket refilled continuously. An admitted
+/// cost `k` moves TAT to `max(TAT, t) + k × interval`.
+///
+/// TAT can lie up to one full refill (`capacity × interval`) past the reading, so the
+/// limiter's time ends that long before the clock's: readings later than
+/// `end = u64::MAX − 1 − capacity × interval` count as `end`, and TAT stays below
+/// `u64::MAX` — the all-ones word is never a TAT, so it stays free to mark a retired
+/// word. [`Layout::new`] refuses quotas whose full refill exceeds 2^63 ns (292
+/// years), so the limiter is exact for at least 292 years after its creation.
+///
+/// A TAT at or before the reading means a full bucket, so every new key starts as the
+/// constant word 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    capacity: u64,
+    interval: u64,
+    /// `capacity × interval`: the debt of an empty bucket, and the burst tolerance.
+    full_refill: u64,
+    /// The last instant the limiter tells apart: `u64::MAX − 1 − full_refill`.
+    end: u64,
+}
+
+const REQUIREMENT: &str = "capacity × refill interval (the time an empty bucket takes to \
+    refill) must be at most 2^63 ns (292 years), so that every theoretical arrival time \
+    stays within the clock's range for at least 292 years";
+
+impl Layout {
+    /// The layout for `quota`.
+    ///
+    /// # Errors
+    /// [`QuotaError::Unsupported`] when `capacity × refill_every` exceeds 2^63 ns.
+    pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
+        let capacity = u64::from(quota.capacity());
+        let interval = quota.interval_nanos();
+        match capacity.checked_mul(interval) {
+            Some(full_refill) if full_refill <= 1 << 63 => Ok(Self {
+                capacity,
+                interval,
+                full_refill,
+                end: u64::MAX - 1 - full_refill,
+            }),
+            _ => Err(QuotaError::Unsupported {
+                algorithm: "Gcra",
+                capacity: quota.capacity(),
+                refill_every: quota.refill_every(),
+                requirement: REQUIREMENT,
+            }),
+        }
+    }
+
+    /// The word of every new key: TAT 0, a full bucket at every reading.
+    #[inline]
+    pub const fn fresh(&self) -> u64 {
+        0
+    }
+
+    /// The last instant this limiter tells apart; later readings count as it.
+    #[cfg(any(test, turnstile_loom))]
+    pub const fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// The emission interval: nanoseconds per token, for models.
+    #[cfg(turnstile_loom)]
+    pub const fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// Whole tokens at reading `t` (already clamped to `end`) for a key whose TAT is
+    /// `tat`. A reading before the key's last admission sees the refill run backwards
+    /// (there is no record of when that was), possibly below zero: it counts as none.
+    #[inline]
+    fn tokens(&self, tat: u64, t: u64) -> u64 {
+        let debt = tat.saturating_sub(t).min(self.full_refill);
+        (self.full_refill - debt) / self.interval
+    }
+}
+
+impl WordAlgorithm for Layout {
+    #[inline]
+    fn fresh(&self) -> u64 {
+        Layout::fresh(self)
+    }
+
+    #[inline]
+    fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+        acquire(self, word, now, cost)
+    }
+
+    #[inline]
+    fn available(&self, word: u64, now: u64) -> u32 {
+        available(self, word, now)
+    }
+
+    #[inline]
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+        refund(self, word, now, cost)
+    }
+
+    /// A TAT at or before `at`: the bucket is full at every later reading, as a new
+    /// key's (TAT 0) is, and an admission moves either TAT to the same reading plus
+    /// the cost.
+    fn forgettable(&self, word: u64, at: u64) -> bool {
+        word <= at.min(self.end)
+    }
+}
+
+/// One request for `cost` at `now`: the new TAT and the decision.
+///
+/// Admitted iff the key holds at least `cost` tokens, i.e. `max(TAT, t) + cost ×
+/// interval <= t + capacity × interval`. Only an admitted request with a cost changes
+/// the word; a denial, a zero cost or a cost above the capacity returns `word`
+/// itself, so callers write nothing.
+#[inline]
+pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+    let t = now.min(layout.end);
+    let remaining = layout.tokens(word, t);
+    let cost = u64::from(cost);
+    if cost > layout.capacity {
+        let decision = Decision::ExceedsCapacity {
+            remaining: remaining as u32,
+            capacity: layout.capacity as u32,
+        };
+        return (word, decision);
+    }
+    if cost > remaining {
+        let decision = Decision::Denied {
+            remaining: remaining as u32,
+            retry_after: wait(layout, word, t, cost),
+        };
+        return (word, decision);
+    }
+    let decision = Decision::Allowed {
+        remaining: (remaining - cost) as u32,
+    };
+    if cost == 0 {
+        return (word, decision);
+    }
+    // At most t + full_refill <= end + full_refill = u64::MAX − 1: no overflow.
+    (word.max(t) + cost * layout.interval, decision)
+}
+
+/// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
+/// never before the reading — a full bucket holds no more. The word to store.
+#[inline]
+pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+    let t = now.min(layout.end);
+    if word <= t {
+        return word;
+    }
+    word.saturating_sub(u64::from(cost) * layout.interval)
+        .max(t)
+}
+
+/// Exact time from reading `t` until a key with TAT `tat` holds `cost` tokens: when
+/// its debt has fallen to `(capacity − cost) × interval`. A denial means that instant
+/// is after `t`, so the wait is never zero. Out of line, to keep the admitting path
+/// short.
+#[inline(never)]
+fn wait(layout: &Layout, tat: u64, t: u64, cost: u64) -> Duration {
+    let ready = tat - (layout.capacity - cost) * layout.interval;
+    nanos_to_duration(u128::from(ready - t))
+}
+
+/// Whole tokens `word` holds at `now`, without taking any.
+#[inline]
+pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+    layout.tokens(word, now.min(layout.end)) as u32
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn layout(capacity: u32, interval: Duration) -> Layout {
+        Layout::new(&Quota::new(capacity, interval).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn tokens_accrue_continuously_one_per_interval() {
+        let l = layout(3, Duration::from_millis(100));
+        let (word, d) = acquire(&l, l.fresh(), 1000 * MS, 3);
+        assert_eq!(d, Decision::Allowed { remaining: 0 });
+        assert_eq!(word, 1300 * MS);
+        // One token exactly one interval after the drain, not at a grid point.
+        assert_eq!(available(&l, word, 1099 * MS), 0);
+        assert_eq!(available(&l, word, 1100 * MS), 1);
+        assert_eq!(available(&l, word, 1250 * MS), 2);
+        assert_eq!(available(&l, word, 5000 * MS), 3);
+    }
+
+    #[test]
+    fn retry_after_is_exact_and_a_denial_changes_nothing() {
+        let l = layout(3, Duration::from_millis(100));
+        let (word, _) = acquire(&l, l.fresh(), 1000 * MS, 3);
+        let (same, d) = acquire(&l, word, 1030 * MS, 2);
+        assert_eq!(same, word);
+        assert_eq!(
+            d,
+            Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::from_millis(170)
+            }
+        );
+        assert!(!acquire(&l, word, 1200 * MS - 1, 2).1.is_allowed());
+        let (word, d) = acquire(&l, word, 1200 * MS, 2);
+        assert_eq!(d, Decision::Allowed { remaining: 0 });
+        assert_eq!(word, 1500 * MS); // TAT moves on from 1300 ms, not from the reading
+    }
+
+    #[test]
+    fn a_reading_before_the_last_admission_owes_more_never_less() {
+        let l = layout(2, Duration::from_millis(100));
+        let (word, _) = acquire(&l, l.fresh(), 1000 * MS, 2); // TAT 1200 ms
+        // A lagging core reads 900 ms: it owes 300 ms, more than a full refill; it
+        // counts as no tokens, without underflow, and waits the extra 100 ms.
+        assert_eq!(available(&l, word, 900 * MS), 0);
+        let (same, d) = acquire(&l, word, 900 * MS, 1);
+        assert_eq!(same, word);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
+        assert_eq!(acquire(&l, word, 900 * MS, 0).1.remaining(), 0);
+    }
+
+    #[test]
+    fn costs_above_the_capacity_are_never_satisfiable() {
+        let l = layout(2, Duration::from_millis(100));
+        assert_eq!(
+            acquire(&l, l.fresh(), 0, 3),
+            (
+                l.fresh(),
+                Decision::ExceedsCapacity {
+                    remaining: 2,
+                    capacity: 2
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn the_limiter_ends_one_full_refill_before_the_clock() {
+        let l = layout(4, Duration::from_millis(1));
+        assert_eq!(l.end(), u64::MAX - 1 - 4 * MS);
+        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 4);
+        assert!(d.is_allowed());
+        assert_eq!(word, u64::MAX - 1, "the all-ones word stays free");
+        // Later readings count as the end: time stands still, nothing is gained.
+        assert_eq!(available(&l, word, u64::MAX), 0);
+        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_full_refill_beyond_2_pow_63_ns_is_refused_by_name() {
+        let half = Duration::from_nanos(1 << 62);
+        assert!(Layout::new(&Quota::new(2, half).unwrap()).is_ok());
+        let err = Layout::new(&Quota::new(3, half).unwrap()).unwrap_err();
+        assert!(matches!(
+            err,
+            QuotaError::Unsupported {
+                algorithm: "Gcra",
+                capacity: 3,
+                ..
+            }
+        ));
+        let most = Quota::new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
+        assert!(Layout::new(&most).is_err());
+    }
+}

@@ -1,0 +1,302 @@
+//! One key's sliding log and its step function.
+//!
+//! The log is plain data, stepped under the key's lock: [`Log::acquire`] is a
+//! function of the log, the reading and the cost alone, which the property tests
+//! check against a model that keeps every admitted request forever.
+
+use crate::Decision;
+use crate::clock::nanos_to_duration;
+use crate::quota::Quota;
+use crate::window::Window;
+
+/// What every key's log is checked against: at most `limit` in any `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    limit: u64,
+    window: Window,
+    /// The window when it fits a `u64`, for the expiry test on the hot path; `None`
+    /// when it is longer than the clock's range, so nothing ever expires.
+    window_nanos: Option<u64>,
+}
+
+impl Rules {
+    /// The rules of `quota`: `limit = capacity`, `window = capacity × refill_every`.
+    pub(crate) fn new(quota: &Quota) -> Self {
+        let window = Window::of(quota);
+        Self {
+            limit: u64::from(quota.capacity()),
+            window,
+            window_nanos: u64::try_from(window.len()).ok(),
+        }
+    }
+}
+
+/// The admitted requests of one key still in its window, oldest first: one timestamp
+/// (nanoseconds since the epoch) per unit of cost, in a ring buffer.
+///
+/// The ring holds at most `limit` timestamps, and its allocation never exceeds
+/// `limit` slots: it starts empty, grows by doubling (from 4 slots) while the
+/// admitted requests still in the window need more room, is capped at `limit`, and
+/// keeps its largest size.
+///
+/// Only admitted requests with a cost change the log. They first drop the entries
+/// that have left the window at their reading, which later decisions cannot tell
+/// apart from keeping them: every later reading counts as at least that one (see
+/// [`Log::acquire`]), when those entries have left already.
+#[derive(Debug, Default)]
+pub struct Log {
+    slots: Box<[u64]>,
+    /// The slot of the oldest entry.
+    head: u32,
+    /// Entries in the ring.
+    len: u32,
+    /// The latest reading an admission was recorded at (0 before any). Kept apart
+    /// from the entries, which expire and can be refunded, so that a lagging reading
+    /// counts as no time elapsed since the key's last admission whatever the ring
+    /// holds.
+    newest: u64,
+    /// The key is being forgotten: no request may change this log any more.
+    pub(crate) retired: bool,
+}
+
+impl Log {
+    /// An empty log, allocating nothing.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Slots allocated.
+    #[cfg(all(test, not(turnstile_loom)))]
+    pub(crate) fn allocated(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot of the `i`-th oldest entry.
+    #[inline]
+    fn slot(&self, i: u32) -> usize {
+        let slot = self.head as usize + i as usize;
+        if slot >= self.slots.len() {
+            slot - self.slots.len()
+        } else {
+            slot
+        }
+    }
+
+    /// The `i`-th oldest entry.
+    #[inline]
+    fn entry(&self, i: u32) -> u64 {
+        self.slots[self.slot(i)]
+    }
+
+    /// The oldest entries, then the rest (the ring's two contiguous runs).
+    #[inline]
+    fn runs(&self) -> (&[u64], &[u64]) {
+        let head = self.head as usize;
+        let len = self.len as usize;
+        let first = len.min(self.slots.len() - head);
+        (&self.slots[head..head + first], &self.slots[..len - first])
+    }
+
+    /// The reading a request at `now` is decided at: a reading older than the key's
+    /// latest admission (another core's clock slightly behind) counts as no time
+    /// elapsed.
+    #[inline]
+    fn reading(&self, now: u64) -> u64 {
+        now.max(self.newest)
+    }
+
+    /// How many of the oldest entries have left the window at reading `t`: an entry
+    /// at `s` counts while `t − s < window`.
+    #[inline]
+    fn expired(&self, rules: &Rules, t: u64) -> u32 {
+        let Some(last_expired) = rules.window_nanos.and_then(|w| t.checked_sub(w)) else {
+            return 0;
+        };
+        let (older, newer) = self.runs();
+        let in_older = older.partition_point(|&s| s <= last_expired);
+        let expired = if in_older < older.len() {
+            in_older
+        } else {
+            in_older + newer.partition_point(|&s| s <= last_expired)
+        };
+        expired as u32
+    }
+
+    /// One request for `cost` at `now`, all or nothing: admitted iff the entries
+    /// still in the window plus `cost` are at most the limit, recording `cost`
+    /// timestamps. A denial changes nothing; its `retry_after` is the exact wait until
+    /// enough entries have left.
+    pub(crate) fn acquire(&mut self, rules: &Rules, now: u64, cost: u32) -> Decision {
+        let t = self.reading(now);
+        let expired = self.expired(rules, t);
+        let live = u64::from(self.len - expired);
+        let remaining = rules.limit - live;
+        let cost = u64::from(cost);
+        if cost > rules.limit {
+            return Decision::ExceedsCapacity {
+                remaining: remaining as u32,
+                capacity: rules.limit as u32,
+            };
+        }
+        if cost > remaining {
+            // Admitted once the oldest `live + cost − limit` entries have left: when
+            // the last of them does, one window after it.
+            let last_to_leave = self.entry(expired + (live + cost - rules.limit) as u32 - 1);
+            let leaves_at = u128::from(last_to_leave) + rules.window.len();
+            return Decision::Denied {
+                remaining: remaining as u32,
+                retry_after: nanos_to_duration(leaves_at - u128::from(now)),
+            };
+        }
+        if cost > 0 {
+            self.drop_oldest(expired);
+            self.push(rules, t, cost as u32);
+        }
+        Decision::Allowed {
+            remaining: (remaining - cost) as u32,
+        }
+    }
+
+    /// What the key can still admit at `now`, without taking any.
+    pub(crate) fn available(&self, rules: &Rules, now: u64) -> u32 {
+        let t = self.reading(now);
+        (rules.limit - u64::from(self.len - self.expired(rules, t))) as u32
+    }
+
+    /// Gives back `cost` admissions at `now` by dropping that many of the oldest
+    /// entries still in the window. The refunded request's own entries may be newer,
+    /// but dropping older ones instead leaves every kept entry at least as late as
+    /// the true one it stands for, so the log never admits more than the exact one.
+    /// Entries that have left the window stay: they are history a lagging reading
+    /// may still count (see [`Log::reading`]).
+    pub(crate) fn refund(&mut self, rules: &Rules, now: u64, cost: u32) {
+        let expired = self.expired(rules, self.reading(now));
+        let dropped = cost.min(self.len - expired);
+        // Close the gap: every later entry moves `dropped` places towards the oldest.
+        for i in expired..self.len - dropped {
+            let (to, from) = (self.slot(i), self.slot(i + dropped));
+            self.slots[to] = self.slots[from];
+        }
+        self.len -= dropped;
+    }
+
+    /// Whether the log holds nothing that counts at `at` or later and no admission
+    /// after `at`: at every later reading it answers as a new key's does.
+    pub(crate) fn forgettable(&self, rules: &Rules, at: u64) -> bool {
+        self.newest <= at && self.expired(rules, at) == self.len
+    }
+
+    fn drop_oldest(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let head = self.head as usize + n as usize;
+        let cap = self.slots.len();
+        self.head = (if head >= cap { head - cap } else { head }) as u32;
+        self.len -= n;
+    }
+
+    /// Appends `cost` copies of `t`, growing the ring if needed. The caller has
+    /// checked that `len + cost <= limit`.
+    fn push(&mut self, rules: &Rules, t: u64, cost: u32) {
+        let needed = self.len as usize + cost as usize;
+        if needed > self.slots.len() {
+            let doubled = (2 * self.slots.len()).max(4);
+            self.grow(needed.max(doubled).min(rules.limit as usize));
+        }
+        let cap = self.slots.len();
+        self.newest = t;
+        for i in 0..cost as usize {
+            let slot = self.head as usize + self.len as usize + i;
+            self.slots[if slot >= cap { slot - cap } else { slot }] = t;
+        }
+        self.len += cost;
+    }
+
+    /// Moves the entries, oldest first, into a new ring of `slots` slots.
+    fn grow(&mut self, slots: usize) {
+        let mut grown = Vec::with_capacity(slots);
+        let (older, newer) = self.runs();
+        grown.extend_from_slice(older);
+        grown.extend_from_slice(newer);
+        grown.resize(slots, 0);
+        self.slots = grown.into_boxed_slice();
+        self.head = 0;
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    /// 3 per 300 ms.
+    fn three_per_300ms() -> Rules {
+        Rules::new(&Quota::new(3, Duration::from_millis(100)).unwrap())
+    }
+
+    #[test]
+    fn a_request_counts_for_exactly_one_window() {
+        let rules = three_per_300ms();
+        let mut log = Log::new();
+        assert!(log.acquire(&rules, 10 * MS, 1).is_allowed());
+        assert!(log.acquire(&rules, 20 * MS, 2).is_allowed());
+        let d = log.acquire(&rules, 309 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(MS)));
+        assert!(log.acquire(&rules, 310 * MS, 1).is_allowed());
+        // 20 ms counts twice, until 320 ms.
+        let d = log.acquire(&rules, 310 * MS, 2);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(10)));
+        assert_eq!(log.available(&rules, 320 * MS), 2);
+    }
+
+    #[test]
+    fn a_reading_older_than_the_newest_entry_counts_as_no_time_elapsed() {
+        let rules = three_per_300ms();
+        let mut log = Log::new();
+        assert!(log.acquire(&rules, 500 * MS, 3).is_allowed());
+        // Another core reads 100 ms: nothing underflows; the entries from 500 ms
+        // still count, and the wait runs from the reading.
+        assert_eq!(log.available(&rules, 100 * MS), 0);
+        let d = log.acquire(&rules, 100 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(700)));
+    }
+
+    #[test]
+    fn the_ring_wraps_and_keeps_time_order() {
+        let rules = three_per_300ms();
+        let mut log = Log::new();
+        for step in 0..20u64 {
+            let now = step * 100 * MS;
+            assert!(log.acquire(&rules, now, 1).is_allowed(), "{step}");
+            // This one and the two before it are in the window (300 ms ago is not).
+            assert_eq!(log.available(&rules, now), 2u32.saturating_sub(step as u32));
+        }
+        assert_eq!(log.allocated(), 3);
+    }
+
+    proptest! {
+        #[test]
+        fn the_log_never_holds_or_allocates_more_than_the_limit(
+            limit in 1u32..40,
+            steps in prop::collection::vec((0u64..3_000, 0u32..45), 1..300),
+        ) {
+            let rules = Rules::new(&Quota::new(limit, Duration::from_micros(10)).unwrap());
+            let mut log = Log::new();
+            let mut now = 0;
+            for (by, cost) in steps {
+                now += by;
+                let _ = log.acquire(&rules, now, cost);
+                prop_assert!(log.len <= limit);
+                prop_assert!(log.allocated() <= limit as usize);
+                // Time order, so the oldest entries leave first.
+                let (older, newer) = log.runs();
+                let entries: Vec<u64> = older.iter().chain(newer).copied().collect();
+                prop_assert!(entries.windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+    }
+}

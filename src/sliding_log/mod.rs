@@ -1,0 +1,142 @@
+//! The keyed sliding log: exact, with a lock per key.
+
+mod log;
+
+use crate::Decision;
+use crate::Quota;
+use crate::builder::{Builder, DefaultHasher};
+use crate::clock::{Clock, QuantaClock};
+use crate::keyed::{Algorithm, KeyedLimiter, Retired, Retirement};
+use log::{Log, Rules};
+use std::convert::Infallible;
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Mutex, MutexGuard};
+
+/// A keyed sliding log: at most `limit` requests in **any** window — exact.
+///
+/// From a [`Quota`]: `limit = capacity` and `window = capacity × refill_every`, so
+/// `Quota::per_minute(100)` means at most 100 in any 60 seconds, wherever they start.
+///
+/// Semantics (exact):
+/// - The key keeps the time of each admitted request; a request at `s` counts while
+///   `now − window < s`, so it leaves exactly one window later. A request is
+///   admitted iff the requests counted plus its cost are at most `limit`; a cost `k`
+///   is recorded as `k` requests at the same time.
+/// - Only admitted requests are recorded: a denial changes nothing, so a client that
+///   keeps retrying while denied is not locked out. Its `retry_after` is the exact
+///   wait until enough recorded requests have left the window.
+/// - A clock reading older than the key's newest recorded request counts as no time
+///   elapsed.
+///
+/// The edge: none. No window of length `window` ever holds more than `limit`
+/// admitted requests, at any boundary, for any schedule (with a non-decreasing clock;
+/// a lagging reading is recorded as the key's newest time, so the limit holds for
+/// the times recorded).
+///
+/// A refund drops the oldest timestamps still in the window rather than the
+/// refunded request's own (which it cannot tell apart): the log then frees room no
+/// earlier than the exact one would, so it never admits more. A key whose
+/// timestamps have all left the window is forgotten like any idle key.
+///
+/// Memory and cost: each key keeps up to `limit` timestamps, so this is the one
+/// algorithm whose state grows with the limit. Per key: a 32-byte `Mutex` and ring
+/// header in the map, plus 8 bytes per timestamp slot; the ring starts empty, grows
+/// by doubling from 4 slots while the requests in the window need room, never
+/// beyond `limit` slots, and keeps its largest size. A check takes the key's own
+/// lock (never a global one) and allocates only while the key's ring grows; an
+/// admitted cost `k` writes `k` timestamps. Prefer
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) (one word, lock-free,
+/// approximate) unless the limit must hold exactly in every window.
+///
+/// ```
+/// use turnstile::{ManualClock, Quota, RateLimiter, SlidingLog};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = SlidingLog::<u64, _>::with_clock(Quota::per_minute(100)?, clock.clone());
+/// clock.set(Duration::from_secs(59));
+/// assert!(limiter.acquire(&1, 100).is_allowed());
+/// clock.set(Duration::from_secs(118));
+/// assert!(!limiter.acquire(&1, 1).is_allowed()); // all 100 are within the last minute
+/// clock.set(Duration::from_secs(119));
+/// assert!(limiter.acquire(&1, 100).is_allowed()); // exactly one minute later
+/// # Ok::<(), turnstile::QuotaError>(())
+/// ```
+pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Rules, K, C, S>;
+
+impl<K: Hash + Eq> SlidingLog<K> {
+    /// A limiter applying `quota` to every key, on the default clock and hasher.
+    pub fn new(quota: Quota) -> Self {
+        Self::builder(quota).build()
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> SlidingLog<K, C> {
+    /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Builder::<SlidingLog<K>, C>::with_clock(quota, clock).build()
+    }
+}
+
+impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingLog<K>, C, S> {
+    /// Builds the limiter; its epoch is now.
+    pub fn build(self) -> SlidingLog<K, C, S> {
+        match self.assemble(|quota| Ok::<_, Infallible>(Rules::new(quota))) {
+            Ok(limiter) => limiter,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Locks a key's log, ignoring poisoning: the step under the lock cannot panic
+/// (only an allocation failure could end it early, and that aborts), so a poisoned
+/// lock still guards a valid log.
+fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
+    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Each key's log under its own lock; the lock makes retiring a log and changing it
+/// mutually exclusive, as the compare-and-set does for a word.
+impl Algorithm for Rules {
+    type State = Mutex<Log>;
+
+    fn fresh(&self) -> Mutex<Log> {
+        Mutex::new(Log::new())
+    }
+
+    fn acquire(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<Decision, Retired> {
+        let mut log = lock(log);
+        if log.retired {
+            return Err(Retired);
+        }
+        Ok(log.acquire(self, now, cost))
+    }
+
+    fn available(&self, log: &Mutex<Log>, now: u64) -> Option<u32> {
+        let log = lock(log);
+        (!log.retired).then(|| log.available(self, now))
+    }
+
+    fn is_retired(&self, log: &Mutex<Log>) -> bool {
+        lock(log).retired
+    }
+
+    fn refund(&self, log: &Mutex<Log>, now: u64, cost: u32) {
+        let mut log = lock(log);
+        if !log.retired {
+            log.refund(self, now, cost);
+        }
+    }
+
+    fn retire_if_forgettable(&self, log: &Mutex<Log>, at: u64) -> Retirement {
+        let mut log = lock(log);
+        if log.retired {
+            Retirement::AlreadyRetired
+        } else if log.forgettable(self, at) {
+            log.retired = true;
+            Retirement::Retired
+        } else {
+            Retirement::Kept
+        }
+    }
+}

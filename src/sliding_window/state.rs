@@ -1,0 +1,423 @@
+//! The sliding window counter's state word and its pure step functions.
+//!
+//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
+//! shared compare-and-set loop, and the property tests and loom models check it.
+
+use crate::Decision;
+use crate::clock::nanos_to_duration;
+use crate::quota::{Quota, QuotaError};
+use crate::word::WordAlgorithm;
+use std::time::Duration;
+
+/// The layout of a sliding window counter's state word, fixed per quota.
+///
+/// ```text
+///  63                   2c  2c-1             c  c-1              0
+/// +-----------------------+------------------+------------------+
+/// | window index          | previous count   | current count    |
+/// +-----------------------+------------------+------------------+
+/// ```
+///
+/// - *current count* (the low `c` bits, `c = bits(limit)`): requests admitted in the
+///   key's window, `0..=limit`.
+/// - *previous count* (the next `c` bits): requests admitted in the window before it.
+/// - *window index* (the upper `64 - 2c` bits): the key's window, counted since the
+///   limiter's epoch; it must hold every window a `u64` nanosecond clock can reach,
+///   `u64::MAX / window`, so nothing wraps.
+///
+/// Two counts beside the index do not fit every [`Quota`]: [`Layout::new`] refuses a
+/// quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 64` (the index keeping
+/// at least one bit), about `limit <= sqrt(window in ns)`.
+///
+/// The current count reaches `limit` only when the previous one is 0 (see
+/// [`acquire`]), so a word with both counts all-ones never occurs and stays free to
+/// mark a retired word. A word two windows old carries no information, so every new
+/// key starts as the constant word 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    limit: u64,
+    interval: u64,
+    count_bits: u32,
+}
+
+/// Number of bits needed to write `x` in binary.
+const fn bits(x: u64) -> u32 {
+    u64::BITS - x.leading_zeros()
+}
+
+/// A key's state as seen at one reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    /// The window the reading falls in (the key's own for an older reading).
+    pub index: u64,
+    /// Admitted in the window before `index`.
+    pub previous: u64,
+    /// Admitted in window `index`.
+    pub current: u64,
+    /// Whole refill intervals of window `index` elapsed at the reading, `0..limit`.
+    pub elapsed: u64,
+}
+
+const REQUIREMENT: &str = "its 64-bit word holds the window index (bits(u64::MAX / window)) \
+    beside two counts of bits(capacity) each, which allows capacities up to about the square \
+    root of the window in nanoseconds (Quota::per_second(n): n <= 16,383; per_minute: \
+    n <= 131,071; per_hour: n <= 1,048,575); TokenBucket, FixedWindow and SlidingLog hold \
+    every quota";
+
+impl Layout {
+    /// The layout for `quota`.
+    ///
+    /// # Errors
+    /// [`QuotaError::Unsupported`] unless the window index and two counts fit one
+    /// word: `2 × bits(capacity) + max(1, bits(u64::MAX / window)) <= 64`.
+    pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
+        let limit = u64::from(quota.capacity());
+        let interval = quota.interval_nanos();
+        let count_bits = bits(limit);
+        let last_index = u64::MAX / interval / limit;
+        // The index keeps at least one bit, so no shift spans the whole word.
+        if 2 * count_bits + bits(last_index).max(1) > u64::BITS {
+            return Err(QuotaError::Unsupported {
+                algorithm: "SlidingWindowCounter",
+                capacity: quota.capacity(),
+                refill_every: quota.refill_every(),
+                requirement: REQUIREMENT,
+            });
+        }
+        Ok(Self {
+            limit,
+            interval,
+            count_bits,
+        })
+    }
+
+    /// The word of every new key: window 0, nothing counted.
+    #[inline]
+    pub const fn fresh(&self) -> u64 {
+        0
+    }
+
+    /// The word holding window `index` with `previous` and `current` admitted.
+    #[inline]
+    pub const fn pack(&self, index: u64, previous: u64, current: u64) -> u64 {
+        (index << (2 * self.count_bits)) | (previous << self.count_bits) | current
+    }
+
+    /// The word's fields as `(window index, previous count, current count)`.
+    #[inline]
+    pub const fn unpack(&self, word: u64) -> (u64, u64, u64) {
+        let mask = (1 << self.count_bits) - 1;
+        (
+            word >> (2 * self.count_bits),
+            (word >> self.count_bits) & mask,
+            word & mask,
+        )
+    }
+
+    /// The key's state as seen at `now`.
+    ///
+    /// The next window takes the current count as its previous one; a window two or
+    /// more later starts from nothing. A reading older than the key's window (another
+    /// core's clock slightly behind) counts as no time elapsed: it sees the start of
+    /// the key's window.
+    #[inline]
+    pub fn at(&self, word: u64, now: u64) -> At {
+        let (index, previous, current) = self.unpack(word);
+        // The window of `now` in whole refill intervals, so the window itself (which
+        // can exceed u64::MAX ns) is never computed.
+        let grid = now / self.interval;
+        let now_index = grid / self.limit;
+        let elapsed = grid - now_index * self.limit;
+        if now_index == index {
+            At {
+                index,
+                previous,
+                current,
+                elapsed,
+            }
+        } else if now_index < index {
+            At {
+                index,
+                previous,
+                current,
+                elapsed: 0,
+            }
+        } else {
+            let previous = if now_index == index + 1 { current } else { 0 };
+            At {
+                index: now_index,
+                previous,
+                current: 0,
+                elapsed,
+            }
+        }
+    }
+
+    /// The requests counted against the key at `at`: the previous window's count
+    /// weighted by the share of it the sliding window still overlaps, in whole
+    /// intervals rounded up, `(limit - elapsed) / limit`, then rounded up to a whole
+    /// request; plus the current count. Both roundings are up, so the estimate is
+    /// never below the exact weighted count.
+    #[inline]
+    pub fn counted(&self, at: &At) -> u64 {
+        // At most limit² < 2^62 (limit < 2^31, see `new`): no overflow.
+        let weighted = at.previous * (self.limit - at.elapsed);
+        weighted.div_ceil(self.limit) + at.current
+    }
+}
+
+impl WordAlgorithm for Layout {
+    #[inline]
+    fn fresh(&self) -> u64 {
+        Layout::fresh(self)
+    }
+
+    #[inline]
+    fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+        acquire(self, word, now, cost)
+    }
+
+    #[inline]
+    fn available(&self, word: u64, now: u64) -> u32 {
+        available(self, word, now)
+    }
+
+    #[inline]
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+        refund(self, word, now, cost)
+    }
+
+    /// Nothing counted in `at`'s window nor in the one before it: at every later
+    /// reading both counts are zero, as for a new key.
+    fn forgettable(&self, word: u64, at: u64) -> bool {
+        let seen = self.at(word, at);
+        seen.index == at / self.interval / self.limit && seen.previous == 0 && seen.current == 0
+    }
+}
+
+/// One request for `cost` at `now`: the word to store and the decision.
+///
+/// Admitted iff `counted + cost <= limit` — with the exact, unrounded weighted count
+/// this is the same test, since `cost` and the current count are whole. So an
+/// admission leaves `previous × (limit − elapsed) / limit + current <= limit`, which
+/// is why a full current count implies an empty previous one.
+///
+/// Only an admitted request with a cost changes the word; a denial, a zero cost or a
+/// cost above the limit returns `word` itself, so callers write nothing.
+#[inline]
+pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+    let at = layout.at(word, now);
+    let remaining = layout.limit.saturating_sub(layout.counted(&at));
+    let cost = u64::from(cost);
+    if cost > layout.limit {
+        let decision = Decision::ExceedsCapacity {
+            remaining: remaining as u32,
+            capacity: layout.limit as u32,
+        };
+        return (word, decision);
+    }
+    if cost > remaining {
+        let decision = Decision::Denied {
+            remaining: remaining as u32,
+            retry_after: wait(layout, &at, cost, now),
+        };
+        return (word, decision);
+    }
+    let decision = Decision::Allowed {
+        remaining: (remaining - cost) as u32,
+    };
+    if cost == 0 {
+        return (word, decision);
+    }
+    (
+        layout.pack(at.index, at.previous, at.current + cost),
+        decision,
+    )
+}
+
+/// `cost` admissions given back from the current window's count as seen at `now` (at
+/// most what it holds): the word to store. The previous window's count is history
+/// the estimate weighs; it is left as it is.
+#[inline]
+pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+    let at = layout.at(word, now);
+    let left = at.current.saturating_sub(u64::from(cost));
+    if left == at.current {
+        word
+    } else {
+        layout.pack(at.index, at.previous, left)
+    }
+}
+
+/// Requests `word` can still admit at `now`, without taking any.
+#[inline]
+pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+    let at = layout.at(word, now);
+    layout.limit.saturating_sub(layout.counted(&at)) as u32
+}
+
+/// Exact time from `now` until a denied request for `cost <= limit` is admitted, if
+/// nothing else is. The count only falls with time, and only at grid points, so this
+/// is the first grid point where it has fallen far enough. Out of line, to keep the
+/// admitting path short.
+#[inline(never)]
+fn wait(layout: &Layout, at: &At, cost: u64, now: u64) -> Duration {
+    let limit = layout.limit;
+    let ready = if at.current + cost <= limit {
+        // Later in this window, once `previous × (limit − q) <= room × limit`, i.e. at
+        // interval q = limit − ⌊room × limit / previous⌋ (limit itself: the next
+        // window, where this window's count weighs in fully but fits). previous > 0,
+        // or the request would have been admitted.
+        let room = limit - at.current - cost;
+        u128::from(at.index) * u128::from(limit) + u128::from(limit - room * limit / at.previous)
+    } else {
+        // The next window, where the current count becomes the previous one (> 0,
+        // since current + cost > limit >= cost) with room `limit − cost`; at its end
+        // (cost = limit) the window after, which starts empty.
+        let room = limit - cost;
+        (u128::from(at.index) + 1) * u128::from(limit)
+            + u128::from(limit - room * limit / at.current)
+    };
+    nanos_to_duration(ready * u128::from(layout.interval) - u128::from(now))
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// 4 per 400 ms window, one interval = 100 ms.
+    fn four_per_400ms() -> Layout {
+        Layout::new(&Quota::new(4, Duration::from_millis(100)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_previous_window_weighs_by_its_overlap_in_whole_intervals_rounded_up() {
+        let l = four_per_400ms();
+        let word = l.pack(0, 0, 4);
+        // Window 1, 0..99 ms in: the previous window overlaps 4 of 4 intervals.
+        assert_eq!(available(&l, word, 400 * MS), 0);
+        // 100 ms in: 3 of 4 intervals, 4 × 3/4 = 3 counted.
+        assert_eq!(available(&l, word, 500 * MS), 1);
+        assert_eq!(available(&l, word, 599 * MS), 1);
+        assert_eq!(available(&l, word, 700 * MS), 3);
+        // Two windows later, nothing is left.
+        assert_eq!(available(&l, word, 800 * MS), 4);
+        // 3 previous at 1 of 4 intervals elapsed: 3 × 3/4 = 2.25, counted as 3.
+        assert_eq!(available(&l, l.pack(1, 3, 0), 500 * MS), 1);
+    }
+
+    #[test]
+    fn retry_after_is_the_first_grid_point_where_the_request_fits() {
+        let l = four_per_400ms();
+        let word = l.pack(1, 4, 0);
+        // At 450 ms, 4 counted; 2 fit once 4 × (4 − q)/4 <= 2, i.e. q = 2: 600 ms.
+        let (same, d) = acquire(&l, word, 450 * MS, 2);
+        assert_eq!(same, word);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
+        assert!(!acquire(&l, word, 600 * MS - 1, 2).1.is_allowed());
+        assert!(acquire(&l, word, 600 * MS, 2).1.is_allowed());
+        // A full window's worth waits for the window after: nothing of the previous
+        // may remain.
+        let (_, d) = acquire(&l, word, 450 * MS, 4);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(350)));
+    }
+
+    #[test]
+    fn a_full_current_window_waits_into_the_next_one() {
+        let l = four_per_400ms();
+        let (word, _) = acquire(&l, l.fresh(), 50 * MS, 4);
+        // Window 1 counts these 4 as previous: 1 fits once 4 × (4 − q)/4 <= 3, q = 1.
+        let (_, d) = acquire(&l, word, 50 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(450)));
+        let (_, d) = acquire(&l, word, 50 * MS, 4);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(750)));
+        assert!(acquire(&l, word, 800 * MS, 4).1.is_allowed());
+        assert!(!acquire(&l, word, 800 * MS - 1, 4).1.is_allowed());
+    }
+
+    #[test]
+    fn a_reading_older_than_the_keys_window_sees_its_start() {
+        let l = four_per_400ms();
+        let word = l.pack(2, 4, 0); // window 2 = [800, 1200) ms
+        let at = l.at(word, 300 * MS);
+        assert_eq!(
+            at,
+            At {
+                index: 2,
+                previous: 4,
+                current: 0,
+                elapsed: 0
+            }
+        );
+        // The wait runs from the reading itself: 1 fits at 900 ms.
+        let (_, d) = acquire(&l, word, 300 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(600)));
+    }
+
+    #[test]
+    fn quotas_whose_counts_do_not_fit_beside_the_index_are_refused_by_name() {
+        assert!(Layout::new(&Quota::per_second(16_383).unwrap()).is_ok());
+        let err = Layout::new(&Quota::per_second(16_384).unwrap()).unwrap_err();
+        assert!(matches!(
+            err,
+            QuotaError::Unsupported {
+                algorithm: "SlidingWindowCounter",
+                capacity: 16_384,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("SlidingWindowCounter"), "{err}");
+    }
+
+    #[test]
+    fn documented_per_period_limits_hold() {
+        // REQUIREMENT quotes these; for per-period quotas the window is the period, so
+        // the bound is monotone and every n up to it fits.
+        for (make, limit) in [
+            (
+                Quota::per_second as fn(u32) -> Result<Quota, QuotaError>,
+                16_383,
+            ),
+            (Quota::per_minute, 131_071),
+            (Quota::per_hour, 1_048_575),
+        ] {
+            for n in 1..=limit {
+                assert!(Layout::new(&make(n).unwrap()).is_ok(), "{n}");
+            }
+            assert!(Layout::new(&make(limit + 1).unwrap()).is_err());
+        }
+    }
+
+    #[test]
+    fn every_accepted_quota_packs_its_largest_fields_without_overlap() {
+        for interval in [4, 5, 1000, 1 << 20, MS, 1 << 40, u64::MAX] {
+            let bound = Quota::max_capacity(Duration::from_nanos(interval));
+            for limit in [1, 2, 3, bound / 2, bound / 2 + 1, bound - 1, bound] {
+                if limit == 0 || limit > bound {
+                    continue;
+                }
+                let quota = Quota::new(limit, Duration::from_nanos(interval)).unwrap();
+                let Ok(l) = Layout::new(&quota) else { continue };
+                let last = u64::MAX / interval / l.limit;
+                let word = l.pack(last, l.limit, l.limit);
+                assert_eq!(l.unpack(word), (last, l.limit, l.limit), "{quota:?}");
+                assert_eq!(l.at(word, u64::MAX).index, last);
+            }
+        }
+    }
+
+    #[test]
+    fn readings_at_the_end_of_the_clock_are_exact() {
+        let l = four_per_400ms();
+        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 4);
+        assert!(d.is_allowed());
+        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        // Window index of u64::MAX, then q = 1 of the next window.
+        let window = 400 * u128::from(MS);
+        let next = (u128::from(u64::MAX) / window + 1) * window + 100 * u128::from(MS);
+        let wait = (next - u128::from(u64::MAX)) as u64;
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(wait)));
+    }
+}
