@@ -17,12 +17,24 @@ use std::num::NonZeroU32;
 use std::process::Command;
 use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
-use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{
+    FixedWindow, Gcra, ManualClock, Quota, RateLimiter, SlidingLog, SlidingWindowCounter,
+    TokenBucket,
+};
 
 const KEYS: usize = 1_000_000;
 const STREAM_KEYS: u64 = 10_000_000;
 const STREAM_STEP: Duration = Duration::from_micros(10);
-const LIMITERS: [&str; 4] = ["turnstile", "mutex-per-key", "global-lock", "governor"];
+const LIMITERS: [&str; 8] = [
+    "turnstile",
+    "mutex-per-key",
+    "global-lock",
+    "governor",
+    "gcra",
+    "fixed-window",
+    "sliding-window",
+    "sliding-log",
+];
 const KEY_TYPES: [&str; 2] = ["u64", "ipv4-string"];
 
 /// Resident set size of this process in bytes (Linux `VmRSS`).
@@ -52,10 +64,25 @@ fn measure<K, L>(keys: &[K], make: impl FnOnce() -> L, check: impl Fn(&L, &K)) -
     (info.bytes_current, rss_after.saturating_sub(rss_before))
 }
 
+/// One request per key through any of turnstile's limiters.
+fn admit<K: Hash + Eq + Clone, L: RateLimiter<K>>(limiter: &L, key: &K) {
+    let _ = limiter.acquire(key, 1);
+}
+
 fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K]) -> (i64, u64) {
     let (capacity, every) = Mix::Allowed.quota(Pattern::Uniform);
     let quota = Quota::new(capacity, every).expect("valid quota");
+    // The other algorithms under a quota each of them holds (see `with_algorithm`).
+    let small = Quota::new(500, Duration::from_micros(2)).expect("valid quota");
     match limiter {
+        "gcra" => measure(keys, || Gcra::<K>::new(small).expect("fits"), admit),
+        "fixed-window" => measure(keys, || FixedWindow::<K>::new(small), admit),
+        "sliding-window" => measure(
+            keys,
+            || SlidingWindowCounter::<K>::new(small).expect("fits"),
+            admit,
+        ),
+        "sliding-log" => measure(keys, || SlidingLog::<K>::new(small), admit),
         "turnstile" => measure(
             keys,
             || TokenBucket::<K>::new(quota),

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, prepopulate,
-    thread_counts, with_contender,
+    ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, prepopulate,
+    thread_counts, with_algorithm, with_contender,
 };
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
 use std::hint::black_box;
@@ -144,6 +144,22 @@ fn main() {
             }
             group.finish();
         }
+    }
+    // turnstile's algorithms against each other, on the uniform pattern.
+    let keys: Vec<Vec<u64>> = (0..max_threads).map(|t| Pattern::Uniform.keys(t)).collect();
+    for mix in [Mix::Allowed, Mix::Denied] {
+        let mut group = criterion.benchmark_group(format!("algorithms-{}", mix.name()));
+        for name in ALGORITHMS {
+            let bench = Bench {
+                group: &mut group,
+                name,
+                pattern: Pattern::Uniform,
+                mix,
+                keys: &keys,
+            };
+            with_algorithm(name, mix, bench);
+        }
+        group.finish();
     }
     criterion.final_summary();
 }

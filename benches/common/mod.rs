@@ -13,31 +13,23 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
-use turnstile::{Clock, QuantaClock, Quota, RateLimiter, RecentClock, TokenBucket};
+use turnstile::{
+    Clock, FixedWindow, Gcra, QuantaClock, Quota, RateLimiter, RecentClock, SlidingLog,
+    SlidingWindowCounter, TokenBucket,
+};
 
 /// Anything that answers "may `key` pass now?".
 pub trait Contender: Send + Sync {
     fn check(&self, key: u64) -> bool;
 }
 
-impl<C: Clock> Contender for TokenBucket<u64, C> {
-    #[inline]
-    fn check(&self, key: u64) -> bool {
-        self.try_acquire(&key)
-    }
-}
+/// One of turnstile's limiters, through the trait every one of them implements.
+pub struct Ours<L>(pub L);
 
-impl Contender for MutexPerKey<u64> {
+impl<L: RateLimiter<u64> + Send + Sync> Contender for Ours<L> {
     #[inline]
     fn check(&self, key: u64) -> bool {
-        self.try_acquire(&key)
-    }
-}
-
-impl Contender for GlobalLock<u64> {
-    #[inline]
-    fn check(&self, key: u64) -> bool {
-        self.try_acquire(&key)
+        self.0.try_acquire(&key)
     }
 }
 
@@ -150,26 +142,34 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
     let quota = Quota::new(capacity, every).expect("benchmark quotas are valid");
     match name {
         "turnstile" => visitor.visit(|| {
-            TokenBucket::<u64>::builder(quota)
-                .expected_keys(expected_keys)
-                .build()
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .build(),
+            )
         }),
         "turnstile-recent" => visitor.visit(|| {
             let clock = RecentClock::new(Duration::from_millis(1)).expect("upkeep thread");
-            TokenBucket::<u64>::builder(quota)
-                .clock(clock)
-                .expected_keys(expected_keys)
-                .build()
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .clock(clock)
+                    .expected_keys(expected_keys)
+                    .build(),
+            )
         }),
         "mutex-per-key" => visitor.visit(|| {
-            MutexPerKey::<u64>::builder(quota)
-                .expected_keys(expected_keys)
-                .build()
+            Ours(
+                MutexPerKey::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .build(),
+            )
         }),
         "global-lock" => visitor.visit(|| {
-            GlobalLock::<u64>::builder(quota)
-                .expected_keys(expected_keys)
-                .build()
+            Ours(
+                GlobalLock::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .build(),
+            )
         }),
         "governor" => visitor.visit(|| {
             let quota = governor::Quota::with_period(every)
@@ -190,6 +190,65 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 .collect(),
         }),
         other => panic!("unknown contender {other}"),
+    }
+}
+
+/// turnstile's algorithms, side by side on the uniform pattern.
+pub const ALGORITHMS: [&str; 5] = [
+    "token-bucket",
+    "gcra",
+    "fixed-window",
+    "sliding-window",
+    "sliding-log",
+];
+
+/// Calls `visitor` with a maker for the algorithm called `name`. Allowed: 500 per
+/// millisecond per key (one token every 2 µs), which every algorithm holds — the
+/// sliding window counter holds about √(window in ns) per window, and the sliding log
+/// keeps a timestamp per admission still in the window — and which no key of the
+/// uniform pattern exhausts. Denied: one an hour, taken during setup.
+pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
+    let quota = match mix {
+        Mix::Allowed => Quota::new(500, Duration::from_micros(2)),
+        Mix::Denied => Quota::new(1, Duration::from_secs(3600)),
+    }
+    .expect("benchmark quotas are valid");
+    let keys = Pattern::Uniform.key_space();
+    match name {
+        "token-bucket" => visitor.visit(|| {
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(keys)
+                    .build(),
+            )
+        }),
+        "gcra" => visitor.visit(|| {
+            Ours(
+                Gcra::<u64>::builder(quota)
+                    .expected_keys(keys)
+                    .build()
+                    .expect("fits"),
+            )
+        }),
+        "fixed-window" => visitor.visit(|| {
+            Ours(
+                FixedWindow::<u64>::builder(quota)
+                    .expected_keys(keys)
+                    .build(),
+            )
+        }),
+        "sliding-window" => visitor.visit(|| {
+            let builder = SlidingWindowCounter::<u64>::builder(quota).expected_keys(keys);
+            Ours(builder.build().expect("fits"))
+        }),
+        "sliding-log" => visitor.visit(|| {
+            Ours(
+                SlidingLog::<u64>::builder(quota)
+                    .expected_keys(keys)
+                    .build(),
+            )
+        }),
+        other => panic!("unknown algorithm {other}"),
     }
 }
 

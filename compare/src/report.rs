@@ -24,6 +24,14 @@ const CONTENDERS: [&str; 7] = [
     "floor-stack",
     "floor-cas",
 ];
+/// turnstile's algorithms, compared with one another (uniform pattern, 500 per ms).
+const ALGORITHMS: [&str; 5] = [
+    "token-bucket",
+    "gcra",
+    "fixed-window",
+    "sliding-window",
+    "sliding-log",
+];
 /// Rivals: what turnstile is measured against (not ours, not floors).
 const RIVALS: [&str; 3] = ["mutex-per-key", "global-lock", "governor"];
 
@@ -46,40 +54,47 @@ fn millions(ops: f64) -> String {
     format!("{:.1} M/s", ops / 1e6)
 }
 
-/// One markdown table per scenario: contenders × thread counts, in millions of
-/// checks per second, with each contender's ratio to turnstile.
-fn throughput_tables(figures: &Figures) -> String {
+/// One markdown table for `scenario`: `contenders` × thread counts, in millions of
+/// checks per second, each with its ratio to `base`.
+fn throughput_table(figures: &Figures, scenario: &str, contenders: &[&str], base: &str) -> String {
     let threads = thread_counts(figures);
+    let mut out = format!("### {scenario}\n\n");
+    let header: Vec<String> = threads.iter().map(|t| format!("{t} thr")).collect();
+    let _ = writeln!(out, "| contender | {} |", header.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
+    for limiter in contenders {
+        let cells: Vec<String> = threads
+            .iter()
+            .map(|&n| {
+                match (
+                    ops(figures, scenario, limiter, n),
+                    ops(figures, scenario, base, n),
+                ) {
+                    (Some(v), Some(b)) if *limiter != base => {
+                        format!("{} ({:.2}×)", millions(v), v / b)
+                    }
+                    (Some(v), _) => millions(v),
+                    (None, _) => "–".to_string(),
+                }
+            })
+            .collect();
+        if cells.iter().any(|c| c != "–") {
+            let _ = writeln!(out, "| {limiter} | {} |", cells.join(" | "));
+        }
+    }
+    out
+}
+
+/// The comparison tables, each with turnstile's distance to the floor; then
+/// turnstile's algorithms against each other.
+fn throughput_tables(figures: &Figures) -> String {
     let mut out = String::new();
     for scenario in SCENARIOS {
         if !figures.throughput.iter().any(|t| t.scenario == scenario) {
             continue;
         }
-        let _ = writeln!(out, "### {scenario}\n");
-        let header: Vec<String> = threads.iter().map(|t| format!("{t} thr")).collect();
-        let _ = writeln!(out, "| contender | {} |", header.join(" | "));
-        let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
-        for limiter in CONTENDERS {
-            let cells: Vec<String> = threads
-                .iter()
-                .map(|&n| {
-                    match (
-                        ops(figures, scenario, limiter, n),
-                        ops(figures, scenario, "turnstile", n),
-                    ) {
-                        (Some(v), Some(base)) if limiter != "turnstile" => {
-                            format!("{} ({:.2}×)", millions(v), v / base)
-                        }
-                        (Some(v), _) => millions(v),
-                        (None, _) => "–".to_string(),
-                    }
-                })
-                .collect();
-            if cells.iter().any(|c| c != "–") {
-                let _ = writeln!(out, "| {limiter} | {} |", cells.join(" | "));
-            }
-        }
-        let floor: Vec<String> = threads
+        out += &throughput_table(figures, scenario, &CONTENDERS, "turnstile");
+        let floor: Vec<String> = thread_counts(figures)
             .iter()
             .map(|&n| {
                 match (
@@ -96,6 +111,12 @@ fn throughput_tables(figures: &Figures) -> String {
             "| *turnstile time ÷ floor-stack time* | {} |\n",
             floor.join(" | ")
         );
+    }
+    for scenario in ["algorithms-allowed", "algorithms-denied"] {
+        if figures.throughput.iter().any(|t| t.scenario == scenario) {
+            out += &throughput_table(figures, scenario, &ALGORITHMS, "token-bucket");
+            out.push('\n');
+        }
     }
     out
 }
@@ -331,7 +352,10 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ![throughput vs threads](throughput.svg)\n\n\
          ## Targets\n\n{}\n\
          ## Where we lose\n\n{}\n{}\n\
-         ## Throughput\n\n{}\
+         ## Throughput\n\n\
+         The last two tables put turnstile's algorithms side by side on the uniform pattern \
+         under a quota every one of them holds (500 per millisecond per key; one an hour \
+         for the denied mix), ratios to the token bucket.\n\n{}\
          ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \

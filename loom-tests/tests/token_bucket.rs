@@ -202,8 +202,7 @@ fn refill_by_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> De
     let current = word.load(Ordering::Relaxed);
     let (refilled, _) = acquire(layout, current, now, 0);
     word.store(refilled, Ordering::Relaxed);
-    acquire_word(layout, word, now, cost)
-        .expect("no sweeper in this model")
+    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
 }
 
 #[test]
@@ -307,8 +306,7 @@ impl Limiter for GetThenInsert {
             self.words.lock().unwrap().insert(KEY, fresh.clone());
             fresh
         });
-        acquire_word(&self.layout, &word, 0, cost)
-            .expect("no sweeper in this model")
+        acquire_word(&self.layout, &word, 0, cost).expect("no sweeper in this model")
     }
 }
 
@@ -476,6 +474,5 @@ fn mutant_7_refund_by_plain_store_is_rejected() {
 
 /// The correct CAS protocol, for mutants that break something else.
 fn acquire_cas(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
-    acquire_word(layout, word, now, cost)
-        .expect("no sweeper in this model")
+    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
 }
