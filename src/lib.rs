@@ -77,6 +77,7 @@ mod limiter;
 #[cfg(turnstile_loom)]
 #[doc(hidden)]
 pub mod loom_hooks;
+pub mod per_key;
 mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -98,11 +99,11 @@ pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
 pub use evict::{KeyStats, Overflow};
-pub use fixed_window::FixedWindow;
+pub use fixed_window::{FixedWindow, PerKeyFixedWindow};
 pub use gcra::Gcra;
 pub use keyed::KeyedLimiter;
 pub use limiter::{KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};
-pub use sliding_log::SlidingLog;
+pub use sliding_log::{PerKeySlidingLog, SlidingLog};
 pub use sliding_window::SlidingWindowCounter;
-pub use token_bucket::TokenBucket;
+pub use token_bucket::{PerKeyTokenBucket, TokenBucket};

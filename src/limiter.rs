@@ -37,7 +37,7 @@ pub trait RateLimiter<K> {
     fn peek<Q>(&self, key: &Q) -> u32
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq;
+        Q: ?Sized + KeyRef<K>;
 
     /// Gives back `cost` tokens taken from `key` by an allowed request that did not go
     /// ahead (a later check of the same request refused it), capped at the capacity.
@@ -45,7 +45,7 @@ pub trait RateLimiter<K> {
     fn refund<Q>(&self, key: &Q, cost: u32)
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq;
+        Q: ?Sized + KeyRef<K>;
 }
 
 /// A borrowed form of a key `K` that can make an owned `K` — `str` for `String`,

@@ -73,3 +73,13 @@ pub mod gcra {
     pub use super::word;
     pub use crate::gcra::state::{Layout, acquire, available};
 }
+
+/// Mutant of carrying keys over to a new configuration: the entry is replaced without
+/// freezing its state first, so a take on the old state can be lost.
+pub fn carry_over_without_freezing<A, K, C, S, M>(limiter: &mut KeyedLimiter<A, K, C, S, M>)
+where
+    A: Algorithm,
+    M: crate::per_key::Mode<A, K>,
+{
+    limiter.carry_without_freezing = true;
+}

@@ -111,6 +111,15 @@ impl<W: WordAlgorithm> Algorithm for W {
         });
     }
 
+    fn freeze(&self, word: &AtomicU64, now: u64) -> Option<u32> {
+        // Release on success: as when the sweeper retires; the value frozen is the one
+        // the CAS replaced, so no request's change can slip in after it.
+        update(word, |current| {
+            (RETIRED, WordAlgorithm::available(self, current, now))
+        })
+        .ok()
+    }
+
     fn retire_if_forgettable(&self, word: &AtomicU64, at: u64) -> Retirement {
         // Relaxed: the value is only compared; the CAS below decides.
         let current = word.load(Ordering::Relaxed);

@@ -77,7 +77,7 @@ where
     fn peek<Q>(&self, key: &Q) -> u32
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
         lock(&self.words)
@@ -90,7 +90,7 @@ where
     fn refund<Q>(&self, key: &Q, cost: u32)
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
         if let Some(word) = lock(&self.words).get_mut(key) {

@@ -62,7 +62,7 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let fresh = || Mutex::new(self.layout.full());
+        let fresh = |_: &K| Mutex::new(self.layout.full());
         self.words.get_or_insert(key, fresh, |word| {
             let mut word = lock(word);
             let (new, decision) = state::acquire(&self.layout, *word, now, cost);
@@ -74,7 +74,7 @@ where
     fn peek<Q>(&self, key: &Q) -> u32
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
         self.words
@@ -85,7 +85,7 @@ where
     fn refund<Q>(&self, key: &Q, cost: u32)
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
         self.words.get(key, |word| {

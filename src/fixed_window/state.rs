@@ -290,3 +290,9 @@ mod tests {
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(wait)));
     }
 }
+
+impl crate::per_key::AnyQuota for Layout {
+    fn for_quota(quota: &Quota) -> Self {
+        Layout::new(quota)
+    }
+}

@@ -5,6 +5,7 @@ pub(crate) mod state;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
+use crate::per_key::Shared;
 use crate::{Quota, QuotaError};
 use state::Layout;
 use std::hash::{BuildHasher, Hash};
@@ -97,6 +98,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<Gcra<K>, C, S> {
     /// As [`Gcra::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
     pub fn build(self) -> Result<Gcra<K, C, S>, QuotaError> {
-        self.assemble(Layout::new)
+        self.assemble(Shared, Layout::new)
     }
 }

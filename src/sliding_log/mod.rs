@@ -7,6 +7,7 @@ use crate::Quota;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::{Algorithm, KeyedLimiter, Retired, Retirement};
+use crate::per_key::{PerKey, Shared};
 use log::{Log, Rules};
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hash};
@@ -64,6 +65,13 @@ use std::sync::{Mutex, MutexGuard};
 /// ```
 pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Rules, K, C, S>;
 
+/// A [`SlidingLog`] in which each key has its own quota, from a resolver asked once when
+/// the key's state is created, and whose quotas can be changed while it runs: built by
+/// [`Builder::build_per_key`] or [`Builder::build_reconfigurable`]; see
+/// [`crate::per_key`].
+pub type PerKeySlidingLog<K, C = QuantaClock, S = DefaultHasher> =
+    KeyedLimiter<Rules, K, C, S, PerKey<Rules, K>>;
+
 impl<K: Hash + Eq> SlidingLog<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
@@ -81,7 +89,7 @@ impl<K: Hash + Eq, C: Clock> SlidingLog<K, C> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingLog<K>, C, S> {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> SlidingLog<K, C, S> {
-        match self.assemble(|quota| Ok::<_, Infallible>(Rules::new(quota))) {
+        match self.assemble(Shared, |quota| Ok::<_, Infallible>(Rules::new(quota))) {
             Ok(limiter) => limiter,
             Err(never) => match never {},
         }
@@ -128,6 +136,15 @@ impl Algorithm for Rules {
         }
     }
 
+    fn freeze(&self, log: &Mutex<Log>, now: u64) -> Option<u32> {
+        let mut log = lock(log);
+        if log.retired {
+            return None;
+        }
+        log.retired = true;
+        Some(log.available(self, now))
+    }
+
     fn retire_if_forgettable(&self, log: &Mutex<Log>, at: u64) -> Retirement {
         let mut log = lock(log);
         if log.retired {
@@ -138,5 +155,11 @@ impl Algorithm for Rules {
         } else {
             Retirement::Kept
         }
+    }
+}
+
+impl crate::per_key::AnyQuota for Rules {
+    fn for_quota(quota: &Quota) -> Self {
+        Rules::new(quota)
     }
 }

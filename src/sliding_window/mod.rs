@@ -5,6 +5,7 @@ pub(crate) mod state;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
+use crate::per_key::Shared;
 use crate::{Quota, QuotaError};
 use state::Layout;
 use std::hash::{BuildHasher, Hash};
@@ -97,6 +98,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingWindowCounter<K>, C,
     /// As [`SlidingWindowCounter::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
     pub fn build(self) -> Result<SlidingWindowCounter<K, C, S>, QuotaError> {
-        self.assemble(Layout::new)
+        self.assemble(Shared, Layout::new)
     }
 }

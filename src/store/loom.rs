@@ -36,7 +36,12 @@ where
         value.map(|v| f(&v))
     }
 
-    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    fn get_or_insert<Q, R>(
+        &self,
+        key: &Q,
+        value: impl FnOnce(&K) -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> R
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
@@ -45,10 +50,11 @@ where
             let mut map = self.map.lock().unwrap();
             match map.get(key) {
                 Some(v) => v.clone(),
-                None => map
-                    .entry(key.to_key())
-                    .or_insert_with(|| Arc::new(value()))
-                    .clone(),
+                None => {
+                    let key = key.to_key();
+                    let value = Arc::new(value(&key));
+                    map.entry(key).or_insert(value).clone()
+                }
             }
         };
         f(&stored)
@@ -69,6 +75,21 @@ where
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
         self.map.lock().unwrap().retain(|_, v| keep(v));
+    }
+
+    fn replace<Q>(&self, key: &Q, mut replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let mut map = self.map.lock().unwrap();
+        match replace(map.get(key).map(|v| &**v)) {
+            Some(value) => {
+                map.insert(key.to_key(), Arc::new(value));
+                true
+            }
+            None => false,
+        }
     }
 
     fn len(&self) -> usize {

@@ -37,6 +37,9 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 ///   received it runs — even if its entry is removed meanwhile — so a thread that
 ///   found a value may still use it; protocols that forget keys must account for
 ///   that (see `keyed.rs`).
+/// - **replace**: `replace(key, f)` swaps the key's value for `f`'s in one atomic step:
+///   no insert, remove or other replace of that key happens between `f` seeing the
+///   current value and the new one being stored.
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
 ///   pass (possibly more than once for one entry) and removes the entries it rejects;
 ///   entries inserted or removed during the pass may or may not be seen.
@@ -51,8 +54,14 @@ pub(crate) trait Store<K, V, S> {
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq;
 
-    /// Calls `f` with the value of `key`, storing `value` first if the key is absent.
-    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    /// Calls `f` with the value of `key`, storing `value(owned key)` first if the key
+    /// is absent.
+    fn get_or_insert<Q, R>(
+        &self,
+        key: &Q,
+        value: impl FnOnce(&K) -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> R
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
@@ -65,6 +74,14 @@ pub(crate) trait Store<K, V, S> {
 
     /// Removes every entry whose value `keep` rejects.
     fn retain(&self, keep: impl FnMut(&V) -> bool);
+
+    /// Stores `replace(current)` as `key`'s value when it is `Some`, as one atomic
+    /// step against every other write to the key's entry (`replace` may run more than
+    /// once); whether a value was stored.
+    fn replace<Q>(&self, key: &Q, replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>;
 
     /// Number of keys stored.
     fn len(&self) -> usize;

@@ -2,7 +2,7 @@
 
 use super::Store;
 use crate::KeyRef;
-use papaya::{HashMap, ResizeMode};
+use papaya::{Compute, HashMap, Operation, ResizeMode};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
@@ -35,7 +35,12 @@ where
     }
 
     #[inline]
-    fn get_or_insert<Q, R>(&self, key: &Q, value: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
+    fn get_or_insert<Q, R>(
+        &self,
+        key: &Q,
+        value: impl FnOnce(&K) -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> R
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
@@ -47,7 +52,11 @@ where
             // 0.2.5 only the plain insert path helps an incremental resize along.
             // Inserting through the closure path leaves a resize unfinished, and
             // lookups then search two tables (measured: ~95 ns instead of ~7 ns).
-            None => map.get_or_insert(key.to_key(), value()),
+            None => {
+                let key = key.to_key();
+                let value = value(&key);
+                map.get_or_insert(key, value)
+            }
         };
         // One call site, so `f` (the CAS loop) inlines here.
         f(stored)
@@ -64,6 +73,21 @@ where
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
         // papaya first completes any resize in progress, then makes one pass.
         self.map.pin().retain(|_, v| keep(v));
+    }
+
+    fn replace<Q>(&self, key: &Q, mut replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let compute = |entry: Option<(&K, &V)>| match replace(entry.map(|(_, v)| v)) {
+            Some(value) => Operation::Insert(value),
+            None => Operation::Abort(()),
+        };
+        matches!(
+            self.map.pin().compute(key.to_key(), compute),
+            Compute::Inserted(..) | Compute::Updated { .. }
+        )
     }
 
     fn len(&self) -> usize {

@@ -380,3 +380,9 @@ mod tests {
         assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 }
+
+impl crate::per_key::AnyQuota for Layout {
+    fn for_quota(quota: &Quota) -> Self {
+        Layout::new(quota)
+    }
+}
