@@ -48,6 +48,14 @@
 //!   [`Gcra`] refuse at construction the few they cannot. Nothing panics or
 //!   truncates later.
 //!
+//! # Memory, per-key quotas, reconfiguration
+//! Keys whose state carries no information are forgotten on their own, exactly
+//! ([`evict`]): memory follows the active keys, with an optional hard cap for hostile
+//! key churn. Built with `build_per_key`, each key gets its own quota from a resolver
+//! asked once; built with `build_reconfigurable`, quotas change while the limiter runs
+//! ([`per_key`]). A request whose first check passed but whose later check refused
+//! gives its tokens back with [`RateLimiter::refund`].
+//!
 //! # Distributed limits
 //! With the cargo feature `redis`, the module `turnstile::redis` keeps the state in Redis
 //! instead, so limits hold across many servers: the same token bucket semantics, one
@@ -57,10 +65,10 @@
 //! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
 //! a deliberately broken variant that the checker must reject. Keys live in a
 //! `papaya::HashMap`, which is not loom-aware; the limiters use it only through a
-//! small internal store contract (get; get-or-insert, exactly once; values stable
-//! while in use). Under `--cfg turnstile_loom` a loom-aware store implements that
-//! contract, so loom checks turnstile's own protocols against the contract, and
-//! papaya's guarantees cover the map itself.
+//! small internal store contract (get; get-or-insert, exactly once; remove-if;
+//! replace; values stable while in use). Under `--cfg turnstile_loom` a loom-aware
+//! store implements that contract, so loom checks turnstile's own protocols against
+//! it, and papaya's guarantees cover the map itself.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
