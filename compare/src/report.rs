@@ -219,6 +219,41 @@ fn losses(figures: &Figures) -> Vec<String> {
         }
     }
     lost.sort();
+    // Per-call latency: a rival's p99 or p99.9 below turnstile's in the same setting.
+    for l in &figures.latency {
+        if !RIVALS.contains(&l.limiter.as_str()) {
+            continue;
+        }
+        let ours = figures
+            .latency
+            .iter()
+            .find(|o| o.limiter == "turnstile" && o.pattern == l.pattern && o.threads == l.threads);
+        if let Some(ours) = ours {
+            for (name, theirs, mine) in [("p99", l.p99, ours.p99), ("p99.9", l.p999, ours.p999)] {
+                if theirs < mine {
+                    lost.push(format!(
+                        "latency {name}, {} pattern, {} threads: {} {theirs} ns vs turnstile {mine} ns",
+                        l.pattern, l.threads, l.limiter
+                    ));
+                }
+            }
+        }
+    }
+    // Memory per key against governor, key type by key type.
+    for m in figures.memory.iter().filter(|m| m.limiter == "governor") {
+        let ours = figures
+            .memory
+            .iter()
+            .find(|o| o.limiter == "turnstile" && o.key_type == m.key_type);
+        if let Some(ours) = ours
+            && ours.heap_per_key > m.heap_per_key
+        {
+            lost.push(format!(
+                "memory, {} keys: turnstile {:.1} heap bytes per key vs governor {:.1}",
+                m.key_type, ours.heap_per_key, m.heap_per_key
+            ));
+        }
+    }
     lost
 }
 
@@ -321,10 +356,10 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
 
     let lost = losses(figures);
     let where_we_lose = if lost.is_empty() {
-        "No rival out-ran turnstile in any scenario of this run.".to_string()
+        "No rival beat turnstile on any figure of this run.".to_string()
     } else {
         format!(
-            "In this run a rival out-ran turnstile (default clock) in {} of the measured points:\n\n{}\n",
+            "In this run a rival beat turnstile (default clock) on {} figures:\n\n{}\n",
             lost.len(),
             lost.iter()
                 .map(|l| format!("- {l}"))
