@@ -217,7 +217,8 @@ where
     /// at its cap and nothing could be forgotten.
     #[cold]
     fn admit_new_key(&self, now: u64, cost: u32) -> Option<Decision> {
-        if self.states.len() < self.sweeper.max_keys {
+        // No cap, no need to count the keys (a sum over per-core counters).
+        if self.sweeper.max_keys == usize::MAX || self.states.len() < self.sweeper.max_keys {
             return None;
         }
         if self.sweeper.cap_sweep_allowed(now) {

@@ -20,7 +20,11 @@ where
         let map = HashMap::builder()
             .hasher(hasher)
             .capacity(expected_keys)
-            .resize_mode(ResizeMode::Incremental(64))
+            // Each insertion during a resize copies this many slots. papaya's default,
+            // 64, put the p99 of an insertion into a growing map at ~12 µs here (2M
+            // distinct keys, 2-core EPYC VM); 8 brings it to ~3 µs at the same
+            // throughput (blocking: 0.7 µs, but one 0.4 s pause at 2M keys).
+            .resize_mode(ResizeMode::Incremental(8))
             .build();
         Self { map }
     }
