@@ -37,11 +37,23 @@ pub(crate) fn policy_field(policy: &Policy<Parts>) -> Option<HeaderValue> {
 }
 
 /// `RateLimit` for the most restrictive check: `"name";r=remaining;t=seconds`.
+///
+/// Made per response, so written without `format!`: core::fmt cost about 1,300
+/// instructions here (callgrind), more than the policy's checks themselves.
 pub(crate) fn limit_field(policy: &Policy<Parts>, binding: Binding) -> Option<HeaderValue> {
     let (name, limit) = policy.check_info(binding.check)?;
     let r = binding.decision.remaining();
     let t = reset_seconds(binding.decision, limit);
-    HeaderValue::try_from(format!("\"{name}\";r={r};t={t}")).ok()
+    let (mut r_digits, mut t_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (r, t) = (r_digits.format(r), t_digits.format(t));
+    // Exactly the length, so turning the String into the value's bytes does not
+    // reallocate to shrink it.
+    let mut field = String::with_capacity(name.len() + r.len() + t.len() + 8);
+    for part in ["\"", name, "\";r=", r, ";t=", t] {
+        field.push_str(part);
+    }
+    // Names are checked when the policy is built, so the value is always valid.
+    HeaderValue::try_from(field).ok()
 }
 
 /// The `t` parameter: whole seconds, rounded up, until the key gains more quota — an
