@@ -13,6 +13,11 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// `into_make_service_with_connect_info::<SocketAddr>()`, use
 /// `PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0)`.
 ///
+/// A request without that extension has no key, and its check's
+/// [`MissingKey`](crate::policy::MissingKey) treatment applies — with the default,
+/// every request is refused with 400, which shows a server that does not record peer
+/// addresses at once rather than silently sharing one key.
+///
 /// IPv4 addresses mapped into IPv6 (a dual-stack listener's `::ffff:a.b.c.d`) count as
 /// the IPv4 address. Behind a reverse proxy every request has the proxy's address:
 /// take the client's from a header the proxy sets, with a closure, and only from a

@@ -4,25 +4,22 @@
 //! ```
 //! use std::sync::Arc;
 //! use turnstile::policy::{Check, Limit, Policy};
-//! use turnstile::{Quota, TokenBucket};
+//! use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
 //!
 //! struct Request { user: String, ip: u32 }
 //!
+//! let clock = ManualClock::new(); // a service uses the default clock
 //! let transfers = Quota::per_minute(10)?;
 //! let per_ip = Quota::per_minute(300)?;
+//! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone()));
 //! let policy: Policy<Request> = Policy::builder()
 //!     .check(Check::new(
 //!         "transfer",
-//!         Arc::new(TokenBucket::<String>::new(transfers)),
+//!         Arc::new(TokenBucket::<String, _>::with_clock(transfers, clock.clone())),
 //!         Limit::steady(transfers),
 //!         |r: &Request| Some(r.user.clone()),
 //!     ))
-//!     .check(Check::new(
-//!         "per-ip",
-//!         Arc::new(TokenBucket::<u32>::new(per_ip)),
-//!         Limit::steady(per_ip),
-//!         |r: &Request| Some(r.ip),
-//!     ))
+//!     .check(Check::new("per-ip", ips.clone(), Limit::steady(per_ip), |r: &Request| Some(r.ip)))
 //!     .build()?;
 //!
 //! let request = Request { user: "alice".into(), ip: 7 };
@@ -32,6 +29,7 @@
 //! // The 11th transfer is denied, and the per-IP token it took is given back.
 //! let verdict = policy.acquire(&request);
 //! assert!(verdict.retry_after().is_some());
+//! assert_eq!(ips.peek(&7), 290);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
