@@ -37,9 +37,10 @@
 //! # Policies and HTTP
 //! [`policy`] combines several limits on one request — per-endpoint per user, per IP —
 //! all or nothing, giving back what earlier checks took when a later one refuses.
-//! With the cargo feature `wait`, [`wait`] sleeps until a request can pass instead of
-//! refusing it; with `tower`, [`http`] is a tower layer that answers 429 with
-//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` header fields.
+//! With the cargo feature `wait`, `turnstile::wait` sleeps until a request can pass
+//! instead of refusing it; with `tower`, `turnstile::http` is a tower layer that
+//! answers 429 with `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
+//! header fields.
 //!
 //! # Verification
 //! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with

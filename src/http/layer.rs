@@ -125,8 +125,9 @@ impl RateLimitLayerBuilder {
 
     /// Delay mode: a denied request waits, as [`Policy::until_ready`] does, if it can
     /// pass within `wait`, and is refused at once otherwise (like nginx's `burst` with
-    /// `delay`). Waiting requests hold their connections; bound how many with a
-    /// concurrency limit in front if that matters.
+    /// `delay`); a `max_keys` overflow waits for its hint the same way. Waiting
+    /// requests hold their connections; bound how many with a concurrency limit in
+    /// front if that matters.
     pub fn delay(mut self, wait: Wait) -> Self {
         self.delay = Some(wait);
         self

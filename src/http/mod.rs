@@ -87,8 +87,8 @@
 //! quota differs per key would need its own per-key `q`.
 //!
 //! # Delay mode
-//! With [`RateLimitLayerBuilder::delay`], a denied request whose wait fits the
-//! maximum is held, re-asked after its exact `retry_after` (plus optional jitter,
+//! With [`RateLimitLayerBuilder::delay`], a denied request (or a `max_keys`
+//! overflow, on its hint) whose wait fits the maximum is held, re-asked after its exact `retry_after` (plus optional jitter,
 //! which only adds), and forwarded once its policy allows it; one whose wait does not
 //! fit is refused at once, without sleeping — like nginx's `burst` with `delay`. It
 //! sleeps on tokio's timer, so it needs a tokio runtime with time enabled. See

@@ -36,7 +36,7 @@
 //! # Semantics
 //! - **All or nothing.** Every check is asked, in order, and takes its cost when it
 //!   allows. If any check refuses, every cost taken for this request is given back
-//!   ([`RateLimiter::refund`](crate::RateLimiter::refund), capped at capacity), so a
+//!   ([`RateLimiter::refund`], capped at capacity), so a
 //!   refused request leaves every key as it found it — the same end state as checking
 //!   all first and taking only when all allow, which is what the property tests
 //!   compare against.
