@@ -61,6 +61,14 @@
 //! instead, so limits hold across many servers: the same token bucket semantics, one
 //! atomic Lua script per check, with a failure policy for when Redis is unreachable.
 //!
+//! # Policies and HTTP
+//! [`policy`] combines several limits on one request — per-endpoint per user, per IP —
+//! all or nothing, giving back what earlier checks took when a later one refuses.
+//! With the cargo feature `wait`, `turnstile::wait` sleeps until a request can pass
+//! instead of refusing it; with `tower`, `turnstile::http` is a tower layer that
+//! answers 429 with `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
+//! header fields.
+//!
 //! # Verification
 //! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
 //! a deliberately broken variant that the checker must reject. Keys live in a
@@ -80,12 +88,16 @@ mod decision;
 pub mod evict;
 mod fixed_window;
 mod gcra;
+#[cfg(all(feature = "tower", not(turnstile_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod http;
 mod keyed;
 mod limiter;
 #[cfg(turnstile_loom)]
 #[doc(hidden)]
 pub mod loom_hooks;
 pub mod per_key;
+pub mod policy;
 mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -95,6 +107,9 @@ mod sliding_window;
 mod store;
 mod sync;
 mod token_bucket;
+#[cfg(all(feature = "wait", not(turnstile_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "wait")))]
+pub mod wait;
 mod window;
 mod word;
 

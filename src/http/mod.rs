@@ -1,0 +1,118 @@
+//! A tower layer that rate-limits HTTP requests by per-route [`Policy`]s, answers
+//! `429 Too Many Requests` with `Retry-After`, and reports the limits in the IETF
+//! `RateLimit-Policy` and `RateLimit` header fields. Feature `tower`.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::net::{IpAddr, SocketAddr};
+//! use std::sync::Arc;
+//! use turnstile::http::{HeaderKey, PeerIp, RateLimitLayer};
+//! use turnstile::policy::{Check, Limit, Policy};
+//! use turnstile::{Quota, TokenBucket};
+//! # use axum::{Router, extract::ConnectInfo, routing::get};
+//!
+//! let per_user = Quota::per_minute(100)?;
+//! let per_ip = Quota::per_minute(300)?;
+//! let users = Arc::new(TokenBucket::<String>::new(per_user));
+//! let ips = Arc::new(TokenBucket::<IpAddr>::new(per_ip));
+//! let policy = Policy::builder()
+//!     .check(Check::new("per-user", users, Limit::steady(per_user),
+//!         HeaderKey::new(http::HeaderName::from_static("x-api-key"))))
+//!     .check(Check::new("per-ip", ips, Limit::steady(per_ip),
+//!         PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0)))
+//!     .build()?;
+//! let layer = RateLimitLayer::builder(policy).build()?;
+//!
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it answers
+//! Each request is matched to a route (path prefixes on whole segments, or predicates
+//! over the request head, in the order given; else the fallback) and asked of that
+//! route's policy, all or nothing (see [`crate::policy`]).
+//!
+//! | outcome | status | `Retry-After` |
+//! |---|---|---|
+//! | allowed | the inner service's | — |
+//! | denied | 429 Too Many Requests | the exact wait in whole seconds, rounded up, ≥ 1 |
+//! | overflow (a limiter's `max_keys` cap is full) | 503 Service Unavailable | the hint, rounded up, ≥ 1 |
+//! | cost exceeds what the key's quota can ever hold | 429 (configurable), no `Retry-After`: waiting does not help | — |
+//! | no usable key, under [`MissingKey::Reject`](crate::policy::MissingKey) | 400 Bad Request (configurable) | — |
+//!
+//! - **`Retry-After` is rounded up, never down**: a client that waits exactly that long
+//!   gets through (if nothing else takes from its keys meanwhile), so a wait of
+//!   1.000000001 s is `Retry-After: 2`, and exactly 1 s is `1`. It is never 0.
+//! - Overflow is the server short of room to track clients, not the client over its
+//!   quota, hence 503 — the draft's "temporary reduced capacity" — with its hint.
+//! - Refusals carry an RFC 9457 problem-details body (`application/problem+json`)
+//!   with the draft's problem types (`quota-exceeded`, `temporary-reduced-capacity`)
+//!   and `violated-policies`: the checks that refused.
+//! - Requests without a usable key: each check decides ([`MissingKey`]: reject,
+//!   skip the check, or share one fallback key). A header key is usable when present
+//!   once, non-empty, at most 256 bytes (configurable) and visible ASCII; anything
+//!   else — absent, repeated, empty, huge, non-UTF-8 or control bytes — counts as
+//!   missing. Bad input never panics and never yields a 500.
+//!
+//! [`MissingKey`]: crate::policy::MissingKey
+//!
+//! # The RateLimit header fields
+//! Every response of a route with a policy — allowed or refused — carries, following
+//! [draft-ietf-httpapi-ratelimit-headers-10] (September 2025; both fields are
+//! structured-field Lists, appended to any the inner service set):
+//!
+//! - `RateLimit-Policy: "per-user";q=100;w=60, "per-ip";q=300;w=60` — one item per
+//!   check: `q` is the quota's capacity, `w` the window (capacity × refill interval)
+//!   in whole seconds, rounded up (see [`Limit::window_secs`]).
+//! - `RateLimit: "per-user";r=42;t=1` — one item, for the most restrictive check
+//!   ([`Verdict::binding`]; the draft lets a server report only the limit closest to
+//!   exhaustion): `r` is what its key has left, `t` the seconds until the key gains
+//!   more quota — draft 10's "number of seconds until additional quota … is made
+//!   available".
+//!
+//! **How `t` is computed** — it is an upper bound, rounded up, so never an
+//! under-report: a limiter does not say when a key's next unit arrives, only what it
+//! decided. For a token bucket, a key short of tokens gains one at the next point of
+//! its refill grid, within one refill interval; a denial's exact `retry_after` also
+//! bounds it. So `t` = the refill interval for an allowed request, the smaller of
+//! `retry_after` and the refill interval for a denial (exact for a cost-1 denial),
+//! each rounded up to whole seconds; for window limiters ([`Limit::windowed`]) the
+//! window replaces the refill interval. A denial's `Retry-After` is never earlier than
+//! its `t`, as the draft asks. (The editors' copy after draft 10 renames `t` the
+//! "effective window"; for a token bucket both readings point at the next token.)
+//!
+//! Headers report the quota each check advertises ([`Limit`]); a limiter whose
+//! quota differs per key would need its own per-key `q`.
+//!
+//! # Delay mode
+//! With [`RateLimitLayerBuilder::delay`], a denied request (or a `max_keys`
+//! overflow, on its hint) whose wait fits the maximum is held, re-asked after its exact `retry_after` (plus optional jitter,
+//! which only adds), and forwarded once its policy allows it; one whose wait does not
+//! fit is refused at once, without sleeping — like nginx's `burst` with `delay`. It
+//! sleeps on tokio's timer, so it needs a tokio runtime with time enabled. See
+//! [`crate::wait`] for the exact waiting semantics.
+//!
+//! # Cost
+//! The checks themselves allocate nothing; the layer makes its `RateLimit` value and,
+//! for refusals, the body per response (the HTTP stack allocates per request anyway).
+//! `results/http.md` measures the whole layer under a load generator.
+//!
+//! [draft-ietf-httpapi-ratelimit-headers-10]:
+//!     https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/
+//! [`Policy`]: crate::policy::Policy
+//! [`Limit`]: crate::policy::Limit
+//! [`Limit::windowed`]: crate::policy::Limit::windowed
+//! [`Limit::window_secs`]: crate::policy::Limit::window_secs
+//! [`Verdict::binding`]: crate::policy::Verdict::binding
+
+mod fields;
+mod key;
+mod layer;
+mod refusal;
+mod service;
+
+pub use key::{HeaderKey, PeerIp};
+pub use layer::{ConfigError, RATELIMIT, RATELIMIT_POLICY, RateLimitLayer, RateLimitLayerBuilder};
+pub use service::{RateLimit, ResponseFuture};

@@ -1,0 +1,182 @@
+//! The service the layer wraps around an HTTP service, and its response future.
+
+use super::layer::{RateLimitFields, Shared};
+use super::refusal::{self, Refusal};
+use crate::policy::Verdict;
+use crate::wait::{Attempt, Wait, keep_trying};
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use tokio::time::Instant;
+use tower::Service;
+
+/// An HTTP service behind per-route rate limits: made by
+/// [`RateLimitLayer`](super::RateLimitLayer), whose documentation says what it
+/// answers.
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+}
+
+impl<S: Clone> Clone for RateLimit<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<String> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The head alone is what policies read: it does not depend on the body type.
+        let (parts, body) = request.into_parts();
+        let index = self.shared.route_of(&parts);
+        let route = self.shared.route(index);
+        let verdict = route.policy.acquire(&parts);
+        let state = match (Refusal::of(verdict.outcome()), self.shared.delay) {
+            (None, _) => State::Forwarded {
+                future: self.inner.call(Request::from_parts(parts, body)),
+                fields: Some(route.fields(&verdict)),
+            },
+            (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => State::Delayed {
+                future: Box::pin(delayed(
+                    Arc::clone(&self.shared),
+                    index,
+                    Request::from_parts(parts, body),
+                    // A clone, made ready again after the wait: readiness is not held
+                    // while sleeping.
+                    self.inner.clone(),
+                    verdict,
+                    wait,
+                )),
+            },
+            (Some(refusal), _) => State::Refused {
+                response: Some(refuse(&self.shared, index, refusal, &verdict)),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// The refusal response for `verdict` on route `index`, with its RateLimit fields.
+fn refuse<B: From<String>>(
+    shared: &Shared,
+    index: usize,
+    refusal: Refusal,
+    verdict: &Verdict,
+) -> Response<B> {
+    let route = shared.route(index);
+    let mut response = refusal::response(refusal, verdict, &route.policy, shared.statuses);
+    route.fields(verdict).add_to(response.headers_mut());
+    response
+}
+
+/// Delay mode: waits while the policy's answer is a wait that fits `wait`, then
+/// forwards the request, or refuses it.
+async fn delayed<S, ReqBody, ResBody>(
+    shared: Arc<Shared>,
+    index: usize,
+    request: Request<ReqBody>,
+    mut inner: S,
+    first: Verdict,
+    wait: Wait,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<String>,
+{
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let route = shared.route(index);
+    let again = || Attempt::of_verdict(route.policy.acquire(&parts));
+    let (Ok(verdict) | Err(verdict)) =
+        keep_trying(&wait, started, Attempt::of_verdict(first), again).await;
+    match Refusal::of(verdict.outcome()) {
+        Some(refusal) => Ok(refuse(&shared, index, refusal, &verdict)),
+        None => {
+            poll_fn(|cx| inner.poll_ready(cx)).await?;
+            let mut response = inner.call(Request::from_parts(parts, body)).await?;
+            route.fields(&verdict).add_to(response.headers_mut());
+            Ok(response)
+        }
+    }
+}
+
+type Delayed<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+
+pin_project! {
+    /// The response future of [`RateLimit`]: the inner service's response with the
+    /// RateLimit fields added, a refusal, or (in delay mode) either after a wait.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B, E> {
+        Forwarded {
+            #[pin]
+            future: F,
+            fields: Option<RateLimitFields>,
+        },
+        Refused {
+            response: Option<Response<B>>,
+        },
+        Delayed {
+            future: Delayed<B, E>,
+        },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Forwarded { future, fields } => {
+                let mut response = ready!(future.poll(cx))?;
+                if let Some(fields) = fields.take() {
+                    fields.add_to(response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            // Polled again after completion (a caller's bug), it stays pending rather
+            // than panic.
+            StateProj::Refused { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => Poll::Pending,
+            },
+            StateProj::Delayed { future } => future.as_mut().poll(cx),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! One check of a policy: a limiter, where to find its key in a request, what a request
+//! costs, and what to do when a request has no key.
+
+use super::key::KeyExtractor;
+use super::limit::Limit;
+use crate::{Decision, KeyRef, RateLimiter};
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// What a check does with a request in which its extractor finds no usable key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingKey<K> {
+    /// Refuse the request ([`Outcome::MissingKey`](super::Outcome::MissingKey)); the
+    /// HTTP layer answers with its configured status, 400 by default. The default.
+    Reject,
+    /// Let this check pass without taking anything: the request is limited by the
+    /// policy's other checks only (say, anonymous requests by their IP address alone).
+    Skip,
+    /// Count the request against this one key, shared by every request without a key
+    /// of its own. One busy keyless client then slows all the others down.
+    Shared(K),
+}
+
+/// One limit a request must pass: `limiter`, asked for `cost` under the key that
+/// `extractor` finds in the request.
+///
+/// A check is built with [`Check::new`], adjusted with [`cost`](Check::cost) and
+/// [`on_missing_key`](Check::on_missing_key), and added to a policy with
+/// [`PolicyBuilder::check`](super::PolicyBuilder::check). The limiter is shared
+/// (`Arc`): one per-IP limiter can sit in the policies of many routes.
+pub struct Check<L, K, E> {
+    pub(super) name: String,
+    limiter: Arc<L>,
+    pub(super) limit: Limit,
+    extractor: E,
+    pub(super) cost: u32,
+    missing: MissingKey<K>,
+    _key: PhantomData<fn(K)>,
+}
+
+impl<L, K, E> Check<L, K, E>
+where
+    L: RateLimiter<K>,
+{
+    /// A check named `name` (the policy name in the RateLimit header fields: ASCII
+    /// letters, digits and `-_.:/`, at most 64 bytes — checked when the policy is
+    /// built), costing 1 per request, refusing requests without a key.
+    ///
+    /// `limit` says what the limiter's quota is, for the headers; give the quota the
+    /// limiter was built with (a policy refuses a check whose cost exceeds it).
+    pub fn new(name: impl Into<String>, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
+        Self {
+            name: name.into(),
+            limiter,
+            limit,
+            extractor,
+            cost: 1,
+            missing: MissingKey::Reject,
+            _key: PhantomData,
+        }
+    }
+
+    /// Each request takes `cost` from its key (default 1). Zero takes nothing: the
+    /// check then only reports, in the headers, what its key has left.
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// What to do with a request in which no usable key is found (default
+    /// [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, missing: MissingKey<K>) -> Self {
+        self.missing = missing;
+        self
+    }
+}
+
+/// What one check made of a request.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Taken {
+    /// The limiter's decision.
+    Decided(Decision),
+    /// No key, and the check lets such requests through untouched.
+    Skipped,
+    /// No key, and the check refuses such requests.
+    NoKey,
+}
+
+/// A check with its types erased, so that checks on different limiters and key types
+/// share one list.
+pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
+    /// The check's name, advertised limit and cost.
+    fn describe(&self) -> (&str, Limit, u32);
+
+    /// Takes this check's cost for `request`, then asks `rest` whether to keep it:
+    /// `rest` sees what was taken and answers whether the whole request goes ahead.
+    /// When it answers no, an allowed take is given back to the same key. Nesting the
+    /// rest of the policy inside this call is what keeps the extracted key, which may
+    /// borrow from the request, alive until the refund.
+    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool);
+}
+
+impl<R, L, K, E> Evaluate<R> for Check<L, K, E>
+where
+    R: ?Sized,
+    L: RateLimiter<K> + Send + Sync,
+    K: Borrow<E::Key> + Send + Sync,
+    E: KeyExtractor<R>,
+    E::Key: KeyRef<K>,
+{
+    fn describe(&self) -> (&str, Limit, u32) {
+        (&self.name, self.limit, self.cost)
+    }
+
+    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+        let found = self
+            .extractor
+            .with_key(request, |key| self.take_from(key, &mut *rest));
+        if found.is_some() {
+            return;
+        }
+        match &self.missing {
+            MissingKey::Reject => {
+                rest(Taken::NoKey);
+            }
+            MissingKey::Skip => {
+                rest(Taken::Skipped);
+            }
+            MissingKey::Shared(key) => self.take_from(key.borrow(), rest),
+        }
+    }
+}
+
+impl<L, K, E> Check<L, K, E>
+where
+    L: RateLimiter<K>,
+{
+    fn take_from<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let decision = self.limiter.acquire(key, self.cost);
+        let go_ahead = rest(Taken::Decided(decision));
+        if decision.is_allowed() && !go_ahead {
+            self.limiter.refund(key, self.cost);
+        }
+    }
+}

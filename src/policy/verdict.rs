@@ -1,0 +1,181 @@
+//! A policy's answer, and the tally that builds it as the checks report.
+
+use super::check::Taken;
+use crate::Decision;
+use std::time::Duration;
+
+/// What a policy decided for one request (see [`Policy`](super::Policy) for the
+/// semantics).
+#[must_use = "a verdict that is not checked limits nothing"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    outcome: Outcome,
+    binding: Option<Binding>,
+    refused: u64,
+}
+
+/// The outcome of a policy for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every check allowed the request; each took its cost.
+    Allowed,
+    /// At least one check denied the request; nothing was taken. Sent again
+    /// `retry_after` from now — the longest wait any check asked for — it passes
+    /// every check, if nothing else takes from its keys meanwhile.
+    Denied {
+        /// The longest exact wait among the checks that denied; never rounded down.
+        retry_after: Duration,
+    },
+    /// A check's limiter holds its `max_keys` keys and could not admit this request's
+    /// new key ([`Decision::Overflow`]); nothing was taken. `retry_after` is the
+    /// longest of that hint and any other check's exact wait.
+    Overflow {
+        /// When to try again: a hint, not the promise [`Outcome::Denied`] makes.
+        retry_after: Duration,
+    },
+    /// A check's cost exceeds what its limiter can ever hold for this key: no wait
+    /// helps. Nothing was taken; later checks were not asked.
+    ExceedsCapacity,
+    /// A check that rejects keyless requests found no usable key. Nothing was
+    /// taken; later checks were not asked.
+    MissingKey,
+}
+
+/// The check whose state the response headers report: for an allowed request, the
+/// one with the fewest units left; for a denied one, the one with the longest wait;
+/// for a request that can never pass, the check that said so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The check's position in its policy.
+    pub check: usize,
+    /// What that check's limiter decided. For an allowed request its `remaining` is
+    /// what the key has left after this request.
+    pub decision: Decision,
+}
+
+impl Verdict {
+    /// The outcome.
+    #[inline]
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Whether every check allowed the request.
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+
+    /// When to try again, for [`Outcome::Denied`] (exact) and [`Outcome::Overflow`]
+    /// (a hint); `None` otherwise.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.outcome {
+            Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
+                Some(retry_after)
+            }
+            Outcome::Allowed | Outcome::ExceedsCapacity | Outcome::MissingKey => None,
+        }
+    }
+
+    /// The most restrictive check, whose state the headers report; `None` when no
+    /// check decided anything (an empty policy, every check skipped, a missing key).
+    #[inline]
+    pub fn binding(&self) -> Option<Binding> {
+        self.binding
+    }
+
+    /// Units left under the most restrictive check (see [`Verdict::binding`]).
+    #[inline]
+    pub fn remaining(&self) -> Option<u32> {
+        self.binding.map(|b| b.decision.remaining())
+    }
+
+    /// The positions of the checks that refused the request, in policy order.
+    pub fn refused(&self) -> impl Iterator<Item = usize> + use<> {
+        let refused = self.refused;
+        (0..u64::BITS as usize).filter(move |&i| refused & (1 << i) != 0)
+    }
+}
+
+/// The checks' reports so far, in policy order.
+#[derive(Default)]
+pub(super) struct Tally {
+    /// The allowed check with the fewest units left.
+    tightest: Option<Binding>,
+    /// The denied or overflowing check with the longest wait, and that wait.
+    longest_wait: Option<(Binding, Duration)>,
+    overflow: bool,
+    /// A check that ended the evaluation: the request can never pass.
+    never: Option<(Outcome, Option<Binding>)>,
+    refused: u64,
+}
+
+impl Tally {
+    /// Records what check `check` made of the request; returns whether to go on
+    /// asking the later checks (not once the request can never pass).
+    pub(super) fn record(&mut self, check: usize, taken: Taken) -> bool {
+        let binding = |decision| Binding { check, decision };
+        match taken {
+            Taken::Skipped => true,
+            Taken::NoKey => {
+                self.refuse(check);
+                self.never = Some((Outcome::MissingKey, None));
+                false
+            }
+            Taken::Decided(decision) => match decision {
+                Decision::Allowed { remaining } => {
+                    if self
+                        .tightest
+                        .is_none_or(|b| remaining < b.decision.remaining())
+                    {
+                        self.tightest = Some(binding(decision));
+                    }
+                    true
+                }
+                Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
+                    self.refuse(check);
+                    self.overflow |= matches!(decision, Decision::Overflow { .. });
+                    if self.longest_wait.is_none_or(|(_, w)| retry_after > w) {
+                        self.longest_wait = Some((binding(decision), retry_after));
+                    }
+                    true
+                }
+                Decision::ExceedsCapacity { .. } => {
+                    self.refuse(check);
+                    self.never = Some((Outcome::ExceedsCapacity, Some(binding(decision))));
+                    false
+                }
+            },
+        }
+    }
+
+    fn refuse(&mut self, check: usize) {
+        self.refused |= 1 << check;
+    }
+
+    /// Whether every check so far let the request through.
+    pub(super) fn all_passed(&self) -> bool {
+        self.refused == 0
+    }
+
+    pub(super) fn verdict(self) -> Verdict {
+        let (outcome, binding) = if let Some(never) = self.never {
+            never
+        } else if let Some((binding, retry_after)) = self.longest_wait {
+            let outcome = if self.overflow {
+                Outcome::Overflow { retry_after }
+            } else {
+                Outcome::Denied { retry_after }
+            };
+            (outcome, Some(binding))
+        } else {
+            (Outcome::Allowed, self.tightest)
+        };
+        Verdict {
+            outcome,
+            binding,
+            refused: self.refused,
+        }
+    }
+}
