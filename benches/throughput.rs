@@ -6,64 +6,10 @@ mod common;
 
 use common::{
     ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, prepopulate,
-    thread_counts, with_algorithm, with_contender,
+    run, thread_counts, with_algorithm, with_contender,
 };
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
-use std::hint::black_box;
-use std::sync::Barrier;
-use std::thread;
-use std::time::{Duration, Instant};
-
-/// Runs `iters` checks on each of `threads` threads released together by a barrier;
-/// returns the wall time from the first thread's start to the last one's end.
-fn run<T: Contender>(
-    contender: &T,
-    pattern: Pattern,
-    keys: &[Vec<u64>],
-    threads: usize,
-    iters: u64,
-) -> Duration {
-    let barrier = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    if pattern == Pattern::Churn {
-                        let base = Pattern::churn_base(t);
-                        for i in 0..iters {
-                            black_box(contender.check(base + i));
-                        }
-                    } else {
-                        let keys = &keys[t];
-                        let mask = keys.len() - 1;
-                        for i in 0..iters as usize {
-                            black_box(contender.check(keys[i & mask]));
-                        }
-                    }
-                    (start, Instant::now())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("benchmark thread"))
-            .collect()
-    });
-    let start = spans
-        .iter()
-        .map(|s| s.0)
-        .min()
-        .expect("at least one thread");
-    let end = spans
-        .iter()
-        .map(|s| s.1)
-        .max()
-        .expect("at least one thread");
-    end - start
-}
+use std::time::Duration;
 
 /// Benchmarks one contender in one group at every thread count.
 struct Bench<'a, 'g> {

@@ -8,10 +8,13 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use rayon::prelude::*;
+use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 use turnstile::baseline::{GlobalLock, MutexPerKey};
 use turnstile::{
     Clock, FixedWindow, Gcra, QuantaClock, Quota, RateLimiter, RecentClock, SlidingLog,
@@ -322,6 +325,57 @@ pub fn prepopulate(contender: &dyn Contender, pattern: Pattern) {
         .for_each(|key| {
             contender.check(key);
         });
+}
+
+/// Runs `iters` checks on each of `threads` threads released together by a barrier;
+/// returns the wall time from the first thread's start to the last one's end.
+pub fn run<T: Contender + ?Sized>(
+    contender: &T,
+    pattern: Pattern,
+    keys: &[Vec<u64>],
+    threads: usize,
+    iters: u64,
+) -> Duration {
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    if pattern == Pattern::Churn {
+                        let base = Pattern::churn_base(t);
+                        for i in 0..iters {
+                            black_box(contender.check(base + i));
+                        }
+                    } else {
+                        let keys = &keys[t];
+                        let mask = keys.len() - 1;
+                        for i in 0..iters as usize {
+                            black_box(contender.check(keys[i & mask]));
+                        }
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread"))
+            .collect()
+    });
+    let start = spans
+        .iter()
+        .map(|s| s.0)
+        .min()
+        .expect("at least one thread");
+    let end = spans
+        .iter()
+        .map(|s| s.1)
+        .max()
+        .expect("at least one thread");
+    end - start
 }
 
 /// Thread counts to run: `TURNSTILE_BENCH_THREADS` (e.g. "1,2,4,8"), else 1, 2, 4, 8

@@ -36,9 +36,17 @@ const ALGORITHMS: [&str; 5] = [
 const RIVALS: [&str; 3] = ["mutex-per-key", "global-lock", "governor"];
 
 fn ops(figures: &Figures, scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
-    figures
-        .throughput
-        .iter()
+    find(&figures.throughput, scenario, limiter, threads)
+}
+
+/// The interleaved median (see benches/ratios.rs), where there is one; else criterion's.
+fn interleaved(figures: &Figures, scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
+    find(&figures.interleaved, scenario, limiter, threads)
+        .or_else(|| ops(figures, scenario, limiter, threads))
+}
+
+fn find(list: &[Throughput], scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
+    list.iter()
         .find(|t| t.scenario == scenario && t.limiter == limiter && t.threads == threads)
         .map(|t| t.ops_per_sec)
 }
@@ -133,8 +141,8 @@ fn targets(figures: &Figures) -> String {
         let _ = writeln!(out, "| {target} | {measured} | {verdict} |");
     };
     for scenario in ["hot-allowed", "uniform-allowed"] {
-        let ratio = ops(figures, scenario, "floor-stack", 1)
-            .zip(ops(figures, scenario, "turnstile", 1))
+        let ratio = interleaved(figures, scenario, "floor-stack", 1)
+            .zip(interleaved(figures, scenario, "turnstile", 1))
             .map(|(f, t)| f / t);
         row(
             format!("1 thread, {scenario}: turnstile within 1.2× the floor (clock + lookup + CAS)"),
@@ -145,8 +153,8 @@ fn targets(figures: &Figures) -> String {
     for threads in [2, 4] {
         for scenario in ["hot-allowed", "hot-denied"] {
             for rival in ["governor", "mutex-per-key"] {
-                let ratio = ops(figures, scenario, "turnstile", threads)
-                    .zip(ops(figures, scenario, rival, threads))
+                let ratio = interleaved(figures, scenario, "turnstile", threads)
+                    .zip(interleaved(figures, scenario, rival, threads))
                     .map(|(t, r)| t / r);
                 row(
                     format!("{threads} threads, {scenario}: turnstile ≥ 3× {rival}"),
@@ -156,8 +164,8 @@ fn targets(figures: &Figures) -> String {
             }
         }
         for scenario in ["uniform-allowed", "uniform-denied"] {
-            let ratio = ops(figures, scenario, "turnstile", threads)
-                .zip(ops(figures, scenario, "global-lock", threads))
+            let ratio = interleaved(figures, scenario, "turnstile", threads)
+                .zip(interleaved(figures, scenario, "global-lock", threads))
                 .map(|(t, r)| t / r);
             row(
                 format!("{threads} threads, {scenario}: turnstile ≥ 5× global-lock"),
@@ -168,8 +176,8 @@ fn targets(figures: &Figures) -> String {
     }
     for pattern in ["hot", "uniform", "zipf"] {
         for threads in thread_counts(figures) {
-            let denied = ops(figures, &format!("{pattern}-denied"), "turnstile", threads);
-            let allowed = ops(figures, &format!("{pattern}-allowed"), "turnstile", threads);
+            let denied = interleaved(figures, &format!("{pattern}-denied"), "turnstile", threads);
+            let allowed = interleaved(figures, &format!("{pattern}-allowed"), "turnstile", threads);
             let ratio = denied.zip(allowed).map(|(d, a)| d / a);
             row(
                 format!("{threads} threads, {pattern}: denial path at least as fast as allow path"),
@@ -197,24 +205,24 @@ fn targets(figures: &Figures) -> String {
 /// Every scenario and thread count where a rival out-ran turnstile.
 fn losses(figures: &Figures) -> Vec<String> {
     let mut lost = Vec::new();
-    for Throughput {
-        scenario,
-        limiter,
-        threads,
-        ops_per_sec,
-    } in &figures.throughput
-    {
-        if !RIVALS.contains(&limiter.as_str()) {
+    for t in &figures.throughput {
+        if !RIVALS.contains(&t.limiter.as_str()) {
             continue;
         }
-        if let Some(ours) = ops(figures, scenario, "turnstile", *threads)
-            && *ops_per_sec > ours
+        // Interleaved medians where there are some, as for the targets.
+        let theirs = interleaved(figures, &t.scenario, &t.limiter, t.threads);
+        let ours = interleaved(figures, &t.scenario, "turnstile", t.threads);
+        if let (Some(theirs), Some(ours)) = (theirs, ours)
+            && theirs > ours
         {
             lost.push(format!(
-                "{scenario}, {threads} threads: {limiter} {} vs turnstile {} ({:.2}×)",
-                millions(*ops_per_sec),
+                "{}, {} threads: {} {} vs turnstile {} ({:.2}×)",
+                t.scenario,
+                t.threads,
+                t.limiter,
+                millions(theirs),
                 millions(ours),
-                ops_per_sec / ours
+                theirs / ours
             ));
         }
     }
@@ -255,6 +263,58 @@ fn losses(figures: &Figures) -> Vec<String> {
         }
     }
     lost
+}
+
+/// The interleaved medians, one table per scenario, ratios to turnstile.
+fn interleaved_tables(figures: &Figures) -> String {
+    let mut out = String::new();
+    for scenario in [
+        "hot-allowed",
+        "hot-denied",
+        "uniform-allowed",
+        "uniform-denied",
+    ] {
+        let rows: Vec<&Throughput> = figures
+            .interleaved
+            .iter()
+            .filter(|t| t.scenario == scenario)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut threads: Vec<usize> = rows.iter().map(|t| t.threads).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let header: Vec<String> = threads.iter().map(|t| format!("{t} thr")).collect();
+        let _ = writeln!(
+            out,
+            "### {scenario} (interleaved)\n\n| contender | {} |",
+            header.join(" | ")
+        );
+        let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
+        for limiter in CONTENDERS {
+            let cells: Vec<String> = threads
+                .iter()
+                .map(|&n| {
+                    match (
+                        find(&figures.interleaved, scenario, limiter, n),
+                        find(&figures.interleaved, scenario, "turnstile", n),
+                    ) {
+                        (Some(v), Some(b)) if limiter != "turnstile" => {
+                            format!("{} ({:.2}×)", millions(v), v / b)
+                        }
+                        (Some(v), _) => millions(v),
+                        (None, _) => "–".to_string(),
+                    }
+                })
+                .collect();
+            if cells.iter().any(|c| c != "–") {
+                let _ = writeln!(out, "| {limiter} | {} |", cells.join(" | "));
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn latency_table(figures: &Figures) -> String {
@@ -385,7 +445,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          token an hour, taken before measuring. The machine is shared: compare ratios \
          within this run, not across runs.\n\n\
          ![throughput vs threads](throughput.svg)\n\n\
-         ## Targets\n\n{}\n\
+         ## Targets\n\n\
+         Judged on interleaved medians (`benches/ratios.rs`): every contender runs a short \
+         sample in turn, round after round, so all of them meet the same drift of this \
+         shared machine; the back-to-back criterion tables below can land in different \
+         weather, which is why their ratios swing more.\n\n{}\n{}\
          ## Where we lose\n\n{}\n{}\n\
          ## Throughput\n\n\
          The last two tables put turnstile's algorithms side by side on the uniform pattern \
@@ -403,6 +467,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
         machine.line(),
         if full { "full" } else { "quick" },
         targets(figures),
+        interleaved_tables(figures),
         where_we_lose,
         analysis,
         throughput_tables(figures),

@@ -45,12 +45,14 @@ pub struct ChurnMemory {
 
 pub struct Figures {
     pub throughput: Vec<Throughput>,
+    /// Interleaved medians (benches/ratios.rs): what the targets are judged on.
+    pub interleaved: Vec<Throughput>,
     pub latency: Vec<Latency>,
     pub memory: Vec<Memory>,
     pub churn_memory: Vec<ChurnMemory>,
 }
 
-const BENCHES: [&str; 3] = ["throughput", "latency", "memory"];
+const BENCHES: [&str; 4] = ["throughput", "ratios", "latency", "memory"];
 
 /// The workspace root: the parent of this crate.
 fn workspace_root() -> PathBuf {
@@ -142,6 +144,12 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
     }
     Ok(Figures {
         throughput: read_criterion(&criterion_home)?,
+        interleaved: read_csv(&scratch.join("ratios.csv"), |f| Throughput {
+            scenario: f[0].to_string(),
+            limiter: f[1].to_string(),
+            threads: f[2].parse().unwrap_or(0),
+            ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
+        })?,
         latency: read_csv(&scratch.join("latency.csv"), |f| Latency {
             limiter: f[0].to_string(),
             pattern: f[1].to_string(),
