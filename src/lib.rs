@@ -121,6 +121,8 @@ pub struct ReadmeDoctests;
 pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
+#[cfg(not(turnstile_loom))]
+pub use evict::BackgroundSweeper;
 pub use evict::{KeyStats, Overflow};
 pub use fixed_window::{FixedWindow, PerKeyFixedWindow};
 pub use gcra::Gcra;

@@ -387,3 +387,56 @@ fn forgetting_changes_no_decision_for_any_algorithm() {
         |l| l.evict_idle(),
     );
 }
+
+#[test]
+fn a_background_sweeper_forgets_keys_without_any_request_and_stops_when_dropped() {
+    let clock = ManualClock::new();
+    let limiter = std::sync::Arc::new(
+        TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
+            .clock(clock.clone())
+            .eviction_margin(Duration::ZERO)
+            .manual_eviction()
+            .build(),
+    );
+    for key in 0..100 {
+        assert!(limiter.try_acquire(&key));
+    }
+    clock.set(ms(10)); // every bucket full again: all forgettable
+    let sweeper = limiter.sweep_in_background(ms(1)).unwrap();
+    // Wait (bounded) for the thread to do its work; no assertion on how long it took.
+    for _ in 0..2_000 {
+        if limiter.is_empty() {
+            break;
+        }
+        thread::sleep(ms(1));
+    }
+    assert_eq!(limiter.stats().evicted, 100);
+    drop(sweeper); // joins the thread
+    for key in 0..10 {
+        assert!(limiter.try_acquire(&key));
+    }
+    clock.set(ms(20));
+    thread::sleep(ms(20));
+    assert_eq!(limiter.len(), 10, "a dropped sweeper sweeps no more");
+}
+
+#[test]
+fn a_background_sweeper_does_not_keep_its_limiter_alive() {
+    let limiter = std::sync::Arc::new(TokenBucket::<u32>::new(Quota::per_second(1).unwrap()));
+    let weak = std::sync::Arc::downgrade(&limiter);
+    let sweeper = limiter.sweep_in_background(ms(1)).unwrap();
+    thread::sleep(ms(5)); // let it sweep a few times
+    drop(limiter);
+    // A sweep in progress holds a strong reference for its duration only.
+    for _ in 0..1_000 {
+        if weak.upgrade().is_none() {
+            break;
+        }
+        thread::sleep(ms(1));
+    }
+    assert!(
+        weak.upgrade().is_none(),
+        "the limiter is freed while its sweeper runs"
+    );
+    drop(sweeper);
+}

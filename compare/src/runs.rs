@@ -43,6 +43,13 @@ pub struct ChurnMemory {
     pub end_heap: u64,
 }
 
+/// How long one sweep over many keys holds up the call that runs it.
+pub struct SweepPause {
+    pub keys: u64,
+    pub forgettable: String,
+    pub pause_ms: f64,
+}
+
 pub struct Figures {
     pub throughput: Vec<Throughput>,
     /// Interleaved medians (benches/ratios.rs): what the targets are judged on.
@@ -50,6 +57,7 @@ pub struct Figures {
     pub latency: Vec<Latency>,
     pub memory: Vec<Memory>,
     pub churn_memory: Vec<ChurnMemory>,
+    pub sweeps: Vec<SweepPause>,
 }
 
 const BENCHES: [&str; 4] = ["throughput", "ratios", "latency", "memory"];
@@ -173,6 +181,11 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             peak_keys: f[2].parse().unwrap_or(0),
             peak_heap: f[3].parse().unwrap_or(0),
             end_heap: f[4].parse().unwrap_or(0),
+        })?,
+        sweeps: read_csv(&scratch.join("sweep.csv"), |f| SweepPause {
+            keys: f[0].parse().unwrap_or(0),
+            forgettable: f[1].to_string(),
+            pause_ms: f[2].parse().unwrap_or(f64::NAN),
         })?,
     })
 }
