@@ -388,6 +388,8 @@ fn forgetting_changes_no_decision_for_any_algorithm() {
     );
 }
 
+// The background sweeper is a std thread: not part of loom builds.
+#[cfg(not(turnstile_loom))]
 #[test]
 fn a_background_sweeper_forgets_keys_without_any_request_and_stops_when_dropped() {
     let clock = ManualClock::new();
@@ -420,6 +422,7 @@ fn a_background_sweeper_forgets_keys_without_any_request_and_stops_when_dropped(
     assert_eq!(limiter.len(), 10, "a dropped sweeper sweeps no more");
 }
 
+#[cfg(not(turnstile_loom))]
 #[test]
 fn a_background_sweeper_does_not_keep_its_limiter_alive() {
     let limiter = std::sync::Arc::new(TokenBucket::<u32>::new(Quota::per_second(1).unwrap()));
