@@ -87,6 +87,30 @@ impl Contender for FloorCas {
     }
 }
 
+/// The floor's first part alone: one reading of the default clock.
+pub struct FloorClock(QuantaClock);
+
+impl Contender for FloorClock {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0.now() & 1 == key & 1
+    }
+}
+
+/// The floor's second part alone: a pinned lookup in a papaya map built like
+/// turnstile's (every key stored beforehand), and a load of the word found.
+pub struct FloorLookup(PapayaMap<u64, AtomicU64, foldhash::fast::RandomState>);
+
+impl Contender for FloorLookup {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0
+            .pin()
+            .get(&key)
+            .is_some_and(|word| word.load(Ordering::Relaxed) == 0)
+    }
+}
+
 /// Which contenders run, in table order.
 pub const LIMITERS: [&str; 5] = [
     "turnstile",
@@ -95,7 +119,7 @@ pub const LIMITERS: [&str; 5] = [
     "global-lock",
     "governor",
 ];
-pub const FLOORS: [&str; 2] = ["floor-stack", "floor-cas"];
+pub const FLOORS: [&str; 4] = ["floor-stack", "floor-cas", "floor-clock", "floor-lookup"];
 
 /// Nearly everything allowed, or nearly everything denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +210,17 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 .capacity(expected_keys)
                 .hasher(Default::default())
                 .build(),
+        }),
+        "floor-clock" => visitor.visit(|| FloorClock(QuantaClock::new())),
+        "floor-lookup" => visitor.visit(|| {
+            let words = PapayaMap::builder()
+                .capacity(expected_keys)
+                .hasher(Default::default())
+                .build();
+            for key in 0..expected_keys as u64 {
+                words.pin().insert(key, AtomicU64::new(0));
+            }
+            FloorLookup(words)
         }),
         "floor-cas" => visitor.visit(|| FloorCas {
             words: (0..expected_keys.max(1))
@@ -409,7 +444,12 @@ pub fn out_dir() -> PathBuf {
 }
 
 /// Whether a contender should run for this pattern and mix: churn only brings new
-/// (full) keys, so it has no denied mix; the CAS floor has no map, so no churn.
+/// (full) keys, so it has no denied mix; the CAS floor has no map, so no churn; the
+/// clock and lookup parts of the floor do not depend on the pattern or the mix, so
+/// they run once, beside the uniform allowed table.
 pub fn applies(name: &str, pattern: Pattern, mix: Mix) -> bool {
-    !(pattern == Pattern::Churn && (mix == Mix::Denied || name == "floor-cas"))
+    match name {
+        "floor-clock" | "floor-lookup" => pattern == Pattern::Uniform && mix == Mix::Allowed,
+        _ => !(pattern == Pattern::Churn && (mix == Mix::Denied || name == "floor-cas")),
+    }
 }

@@ -15,7 +15,7 @@ const SCENARIOS: [&str; 7] = [
     "zipf-denied",
     "churn-allowed",
 ];
-const CONTENDERS: [&str; 7] = [
+const CONTENDERS: [&str; 9] = [
     "turnstile",
     "turnstile-recent",
     "mutex-per-key",
@@ -23,6 +23,8 @@ const CONTENDERS: [&str; 7] = [
     "governor",
     "floor-stack",
     "floor-cas",
+    "floor-clock",
+    "floor-lookup",
 ];
 /// turnstile's algorithms, compared with one another (uniform pattern, 500 per ms).
 const ALGORITHMS: [&str; 5] = [
@@ -463,7 +465,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
          `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a pinned \
          papaya lookup + one CAS with no limiting logic; `floor-cas` is one CAS on a \
-         pre-resolved word. Allowed mix: a burst of ~537 million per key; denied mix: one \
+         pre-resolved word; `floor-clock` (one clock reading) and `floor-lookup` (one \
+         pinned lookup) are its other parts alone, measured once (uniform allowed). \
+         Allowed mix: a burst of ~537 million per key; denied mix: one \
          token an hour, taken before measuring. The machine is shared: compare ratios \
          within this run, not across runs.\n\n\
          ![throughput vs threads](throughput.svg)\n\n\

@@ -5,6 +5,7 @@
 //! and the property tests and loom models check it. One definition of the semantics.
 
 use crate::Decision;
+use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
 use crate::word::WordAlgorithm;
 use std::time::Duration;
@@ -205,16 +206,11 @@ pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
 
 /// Exact time from `now` until `missing` more tokens have arrived after grid index
 /// `index`: they arrive at grid points `index + 1 ..= index + missing`.
+#[inline]
 fn wait_for(layout: &Layout, index: u64, missing: u64, now: u64) -> Duration {
     let ready_at = (u128::from(index) + u128::from(missing)) * u128::from(layout.interval);
     // `index >= now / interval`, so `ready_at > now`: the wait is never zero.
-    let wait = ready_at - u128::from(now);
-    const NANOS_PER_SEC: u128 = 1_000_000_000;
-    match u64::try_from(wait / NANOS_PER_SEC) {
-        Ok(secs) => Duration::new(secs, (wait % NANOS_PER_SEC) as u32),
-        // Beyond Duration's range (over 5 * 10^11 years): the tokens never come.
-        Err(_) => Duration::MAX,
-    }
+    nanos_to_duration(ready_at - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
