@@ -87,7 +87,9 @@ impl<W: WordAlgorithm> Algorithm for W {
         AtomicU64::new(WordAlgorithm::fresh(self))
     }
 
-    #[inline]
+    // Always: left to itself the compiler keeps this a call, and its register saves
+    // and restores cost about 17 instructions per check (callgrind).
+    #[inline(always)]
     fn acquire(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<Decision, Retired> {
         acquire_word(self, word, now, cost)
     }

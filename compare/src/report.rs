@@ -402,6 +402,16 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     }
     write_file(&out.join("throughput.csv"), &csv)?;
 
+    let mut csv = head.clone() + "scenario,limiter,threads,interleaved_median_ops_per_sec\n";
+    for t in &figures.interleaved {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{:.0}",
+            t.scenario, t.limiter, t.threads, t.ops_per_sec
+        );
+    }
+    write_file(&out.join("ratios.csv"), &csv)?;
+
     let mut csv = head.clone() + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n";
     for l in &figures.latency {
         let _ = writeln!(
