@@ -40,7 +40,7 @@
 //! the whole map once — a pause proportional to the number of keys (see results/ for
 //! the measured cost), amortised to O(1) per insertion. `evict_idle()` sweeps on
 //! demand, and [`BackgroundSweeper`] on a thread of its own, so that no request pays for
-//! a sweep (measured: ~40 ns per key held, ~380 ns per key forgotten, on a 2-core EPYC
+//! a sweep (measured: ~50 ns per key held, ~500 ns per key forgotten, on a 2-core EPYC
 //! VM). At the `max_keys` cap, a sweep runs at most once per margin; if nothing can
 //! be forgotten, the [`Overflow`] policy decides. The cap is approximate: threads
 //! inserting at once may each pass the check, so the map can exceed `max_keys` by at
