@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use turnstile::redis::{FailurePolicy, RedisTokenBucket};
-use turnstile::{Quota, RateLimiter, TokenBucket};
+use turnstile::{Quota, TokenBucket};
 
 const TASKS: [u64; 3] = [1, 8, 64];
 /// Keys the checks cycle through, so that most are allowed and each writes.

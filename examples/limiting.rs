@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
-use turnstile::{Quota, RateLimiter, TokenBucket};
+use turnstile::{Quota, TokenBucket};
 
 fn main() -> Result<(), turnstile::QuotaError> {
     let limiter = TokenBucket::<String>::new(Quota::per_second(5)?);

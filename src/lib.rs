@@ -81,6 +81,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod algorithm;
 pub mod baseline;
 mod builder;
 mod clock;

@@ -1,22 +1,25 @@
 //! Internals that `loom-tests/` needs, exposed only under `--cfg turnstile_loom`: the
 //! pure step functions, so the model tests can build deliberately broken protocols
-//! (mutants) from the same semantics, and raw state words, so they can check them.
+//! (mutants) from the same semantics; raw state words, so they can check them; and the
+//! switches for the mutants that live inside turnstile's own protocols.
 
 use crate::Clock;
+use crate::algorithm::Algorithm;
 use crate::keyed::KeyedLimiter;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-pub use crate::keyed::{Algorithm, Retired};
-pub use crate::token_bucket::state::{Layout, acquire, available, refund};
-pub use crate::word::{RETIRED, WordAlgorithm, acquire_word};
+pub use crate::algorithm::Blocked;
+pub use crate::sync::mutants::{Mutant, with as with_mutant};
+pub use crate::token_bucket::state::{TokenBucketRules, acquire, available, refund};
+pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};
 
 /// The raw state word of `key` in `limiter` (None if the key has no state), with the
 /// limiter's word algorithm to decode it.
 pub fn word<W, K, C, S, Q>(limiter: &KeyedLimiter<W, K, C, S>, key: &Q) -> (Option<u64>, W)
 where
-    W: WordAlgorithm + Copy,
+    W: WordAlgorithm + Algorithm<K, State = AtomicU64> + Copy,
     K: Hash + Eq + Borrow<Q>,
     C: Clock,
     S: BuildHasher,
@@ -27,11 +30,11 @@ where
     (word, *limiter.algorithm())
 }
 
-/// The token bucket's raw word of `key`, with its layout.
+/// The token bucket's raw word of `key`, with its rules.
 pub fn token_bucket_word<K, C, S, Q>(
     limiter: &crate::TokenBucket<K, C, S>,
     key: &Q,
-) -> (Option<u64>, Layout)
+) -> (Option<u64>, TokenBucketRules)
 where
     K: Hash + Eq + Borrow<Q>,
     C: Clock,
@@ -45,41 +48,69 @@ where
 /// retiring their words, so a thread holding a word can still update it.
 pub fn sweep_without_retiring<W, K, C, S>(limiter: &KeyedLimiter<W, K, C, S>)
 where
-    W: WordAlgorithm,
+    W: WordAlgorithm + Algorithm<K, State = AtomicU64>,
     K: Hash + Eq,
     C: Clock,
     S: BuildHasher,
 {
+    let rules = limiter.algorithm();
     // Relaxed: this is the mutant; the model shows why it is wrong.
-    limiter.sweep_without_retiring(|algorithm, word, at| {
-        algorithm.forgettable(word.load(Ordering::Relaxed), at)
-    });
+    limiter.sweep_without_retiring(|word, at| rules.forgettable(word.load(Ordering::Relaxed), at));
 }
 
-/// The fixed window's step and layout.
+/// The fixed window's step and rules.
 pub mod fixed_window {
     pub use super::word;
-    pub use crate::fixed_window::state::{Layout, acquire, available};
+    pub use crate::fixed_window::state::{FixedWindowRules, acquire, available};
 }
 
-/// The sliding window counter's step and layout.
+/// The sliding window counter's step and rules.
 pub mod sliding_window {
     pub use super::word;
-    pub use crate::sliding_window::state::{At, Layout, acquire, available};
+    pub use crate::sliding_window::state::{At, SlidingWindowRules, acquire, available};
 }
 
-/// GCRA's step and parameters.
+/// GCRA's step and rules.
 pub mod gcra {
     pub use super::word;
-    pub use crate::gcra::state::{Layout, acquire, available};
+    pub use crate::gcra::state::{GcraRules, acquire, available};
 }
 
-/// Mutant of carrying keys over to a new configuration: the entry is replaced without
-/// freezing its state first, so a take on the old state can be lost.
-pub fn carry_over_without_freezing<A, K, C, S, M>(limiter: &mut KeyedLimiter<A, K, C, S, M>)
-where
-    A: Algorithm,
-    M: crate::per_key::Mode<A, K>,
-{
-    limiter.carry_without_freezing = true;
+/// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run
+/// the retire protocol on a bare word, without the store's own synchronization.
+pub struct Watermark(crate::evict::Sweeper);
+
+impl Watermark {
+    /// A watermark at 0, with no eviction margin.
+    pub fn new() -> Self {
+        let settings = crate::evict::Settings {
+            margin: std::time::Duration::ZERO,
+            ..Default::default()
+        };
+        Self(crate::evict::Sweeper::new(&settings, 0))
+    }
+
+    /// Starts a sweep at `now`: raises the watermark; returns the instant keys must be
+    /// forgettable at.
+    pub fn begin(&self, now: u64) -> u64 {
+        self.0.begin(now)
+    }
+
+    /// A request's reading `now`, raised to the watermark.
+    pub fn reading(&self, now: u64) -> u64 {
+        self.0.reading(now)
+    }
+}
+
+impl Default for Watermark {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The sweep's step on one word: retire it if it is forgettable as of `at`; whether
+/// it did.
+pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: u64) -> bool {
+    <W as Algorithm<()>>::retire_if_forgettable(rules, word, at)
+        == crate::algorithm::Retirement::Retired
 }

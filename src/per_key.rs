@@ -1,120 +1,128 @@
-//! Where a keyed limiter keeps each key's rules: one set shared by every key
-//! ([`Shared`], the default), or each key's own ([`PerKey`]) — resolved once, when the
-//! key's state is created, and carried over when the limiter is reconfigured.
+//! Per-key quotas: each key under its own quota, from a resolver asked when the key's
+//! state is created, and moved to a new quota when the limiter is reconfigured.
 //!
-//! # Carrying a key over to a new quota
-//! After [`reconfigure`](crate::KeyedLimiter::reconfigure), each existing key moves to
-//! its new quota at its next request (or refund, or peek). The key keeps what it had
-//! left at that moment, capped at what the new quota holds; the rest counts as used at
-//! that moment under the new quota. For a token bucket: its tokens, capped at the new
-//! capacity, refilling from then on at the new rate on the new grid. A key whose quota
-//! grows keeps its tokens (it does not jump to the new capacity); one whose quota
-//! shrinks keeps at most the new capacity.
+//! [`PerKey`] is an algorithm wrapper: a key's state is the configuration it was made
+//! under, its own rules and the inner algorithm's state, side by side in the map's
+//! entry, so a known key's request still takes one lookup and one compare-and-set.
 //!
-//! The move is exact under concurrency: the state is frozen by the same compare-and-set
-//! that retires a forgotten key (so no request can change it any more), and the key's
-//! entry is replaced by one with the carried-over state in one atomic step of the map.
-//! A request that meets the frozen state waits for that step; it is the only wait in
-//! turnstile, and it happens only to a key while it moves to a new quota, between two
-//! steps of the thread moving it (no user code runs in between). Requests to other
-//! keys, and to keys already moved, never wait. Model-checked: loom model 8.
+//! # Moving a key to a new quota
+//! [`reconfigure`](crate::KeyedLimiter::reconfigure) only publishes the new resolver.
+//! Each existing key moves at its next request (acquire, peek or refund), directly to
+//! the quota the resolver current then gives it:
+//!
+//! 1. **The same quota as before changes nothing**: the key keeps its state exactly,
+//!    so reconfiguring to the same quota changes no decision, for every algorithm,
+//!    under any clock readings.
+//! 2. **A key with its whole allowance** (one that carries no information, like a
+//!    new key) starts afresh under the new quota, exactly as if it had been
+//!    forgotten: so forgetting idle keys never changes a decision, reconfigured or
+//!    not.
+//! 3. **Otherwise the key keeps what it had left**, capped at what the new quota
+//!    holds; the rest counts as used under the new quota. Both are taken at the
+//!    request's reading raised to the key's own latest time (a token bucket's last
+//!    refill, a fixed window's start, a sliding log's newest admission): a reading
+//!    that lags behind the key's own history reads what that history left, never an
+//!    allowance invented by going back in time. For a token bucket: its tokens,
+//!    capped at the new capacity, refilling from then on at the new rate on the new
+//!    grid. For a sliding log, the kept-back requests are recorded at that reading,
+//!    so they leave the window no earlier than the originals would: across a move
+//!    the log may admit less than an exact log would, never more than its limit.
+//!
+//! # Exact under concurrency, and what runs when
+//! The resolver — user code — runs first, with nothing frozen: a resolver that
+//! panics, panics in the caller's request and leaves the key as it was; one that is
+//! slow delays only its own caller. Then, only if the rules differ, the key's state is
+//! frozen by a compare-and-set to a *moving* marker (distinct from the *retired*
+//! marker of forgetting, so a sweep always knows what it may remove), and the entry
+//! is replaced by its successor in one atomic step of the map. A request that meets
+//! the moving marker yields and looks again; it waits only between two steps of the
+//! moving thread, with no user code in between. Requests to other keys, and to keys
+//! already moved, never wait. Model-checked: loom models 8 and 9.
 
 use crate::Quota;
-use crate::builder::Builder;
-use crate::clock::Clock;
-use crate::keyed::{Algorithm, KeyedLimiter};
+use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering, RwLock};
-use std::convert::Infallible;
-use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-/// Where the rules for a key's requests come from.
-pub trait Mode<A: Algorithm, K>: Send + Sync {
-    /// What the map stores for a key.
-    type Entry: Send + Sync;
+/// A key's quota, as the limiter's resolver says.
+pub(crate) type Resolver<K> = Arc<dyn Fn(&K) -> Quota + Send + Sync>;
 
-    /// The entry of a key seen for the first time.
-    fn create(&self, shared: &A, key: &K) -> Self::Entry;
-
-    /// The entry's rules and state; `None` when the entry predates the current
-    /// configuration and must be carried over first.
-    fn current<'e>(&self, shared: &'e A, entry: &'e Self::Entry) -> Option<(&'e A, &'e A::State)>;
-
-    /// The entry's rules and state, whichever configuration it was made under.
-    fn any<'e>(shared: &'e A, entry: &'e Self::Entry) -> (&'e A, &'e A::State);
-
-    /// `key`'s entry under the current configuration, keeping `left` of its allowance
-    /// (at most what the new quota holds) and counting the rest as used at `now`.
-    fn renew(&self, shared: &A, key: &K, left: u32, now: u64) -> Self::Entry;
-
-    /// What a key with no state has at `now`; `key` makes the owned key, if needed.
-    fn fresh_allowance(&self, shared: &A, key: impl FnOnce() -> K, now: u64) -> u32;
-}
-
-/// Every key under the limiter's one quota: the map holds each key's bare state.
-#[derive(Debug, Default)]
-pub struct Shared;
-
-impl<A: Algorithm, K> Mode<A, K> for Shared {
-    type Entry = A::State;
-
-    #[inline]
-    fn create(&self, shared: &A, _key: &K) -> A::State {
-        shared.fresh()
-    }
-
-    #[inline]
-    fn current<'e>(&self, shared: &'e A, entry: &'e A::State) -> Option<(&'e A, &'e A::State)> {
-        Some((shared, entry))
-    }
-
-    #[inline]
-    fn any<'e>(shared: &'e A, entry: &'e A::State) -> (&'e A, &'e A::State) {
-        (shared, entry)
-    }
-
-    /// Never needed: a shared entry never predates its configuration.
-    fn renew(&self, shared: &A, _key: &K, _left: u32, _now: u64) -> A::State {
-        shared.fresh()
-    }
-
-    fn fresh_allowance(&self, shared: &A, _key: impl FnOnce() -> K, now: u64) -> u32 {
-        shared.available(&shared.fresh(), now).unwrap_or(0)
-    }
-}
-
-/// A key's quota, as the limiter's resolver currently says.
-type Resolver<K> = Arc<dyn Fn(&K) -> Quota + Send + Sync>;
-
-/// Each key under its own quota, from a resolver called once when the key's state is
-/// created (and again when the limiter is reconfigured): the map holds each key's
-/// rules beside its state, so a request still takes one lookup and one
-/// compare-and-set.
+/// Rules `A` for each key under its own quota, from a resolver called when the key's
+/// state is created, and again when the key moves after a reconfiguration.
 pub struct PerKey<A, K> {
     /// The resolver and the configuration it belongs to. Read when a key is created or
-    /// carried over, never on the path of a known key.
+    /// moved, never on the path of a known key.
     resolver: RwLock<(u64, Resolver<K>)>,
-    /// The current configuration; a key whose entry was made under another is carried
-    /// over at its next request.
+    /// The current configuration; a key whose entry was made under an older one is
+    /// moved at its next request.
     configuration: AtomicU64,
-    /// The algorithm's rules for a quota.
-    rules: fn(&Quota) -> A,
+    rules: PhantomData<fn() -> A>,
 }
 
-/// A key's entry under [`PerKey`]: the configuration it was made under, its rules and
-/// its state.
-pub struct Entry<A: Algorithm> {
-    configuration: u64,
+/// A key's state under [`PerKey`]: the configuration it was made under (or found to
+/// need no change under), its rules and the rules' state.
+pub struct Entry<A: Algorithm<()>> {
+    configuration: AtomicU64,
     rules: A,
     state: A::State,
 }
 
+impl<A: Reconfigurable> Entry<A> {
+    /// A new key's entry under `quota`.
+    fn fresh(configuration: u64, quota: &Quota) -> Self {
+        let rules = A::for_quota(quota);
+        Self {
+            configuration: AtomicU64::new(configuration),
+            state: rules.create(&()),
+            rules,
+        }
+    }
+
+    /// The successor, under `rules`, of a key whose state under `old` was frozen as
+    /// `frozen`, moved at `now` (see the module docs).
+    fn carried(configuration: u64, rules: A, old: &A, frozen: &A::Frozen, now: u64) -> Self {
+        let state = rules.create(&());
+        let at = now.max(old.moment(frozen));
+        #[cfg(turnstile_loom)]
+        let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtReading) {
+            true => now,
+            false => at,
+        };
+        let left = old.left(frozen, at);
+        if left < old.fresh_available(|| (), at) {
+            // A fresh state is never blocked, and taking at most its whole allowance
+            // is never refused.
+            let whole = rules.available(&state, at).unwrap_or(0);
+            let _ = rules.acquire(&state, at, whole - left.min(whole));
+        }
+        Self {
+            configuration: AtomicU64::new(configuration),
+            rules,
+            state,
+        }
+    }
+
+    /// The rules and state, if the entry is at the `current` configuration.
+    #[inline]
+    fn current(&self, current: u64) -> Result<(&A, &A::State), Blocked> {
+        // Relaxed: the number guards no other memory; the rules and state beside it
+        // were published with the entry by the map.
+        if self.configuration.load(Ordering::Relaxed) == current {
+            Ok((&self.rules, &self.state))
+        } else {
+            Err(Blocked::Outdated)
+        }
+    }
+}
+
 impl<A, K> PerKey<A, K> {
-    pub(crate) fn new(rules: fn(&Quota) -> A, resolve: Resolver<K>) -> Self {
+    pub(crate) fn new(resolve: Resolver<K>) -> Self {
         Self {
             resolver: RwLock::new((0, resolve)),
             configuration: AtomicU64::new(0),
-            rules,
+            rules: PhantomData,
         }
     }
 
@@ -126,13 +134,23 @@ impl<A, K> PerKey<A, K> {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let next = resolver.0 + 1;
         *resolver = (next, resolve);
-        // Release: a request that sees the new configuration and carries its key over
-        // then reads the new resolver (through the lock, which orders it anyway).
-        self.configuration.store(next, Ordering::Release);
+        // Relaxed: a request that sees the new number and moves its key reads the
+        // resolver under the lock, taken after this store's critical section (a load
+        // cannot read a store that happens after it), so it finds this resolver or a
+        // newer one; a request that still sees the old number takes effect before the
+        // reconfiguration.
+        self.configuration.store(next, Ordering::Relaxed);
+    }
+
+    /// The current configuration.
+    #[inline]
+    fn configuration(&self) -> u64 {
+        // Relaxed: see `reconfigure`.
+        self.configuration.load(Ordering::Relaxed)
     }
 
     /// The current resolver's quota for `key`, and the configuration it belongs to.
-    fn resolve(&self, key: &K) -> (u64, Quota) {
+    fn resolve_now(&self, key: &K) -> (u64, Quota) {
         let (configuration, resolve) = {
             let resolver = self
                 .resolver
@@ -140,116 +158,105 @@ impl<A, K> PerKey<A, K> {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             (resolver.0, Arc::clone(&resolver.1))
         };
-        // The user's resolver runs outside the lock.
+        // The user's resolver runs outside the lock, with nothing frozen.
         (configuration, resolve(key))
     }
 }
 
-impl<A: Algorithm, K: Send + Sync> Mode<A, K> for PerKey<A, K> {
-    type Entry = Entry<A>;
+impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
+    type State = Entry<A>;
+    /// The configuration the quota belongs to, and the quota.
+    type Resolved = (u64, Quota);
 
-    fn create(&self, _shared: &A, key: &K) -> Entry<A> {
-        let (configuration, quota) = self.resolve(key);
-        let rules = (self.rules)(&quota);
-        let state = rules.fresh();
-        Entry {
-            configuration,
-            rules,
-            state,
+    fn create(&self, key: &K) -> Entry<A> {
+        let (configuration, quota) = self.resolve_now(key);
+        Entry::fresh(configuration, &quota)
+    }
+
+    #[inline(always)]
+    fn acquire(&self, entry: &Entry<A>, now: u64, cost: u32) -> Result<Decision, Blocked> {
+        let (rules, state) = entry.current(self.configuration())?;
+        rules.acquire(state, now, cost)
+    }
+
+    fn available(&self, entry: &Entry<A>, now: u64) -> Result<u32, Blocked> {
+        let (rules, state) = entry.current(self.configuration())?;
+        rules.available(state, now)
+    }
+
+    fn refund(&self, entry: &Entry<A>, now: u64, cost: u32) -> Result<(), Blocked> {
+        let (rules, state) = entry.current(self.configuration())?;
+        rules.refund(state, now, cost)
+    }
+
+    fn fresh_available(&self, key: impl FnOnce() -> K, now: u64) -> u32 {
+        let (_, quota) = self.resolve_now(&key());
+        A::for_quota(&quota).fresh_available(|| (), now)
+    }
+
+    fn is_retired(&self, entry: &Entry<A>) -> bool {
+        #[cfg(turnstile_loom)]
+        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
+            && entry.current(self.configuration()).is_err()
+        {
+            return false; // "retired and outdated" read as "being moved"
         }
+        entry.rules.is_retired(&entry.state)
     }
 
-    #[inline]
-    fn current<'e>(&self, _shared: &'e A, entry: &'e Entry<A>) -> Option<(&'e A, &'e A::State)> {
-        // Acquire: pairs with `reconfigure`'s Release. An entry made under an older
-        // configuration is carried over; a request that still reads the old value is
-        // one that took effect before the reconfiguration.
-        let current = self.configuration.load(Ordering::Acquire);
-        (entry.configuration == current).then_some((&entry.rules, &entry.state))
-    }
-
-    #[inline]
-    fn any<'e>(_shared: &'e A, entry: &'e Entry<A>) -> (&'e A, &'e A::State) {
-        (&entry.rules, &entry.state)
-    }
-
-    fn renew(&self, shared: &A, key: &K, left: u32, now: u64) -> Entry<A> {
-        let entry = self.create(shared, key);
-        // A fresh state holds the whole new allowance; count all but what is kept as
-        // used now. Never refused: at most the fresh allowance is taken.
-        let full = entry.rules.available(&entry.state, now).unwrap_or(0);
-        let _ = entry
-            .rules
-            .acquire(&entry.state, now, full - left.min(full));
-        entry
-    }
-
-    fn fresh_allowance(&self, shared: &A, key: impl FnOnce() -> K, now: u64) -> u32 {
-        let entry = self.create(shared, &key());
-        entry.rules.available(&entry.state, now).unwrap_or(0)
-    }
-}
-
-/// An algorithm that holds every [`Quota`] (the token bucket, the fixed window and the
-/// sliding log), so any quota a resolver returns can be applied.
-pub trait AnyQuota: Algorithm {
-    /// The rules for `quota`.
-    fn for_quota(quota: &Quota) -> Self;
-}
-
-/// A quota for each key, from `quota_for`.
-fn resolver<K>(quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static) -> Resolver<K> {
-    Arc::new(quota_for)
-}
-
-impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
-where
-    A: AnyQuota,
-    K: Hash + Eq + Send + Sync,
-    C: Clock,
-    S: BuildHasher,
-{
-    /// Builds a limiter in which each key gets `quota_for(key)`, asked once when the
-    /// key's state is created (premium users more, say). The builder's quota is what
-    /// [`quota`](KeyedLimiter::quota) reports. A known key's request still takes one
-    /// lookup and one compare-and-set: its rules are stored beside its state.
-    pub fn build_per_key(
-        self,
-        quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static,
-    ) -> KeyedLimiter<A, K, C, S, PerKey<A, K>> {
-        let mode = PerKey::new(A::for_quota, resolver(quota_for));
-        match self.assemble(mode, |quota| Ok::<_, Infallible>(A::for_quota(quota))) {
-            Ok(limiter) => limiter,
-            Err(never) => match never {},
+    /// By the entry's own rules, whatever its configuration: a key with its whole
+    /// allowance would start afresh when moved, as it does when forgotten.
+    fn retire_if_forgettable(&self, entry: &Entry<A>, at: u64) -> Retirement {
+        let retirement = entry.rules.retire_if_forgettable(&entry.state, at);
+        #[cfg(turnstile_loom)]
+        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
+            && retirement == Retirement::AlreadyRetired
+            && entry.current(self.configuration()).is_err()
+        {
+            return Retirement::Moving; // "retired and outdated" read as "being moved"
         }
+        retirement
     }
 
-    /// Builds a limiter whose quota can be changed while it runs
-    /// ([`set_quota`](KeyedLimiter::set_quota), [`reconfigure`](KeyedLimiter::reconfigure)):
-    /// every key gets the builder's quota until then.
-    pub fn build_reconfigurable(self) -> KeyedLimiter<A, K, C, S, PerKey<A, K>> {
-        let quota = self.quota;
-        self.build_per_key(move |_| quota)
-    }
-}
-
-impl<A, K, C, S> KeyedLimiter<A, K, C, S, PerKey<A, K>>
-where
-    A: AnyQuota,
-    K: Hash + Eq + Send + Sync,
-    C: Clock,
-    S: BuildHasher,
-{
-    /// From now on each key gets `quota_for(key)`: new keys at once, existing keys at
-    /// their next request, keeping what they have left up to what the new quota holds
-    /// (see the [module docs](self)). No request waits for this call, which only
-    /// publishes the new resolver.
-    pub fn reconfigure(&self, quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static) {
-        self.mode().reconfigure(resolver(quota_for));
+    fn resolve(&self, key: &K) -> (u64, Quota) {
+        self.resolve_now(key)
     }
 
-    /// From now on every key gets `quota`, as [`reconfigure`](Self::reconfigure) says.
-    pub fn set_quota(&self, quota: Quota) {
-        self.reconfigure(move |_| quota);
+    fn renew(&self, entry: &Entry<A>, resolved: &(u64, Quota), now: u64) -> Renewal<Entry<A>> {
+        let &(configuration, quota) = resolved;
+        // Relaxed: as in `Entry::current`.
+        let found = entry.configuration.load(Ordering::Relaxed);
+        if found >= configuration {
+            // Moved already, by another request (configurations only grow: a slower
+            // mover must not take a key back to an older quota).
+            return Renewal::Current;
+        }
+        let rules = A::for_quota(&quota);
+        #[cfg(turnstile_loom)]
+        let same = rules == entry.rules
+            && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtReading);
+        #[cfg(not(turnstile_loom))]
+        let same = rules == entry.rules;
+        if same {
+            // The same rules: the state stays exactly as it is. Relaxed: as above; the
+            // compare-and-set keeps a slower mover from moving the number back.
+            let _ = entry.configuration.compare_exchange(
+                found,
+                configuration,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Renewal::Current;
+        }
+        match entry.rules.freeze(&entry.state) {
+            Ok(frozen) => {
+                let moved = Entry::carried(configuration, rules, &entry.rules, &frozen, now);
+                Renewal::Replace(moved)
+            }
+            Err(Blocked::Retired) => Renewal::Retired,
+            Err(Blocked::Moving) => Renewal::Moving,
+            // Inner rules have one quota: never outdated.
+            Err(Blocked::Outdated) => Renewal::Current,
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! How much a key may do: a capacity and a refill interval, validated once.
 
 use crate::clock::duration_to_nanos;
-use crate::token_bucket::state::max_capacity;
 use std::fmt;
 use std::time::Duration;
 
@@ -90,8 +89,8 @@ impl Quota {
     }
 
     /// The largest capacity a state word can hold beside a refill interval of
-    /// `refill_every`: about one token per nanosecond of interval (511 at 1 µs,
-    /// 524,286 at 1 ms, 536,870,910 at 1 s), capped at `u32::MAX`.
+    /// `refill_every`: about one token per nanosecond of interval (509 at 1 µs,
+    /// 524,285 at 1 ms, 536,870,909 at 1 s), capped at `u32::MAX`.
     ///
     /// This is the token bucket's bound, which `Quota` enforces; `FixedWindow` and
     /// `SlidingLog` hold every quota within it too. `SlidingWindowCounter` and `Gcra`
@@ -126,6 +125,16 @@ impl Quota {
     pub(crate) fn interval_nanos(&self) -> u64 {
         self.refill_every
     }
+}
+
+/// The largest capacity that fits one state word beside the refill grid index for
+/// `interval` nanoseconds (0 when not even one token fits): the grid index needs
+/// `bits(u64::MAX / interval)` bits, and the token count the rest, with its two highest
+/// values left free to mark retired and moving words.
+pub(crate) const fn max_capacity(interval: u64) -> u64 {
+    let index_bits = u64::BITS - (u64::MAX / interval).leading_zeros();
+    let token_bits = u64::BITS - index_bits;
+    (1u64 << token_bits).saturating_sub(3)
 }
 
 impl fmt::Debug for Quota {
@@ -265,7 +274,7 @@ mod tests {
     fn capacity_is_bounded_by_what_the_state_word_holds_and_the_error_names_the_bound() {
         let interval = Duration::from_micros(1);
         let max = Quota::max_capacity(interval);
-        assert_eq!(max, 510);
+        assert_eq!(max, 509);
         assert!(Quota::new(max, interval).is_ok());
         let err = Quota::new(max + 1, interval).unwrap_err();
         assert_eq!(
@@ -273,12 +282,12 @@ mod tests {
             QuotaError::CapacityTooLarge {
                 capacity: max + 1,
                 refill_every: interval,
-                max_capacity: 510
+                max_capacity: 509
             }
         );
         let message = err.to_string();
         assert!(
-            message.contains("511") && message.contains("510"),
+            message.contains("510") && message.contains("509"),
             "{message}"
         );
     }

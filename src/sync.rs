@@ -17,3 +17,46 @@ pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::thread::yield_now;
+
+/// Deliberately broken protocol variants (mutants) that the loom models in
+/// `loom-tests/` switch on, to prove that their assertions can fail. Only in loom
+/// builds; loom runs a model's threads on the thread that checks it, so a
+/// thread-local switch reaches every thread of the model.
+#[cfg(turnstile_loom)]
+pub mod mutants {
+    use std::cell::Cell;
+
+    /// A broken variant of one protocol step.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Mutant {
+        /// Moving a key to a new quota replaces its entry without freezing its state
+        /// first, so a take on the old state can be lost.
+        MoveWithoutFreezing,
+        /// Moving a key reads its allowance at the mover's reading, however far that
+        /// lags the key's own history, and moves it even when its rules are unchanged.
+        MoveAtReading,
+        /// Moving a key freezes it with the retired marker, as forgetting does, and
+        /// "retired but outdated" counts as "being moved": neither a sweep nor a request
+        /// removes such an entry.
+        SharedMarker,
+        /// The sweep retires a word with a Relaxed compare-and-set instead of Release.
+        RelaxedRetire,
+    }
+
+    thread_local! {
+        static ACTIVE: Cell<Option<Mutant>> = const { Cell::new(None) };
+    }
+
+    /// Runs `f` with `mutant` switched on.
+    pub fn with<R>(mutant: Mutant, f: impl FnOnce() -> R) -> R {
+        let previous = ACTIVE.with(|active| active.replace(Some(mutant)));
+        let result = f();
+        ACTIVE.with(|active| active.set(previous));
+        result
+    }
+
+    /// Whether `mutant` is switched on.
+    pub(crate) fn active(mutant: Mutant) -> bool {
+        ACTIVE.with(|active| active.get() == Some(mutant))
+    }
+}

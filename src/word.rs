@@ -1,13 +1,18 @@
 //! Algorithms whose per-key state is one `u64` word: the pure-function contract they
-//! implement, and the compare-and-set loop that makes each of them a keyed
-//! [`Algorithm`](crate::keyed::Algorithm) with `AtomicU64` state.
+//! implement, and the compare-and-set loop that makes each of them an
+//! [`Algorithm`] with `AtomicU64` state.
 
 use crate::Decision;
-use crate::keyed::{Algorithm, Retired, Retirement};
+use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The one word no algorithm's state ever is: it marks a key being forgotten.
 pub const RETIRED: u64 = u64::MAX;
+
+/// The word that marks a key frozen while it moves to a new quota. Only
+/// [`MovableWord`] algorithms reserve it (no state of theirs is ever `MOVED`); the
+/// others never move, and for them it is an ordinary state.
+pub const MOVED: u64 = u64::MAX - 1;
 
 /// A rate-limiting algorithm whose per-key state is one `u64` word, written as pure
 /// functions of that word and the time (nanoseconds since the limiter's epoch).
@@ -15,6 +20,10 @@ pub const RETIRED: u64 = u64::MAX;
 /// No state is ever [`RETIRED`]. Every function returns `word` itself exactly when the
 /// state does not change, so the caller writes nothing.
 pub trait WordAlgorithm: Send + Sync + Sized {
+    /// Whether no state is ever [`MOVED`], so the word can mark a move (the
+    /// [`MovableWord`] algorithms).
+    const RESERVES_MOVED: bool = false;
+
     /// The state of a key seen for the first time, or again after it was forgotten.
     fn fresh(&self) -> u64;
 
@@ -34,8 +43,31 @@ pub trait WordAlgorithm: Send + Sync + Sized {
     fn forgettable(&self, word: u64, at: u64) -> bool;
 }
 
-/// `new` applied to `word` by compare-and-set until it sticks, `new` recomputed from
-/// each value found; `Err(Retired)` once the word is retired.
+/// A word algorithm that holds every quota and whose keys can move between quotas.
+/// None of its states is [`MOVED`]: its packing leaves that word free.
+pub trait MovableWord: WordAlgorithm + PartialEq + 'static {
+    /// The rules for `quota`.
+    fn for_quota(quota: &crate::Quota) -> Self;
+
+    /// The key's own latest time, as [`Reconfigurable::moment`] says.
+    fn moment(&self, word: u64) -> u64;
+}
+
+/// Whether `word` blocks every request: retired, or (for algorithms that reserve it)
+/// frozen for a move.
+#[inline]
+fn blocked<W: WordAlgorithm>(word: u64) -> Option<Blocked> {
+    if word == RETIRED {
+        Some(Blocked::Retired)
+    } else if W::RESERVES_MOVED && word == MOVED {
+        Some(Blocked::Moving)
+    } else {
+        None
+    }
+}
+
+/// `step` applied to `word` by compare-and-set until it sticks, recomputed from each
+/// value found; `Err` once the word is retired or frozen for a move.
 ///
 /// Relaxed throughout: the word guards no other memory — it *is* the state — and exact
 /// counting needs only what every atomic read-modify-write gives at any ordering: all
@@ -44,16 +76,21 @@ pub trait WordAlgorithm: Send + Sync + Sized {
 /// token, and a refill is applied once. The one exception is a word found `RETIRED`,
 /// after which an Acquire fence pairs with the sweeper's Release (see `evict.rs`).
 /// loom checks all of it in `loom-tests/`.
-#[inline]
-fn update<T>(word: &AtomicU64, mut step: impl FnMut(u64) -> (u64, T)) -> Result<T, Retired> {
+#[inline(always)]
+fn update<W: WordAlgorithm, T>(
+    word: &AtomicU64,
+    mut step: impl FnMut(u64) -> (u64, T),
+) -> Result<T, Blocked> {
     // Relaxed: see above; a stale value only makes the CAS fail and retry.
     let mut current = word.load(Ordering::Relaxed);
     loop {
-        if current == RETIRED {
-            // Acquire: the sweeper's watermark, raised before it retired this word, is
-            // visible to the caller's next look at the key.
-            fence(Ordering::Acquire);
-            return Err(Retired);
+        if let Some(blocked) = blocked::<W>(current) {
+            if blocked == Blocked::Retired {
+                // Acquire: the sweeper's watermark, raised before it retired this
+                // word with Release, is visible to the caller's next look at the key.
+                fence(Ordering::Acquire);
+            }
+            return Err(blocked);
         }
         let (new, answer) = step(current);
         if new == current {
@@ -70,35 +107,49 @@ fn update<T>(word: &AtomicU64, mut step: impl FnMut(u64) -> (u64, T)) -> Result<
 }
 
 /// One request applied to a key's word: the thin CAS loop around the algorithm's step.
-#[inline]
+#[inline(always)]
 pub fn acquire_word<W: WordAlgorithm>(
     algorithm: &W,
     word: &AtomicU64,
     now: u64,
     cost: u32,
-) -> Result<Decision, Retired> {
-    update(word, |current| algorithm.acquire(current, now, cost))
+) -> Result<Decision, Blocked> {
+    update::<W, _>(word, |current| algorithm.acquire(current, now, cost))
 }
 
-impl<W: WordAlgorithm> Algorithm for W {
+impl<W: WordAlgorithm, K> Algorithm<K> for W {
     type State = AtomicU64;
+    type Resolved = ();
 
-    fn fresh(&self) -> AtomicU64 {
-        AtomicU64::new(WordAlgorithm::fresh(self))
+    fn create(&self, _key: &K) -> AtomicU64 {
+        AtomicU64::new(self.fresh())
     }
 
     // Always: left to itself the compiler keeps this a call, and its register saves
     // and restores cost about 17 instructions per check (callgrind).
     #[inline(always)]
-    fn acquire(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<Decision, Retired> {
+    fn acquire(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<Decision, Blocked> {
         acquire_word(self, word, now, cost)
     }
 
     #[inline]
-    fn available(&self, word: &AtomicU64, now: u64) -> Option<u32> {
+    fn available(&self, word: &AtomicU64, now: u64) -> Result<u32, Blocked> {
         // Relaxed: a snapshot of the word itself; it guards no other memory.
         let current = word.load(Ordering::Relaxed);
-        (current != RETIRED).then(|| WordAlgorithm::available(self, current, now))
+        match blocked::<W>(current) {
+            Some(blocked) => Err(blocked),
+            None => Ok(WordAlgorithm::available(self, current, now)),
+        }
+    }
+
+    fn refund(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<(), Blocked> {
+        update::<W, _>(word, |current| {
+            (WordAlgorithm::refund(self, current, now, cost), ())
+        })
+    }
+
+    fn fresh_available(&self, _key: impl FnOnce() -> K, now: u64) -> u32 {
+        WordAlgorithm::available(self, self.fresh(), now)
     }
 
     fn is_retired(&self, word: &AtomicU64) -> bool {
@@ -106,36 +157,69 @@ impl<W: WordAlgorithm> Algorithm for W {
         word.load(Ordering::Relaxed) == RETIRED
     }
 
-    fn refund(&self, word: &AtomicU64, now: u64, cost: u32) {
-        // A retired word was full: there is nothing to give back.
-        let _ = update(word, |current| {
-            (WordAlgorithm::refund(self, current, now, cost), ())
-        });
-    }
-
-    fn freeze(&self, word: &AtomicU64, now: u64) -> Option<u32> {
-        // Release on success: as when the sweeper retires; the value frozen is the one
-        // the CAS replaced, so no request's change can slip in after it.
-        update(word, |current| {
-            (RETIRED, WordAlgorithm::available(self, current, now))
-        })
-        .ok()
-    }
-
     fn retire_if_forgettable(&self, word: &AtomicU64, at: u64) -> Retirement {
         // Relaxed: the value is only compared; the CAS below decides.
         let current = word.load(Ordering::Relaxed);
-        if current == RETIRED {
-            return Retirement::AlreadyRetired;
-        }
-        if !self.forgettable(current, at) {
-            return Retirement::Kept;
+        match blocked::<W>(current) {
+            Some(Blocked::Retired) => return Retirement::AlreadyRetired,
+            Some(_) => return Retirement::Moving,
+            None if !self.forgettable(current, at) => return Retirement::Kept,
+            None => {}
         }
         // Release: publishes the sweep's watermark to whoever sees RETIRED. Relaxed on
         // failure: the word changed since it was checked, so it is in use; keep it.
-        match word.compare_exchange(current, RETIRED, Ordering::Release, Ordering::Relaxed) {
+        let retire = Ordering::Release;
+        #[cfg(turnstile_loom)]
+        let retire = match crate::sync::mutants::active(crate::sync::mutants::Mutant::RelaxedRetire)
+        {
+            true => Ordering::Relaxed,
+            false => retire,
+        };
+        match word.compare_exchange(current, RETIRED, retire, Ordering::Relaxed) {
             Ok(_) => Retirement::Retired,
             Err(_) => Retirement::Kept,
         }
+    }
+
+    fn resolve(&self, _key: &K) {}
+
+    /// Never asked: one quota for every key is never outdated.
+    fn renew(&self, _word: &AtomicU64, _resolved: &(), _now: u64) -> Renewal<AtomicU64> {
+        Renewal::Current
+    }
+}
+
+impl<W: MovableWord> Reconfigurable for W {
+    type Frozen = u64;
+
+    fn for_quota(quota: &crate::Quota) -> Self {
+        MovableWord::for_quota(quota)
+    }
+
+    fn freeze(&self, word: &AtomicU64) -> Result<u64, Blocked> {
+        // Through `update`, Relaxed: the CAS reads the latest value in the word's
+        // modification order (every read-modify-write does), so the value frozen is
+        // the last any request stored, and none can store after it. The successor
+        // reaches other threads through the map's own publication of the new entry
+        // (papaya's Release insert and Acquire lookup), not through this word.
+        #[cfg(turnstile_loom)]
+        {
+            use crate::sync::mutants::{Mutant, active};
+            if active(Mutant::MoveWithoutFreezing) {
+                return update::<W, _>(word, |current| (current, current));
+            }
+            if active(Mutant::SharedMarker) {
+                return update::<W, _>(word, |current| (RETIRED, current));
+            }
+        }
+        update::<W, _>(word, |current| (MOVED, current))
+    }
+
+    fn moment(&self, frozen: &u64) -> u64 {
+        MovableWord::moment(self, *frozen)
+    }
+
+    fn left(&self, frozen: &u64, now: u64) -> u32 {
+        WordAlgorithm::available(self, *frozen, now)
     }
 }

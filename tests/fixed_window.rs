@@ -8,7 +8,7 @@ use common::schedule::{self, Model, TEN_YEARS, agrees, case, small_quota, wait};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::{Decision, FixedWindow, ManualClock, Quota, RateLimiter};
+use turnstile::{Decision, FixedWindow, ManualClock, Quota};
 
 /// The fixed window as plainly as possible: per key, the window of its last admitted
 /// request and how much was admitted in it, in u128 so nothing overflows.

@@ -11,7 +11,7 @@ use common::schedule::{
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::{Decision, Gcra, ManualClock, Quota, QuotaError, RateLimiter, TokenBucket};
+use turnstile::{Decision, Gcra, ManualClock, Quota, QuotaError, TokenBucket};
 
 /// GCRA as it is usually written: a theoretical arrival time per key, u128 so
 /// nothing overflows; readings past the limiter's end (u64::MAX − 1 − capacity ×

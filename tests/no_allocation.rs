@@ -4,7 +4,7 @@
 //! one algorithm whose state grows with its limit, allocates while a key's ring grows.)
 
 use std::time::Duration;
-use turnstile::{Decision, ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 #[test]
 fn existing_keys_allocate_nothing_on_allowed_denied_or_peek_paths() {

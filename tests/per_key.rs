@@ -10,8 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 use turnstile::{
-    Decision, FixedWindow, ManualClock, PerKeyTokenBucket, Quota, RateLimiter, SlidingLog,
-    TokenBucket,
+    Decision, FixedWindow, ManualClock, PerKeyTokenBucket, Quota, SlidingLog, TokenBucket,
 };
 
 fn quota(capacity: u32, every: Duration) -> Quota {
@@ -89,6 +88,23 @@ fn a_larger_quota_keeps_what_a_key_has_left_and_refills_to_the_new_capacity() {
 }
 
 #[test]
+fn a_full_key_starts_afresh_under_a_new_quota_as_a_forgotten_key_would() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(4, ms(100)))
+        .clock(clock.clone())
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build_reconfigurable();
+    assert!(limiter.acquire(&1, 0).is_allowed()); // known, full
+    assert!(limiter.acquire(&2, 0).is_allowed()); // known, full
+    limiter.set_quota(quota(10, ms(100)));
+    assert_eq!(limiter.peek(&1), 10, "a full key moves as a new key starts");
+    clock.set(ms(1));
+    assert_eq!(limiter.evict_idle(), 2, "both carry no information");
+    assert_eq!(limiter.peek(&2), 10, "as a forgotten key restarts");
+}
+
+#[test]
 fn a_reconfiguration_reaches_a_throttled_key_at_its_next_request() {
     let clock = ManualClock::new();
     let limiter = FixedWindow::<u64>::builder(quota(3, ms(100)))
@@ -149,9 +165,10 @@ fn reconfiguring_under_load_loses_and_invents_no_token() {
         let limiter = TokenBucket::<u64>::builder(quota(300, ms(10)))
             .clock(ManualClock::new())
             .build_reconfigurable();
-        // The key exists before the first reconfiguration, with 300 (a key created
-        // later would start from the quota of its day).
-        assert!(limiter.acquire(&1, 0).is_allowed());
+        // The key exists before the first reconfiguration, with 299: not full, so it
+        // keeps what it has (a full key would start afresh under each new quota, as
+        // a new key does).
+        assert!(limiter.acquire(&1, 1).is_allowed());
         let taken = AtomicU32::new(0);
         let barrier = Barrier::new(4);
         thread::scope(|s| {
@@ -176,7 +193,7 @@ fn reconfiguring_under_load_loses_and_invents_no_token() {
         let taken = taken.into_inner();
         assert_eq!(
             taken + limiter.peek(&1),
-            300,
+            299,
             "round {round}: {taken} taken"
         );
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use turnstile::policy::{Binding, Check, Limit, MissingKey, Outcome, Policy, PolicyError};
-use turnstile::{Decision, ManualClock, Overflow, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Overflow, Quota, TokenBucket};
 
 /// A request: who sends it, and from where.
 #[derive(Clone, Copy, Debug)]

@@ -11,7 +11,7 @@ use common::schedule::{
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::{Decision, ManualClock, Quota, RateLimiter, SlidingLog};
+use turnstile::{Decision, ManualClock, Quota, SlidingLog};
 
 /// The sliding log from its definition: every admitted request, kept forever, with
 /// the reading it was admitted at; a request at `s` counts while `t − window < s`.

@@ -11,7 +11,7 @@ use common::schedule::{
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::{Decision, ManualClock, Quota, QuotaError, RateLimiter, SlidingWindowCounter};
+use turnstile::{Decision, ManualClock, Quota, QuotaError, SlidingWindowCounter};
 
 /// The sliding window counter from its definition, as plainly as possible: every
 /// admitted request is kept with the reading it was admitted at; the counts of the

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use turnstile::policy::{Check, Limit, Outcome, Policy};
 use turnstile::wait::{Wait, until_ready};
-use turnstile::{Decision, ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 const STEP: Duration = Duration::from_millis(1);
 

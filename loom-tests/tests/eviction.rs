@@ -8,7 +8,7 @@ use loom::thread;
 use loom_tests::check;
 use std::time::Duration;
 use turnstile::loom_hooks::sweep_without_retiring;
-use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{ManualClock, Quota, TokenBucket};
 
 const KEY: u64 = 3;
 
@@ -48,5 +48,57 @@ fn model_6_sweeping_a_key_in_use_admits_exactly_capacity() {
 fn mutant_6_removing_without_retiring_is_rejected() {
     check("6 mutant: remove without retiring", Some(4), || {
         sweeping_never_grants_extra(sweep_without_retiring)
+    });
+}
+
+/// The retire protocol on a bare word, without the store's synchronization: a sweep
+/// at 50 ns (margin 0) raises the watermark and retires a full bucket while a request
+/// whose reading lags at 5 ns meets the word. If the request finds the word retired,
+/// the reading it then uses is at least the watermark, so the fresh state it goes on
+/// to create starts no earlier than the forgotten one was known to be full.
+fn a_request_meeting_a_retired_word_sees_the_watermark() {
+    use loom::sync::atomic::AtomicU64;
+    use turnstile::loom_hooks::{
+        Blocked, TokenBucketRules, Watermark, WordAlgorithm, acquire_word, retire_if_forgettable,
+    };
+
+    let rules = TokenBucketRules::new(&Quota::new(1, Duration::from_nanos(10)).unwrap());
+    let word = Arc::new(AtomicU64::new(rules.fresh()));
+    let watermark = Arc::new(Watermark::new());
+    let sweeper = {
+        let (word, watermark) = (word.clone(), watermark.clone());
+        thread::spawn(move || {
+            let at = watermark.begin(50);
+            retire_if_forgettable(&rules, &word, at);
+        })
+    };
+    if let Err(Blocked::Retired) = acquire_word(&rules, &word, watermark.reading(5), 1) {
+        let reading = watermark.reading(5);
+        assert_eq!(
+            reading, 50,
+            "watermark: a retired word's reader read {reading}"
+        );
+    }
+    sweeper.join().unwrap();
+}
+
+#[test]
+fn model_11_a_retired_word_publishes_the_watermark() {
+    check(
+        "11 retired word and watermark",
+        None,
+        a_request_meeting_a_retired_word_sees_the_watermark,
+    );
+}
+
+#[test]
+#[should_panic(expected = "watermark:")]
+fn mutant_11_retiring_with_relaxed_is_rejected() {
+    use turnstile::loom_hooks::{Mutant, with_mutant};
+    check("11 mutant: relaxed retire", None, || {
+        with_mutant(
+            Mutant::RelaxedRetire,
+            a_request_meeting_a_retired_word_sees_the_watermark,
+        )
     });
 }

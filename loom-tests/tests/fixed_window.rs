@@ -11,7 +11,7 @@ use loom_tests::harness::{
 };
 use std::time::Duration;
 use turnstile::loom_hooks::acquire_word;
-use turnstile::loom_hooks::fixed_window::{Layout, word};
+use turnstile::loom_hooks::fixed_window::{FixedWindowRules, word};
 use turnstile::{Decision, FixedWindow, ManualClock, Quota};
 
 /// Refill interval of every model, in nanoseconds of the `ManualClock`; the window is
@@ -30,9 +30,9 @@ fn real(limit: u32, clock: &ManualClock) -> Real<FixedWindow<u64, ManualClock>> 
 fn mutant(
     limit: u32,
     clock: &ManualClock,
-    protocol: fn(&AtomicU64, &Layout, u64, u32) -> Decision,
-) -> Mutant<Layout> {
-    Mutant::new(Layout::new(&quota(limit)), clock, protocol)
+    protocol: fn(&AtomicU64, &FixedWindowRules, u64, u32) -> Decision,
+) -> Mutant<FixedWindowRules> {
+    Mutant::new(FixedWindowRules::new(&quota(limit)), clock, protocol)
 }
 
 // ---------------------------------------------------------------------------
@@ -78,7 +78,7 @@ fn boundary_race_opens_one_window<K: Key>(make: fn(&ManualClock) -> K) {
         1,
         "window boundary: taken + left != limit"
     );
-    let layout = Layout::new(&quota(1));
+    let layout = FixedWindowRules::new(&quota(1));
     let expected = if taken == 1 { (1, 1) } else { (0, 1) };
     assert_eq!(
         layout.unpack(key.word()),
@@ -98,7 +98,7 @@ fn model_2_takes_racing_with_the_window_boundary() {
 
 /// Mutant 2: the new window's reset written with a plain store before the take's
 /// CAS — it can erase another thread's take in the new window.
-fn reset_by_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn reset_by_store(word: &AtomicU64, layout: &FixedWindowRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the plain store, not ordering.
     let current = word.load(Ordering::Relaxed);
     let (index, count) = layout.at(current, now);

@@ -10,7 +10,7 @@ use loom_tests::harness::{
     KEY, Key, Mutant, Real, allowed, frozen_clock_admits_exactly_two, spawn, stale_retry,
 };
 use std::time::Duration;
-use turnstile::loom_hooks::gcra::{Layout, acquire, word};
+use turnstile::loom_hooks::gcra::{GcraRules, acquire, word};
 use turnstile::{Decision, Gcra, ManualClock, Quota};
 
 /// Emission interval of every model, in nanoseconds of the `ManualClock`.
@@ -28,9 +28,9 @@ fn real(capacity: u32, clock: &ManualClock) -> Real<Gcra<u64, ManualClock>> {
 fn mutant(
     capacity: u32,
     clock: &ManualClock,
-    protocol: fn(&AtomicU64, &Layout, u64, u32) -> Decision,
-) -> Mutant<Layout> {
-    Mutant::new(Layout::new(&quota(capacity)).unwrap(), clock, protocol)
+    protocol: fn(&AtomicU64, &GcraRules, u64, u32) -> Decision,
+) -> Mutant<GcraRules> {
+    Mutant::new(GcraRules::new(&quota(capacity)).unwrap(), clock, protocol)
 }
 
 // ---------------------------------------------------------------------------
@@ -45,7 +45,7 @@ fn model_1_frozen_clock_admits_exactly_the_burst() {
 
 /// Mutant 1: every access atomic, but the check and the update are two of them — a
 /// load to decide, then `fetch_add` of the cost: all three pass the check.
-fn check_then_add(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn check_then_add(word: &AtomicU64, layout: &GcraRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the split read-modify-write, not ordering.
     let current = word.load(Ordering::Relaxed);
     let (new, decision) = acquire(layout, current, now, cost);
@@ -149,7 +149,7 @@ fn model_3_a_denial_changes_nothing() {
 /// Mutant 3: the lock-free shortcut that adds first and undoes on denial — the
 /// oversized request's reservation is visible until it is undone, so a request that
 /// fits can be denied meanwhile.
-fn add_then_undo(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn add_then_undo(word: &AtomicU64, layout: &GcraRules, now: u64, cost: u32) -> Decision {
     let reserve = u64::from(cost) * layout.interval();
     // Relaxed: the mutant's flaw is the visible reservation, not ordering.
     let before = word.fetch_add(reserve, Ordering::Relaxed);

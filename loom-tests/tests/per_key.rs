@@ -1,27 +1,34 @@
-//! Carrying keys over to a new quota, model-checked: two threads take while the
-//! limiter is reconfigured, and whichever of them meets the old entry first carries
-//! it over. Every token is either taken or left — and a carry-over that replaces the
-//! entry without freezing its state first, so a concurrent take is lost, is rejected.
+//! Moving keys to a new quota, model-checked against a store exactly as weak as its
+//! contract (closures outside any lock and run again, `retain` asking twice):
+//! - model 8: two threads take while the limiter is reconfigured; every token is
+//!   either taken or left — a move that replaces the entry without freezing its
+//!   state first, so a concurrent take is lost, is rejected;
+//! - model 9: a reading that lags the key's own history, met by a move, invents no
+//!   allowance — a move at the mover's raw reading is rejected;
+//! - model 10: a sweep that retires a key and meets it again after a
+//!   reconfiguration leaves nothing stuck — a move that shares forgetting's retired
+//!   marker (so "retired and outdated" reads as "being moved") livelocks and is
+//!   rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::check;
 use std::time::Duration;
-use turnstile::loom_hooks::carry_over_without_freezing;
-use turnstile::{ManualClock, PerKeyTokenBucket, Quota, RateLimiter, TokenBucket};
+use turnstile::loom_hooks::{Mutant, with_mutant};
+use turnstile::{ManualClock, Quota, TokenBucket};
 
 const KEY: u64 = 5;
 
+/// `capacity` tokens, one every 10 ns.
 fn quota(capacity: u32) -> Quota {
     Quota::new(capacity, Duration::from_nanos(10)).unwrap()
 }
 
-fn reconfiguring_loses_no_take(mutate: fn(&mut PerKeyTokenBucket<u64, ManualClock>)) {
-    let mut limiter = TokenBucket::<u64>::builder(quota(3))
+fn reconfiguring_loses_no_take() {
+    let limiter = TokenBucket::<u64>::builder(quota(3))
         .clock(ManualClock::new())
         .build_reconfigurable();
-    mutate(&mut limiter);
     assert!(limiter.acquire(&KEY, 1).is_allowed()); // the key exists, with 2 left
     let limiter = Arc::new(limiter);
     let takers = [0, 1].map(|_| {
@@ -41,15 +48,112 @@ fn reconfiguring_loses_no_take(mutate: fn(&mut PerKeyTokenBucket<u64, ManualCloc
 
 #[test]
 fn model_8_reconfiguration_racing_with_takes() {
-    check("8 reconfiguration racing with takes", Some(4), || {
-        reconfiguring_loses_no_take(|_| {})
-    });
+    check(
+        "8 reconfiguration racing with takes",
+        Some(4),
+        reconfiguring_loses_no_take,
+    );
 }
 
 #[test]
 #[should_panic(expected = "carry-over:")]
-fn mutant_8_carrying_over_without_freezing_is_rejected() {
-    check("8 mutant: carry over without freezing", Some(4), || {
-        reconfiguring_loses_no_take(carry_over_without_freezing)
+fn mutant_8_moving_without_freezing_is_rejected() {
+    check("8 mutant: move without freezing", Some(4), || {
+        with_mutant(Mutant::MoveWithoutFreezing, reconfiguring_loses_no_take)
+    });
+}
+
+/// A key that took its only token at 50 ns is reconfigured to `new` while a core
+/// whose clock lags asks at 5 ns, then at 51 ns: both are denied, as without the
+/// reconfiguration (the key's last refill is at 50 ns; the next token is due at 60).
+fn lagging_readings_invent_nothing(new: Quota) {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(1))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    clock.set(Duration::from_nanos(50));
+    assert!(limiter.acquire(&KEY, 1).is_allowed());
+    let limiter = Arc::new(limiter);
+    let lagging = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(5));
+            let early = limiter.try_acquire(&KEY);
+            clock.set(Duration::from_nanos(51));
+            u32::from(early) + u32::from(limiter.try_acquire(&KEY))
+        })
+    };
+    limiter.set_quota(new);
+    let admitted = lagging.join().unwrap();
+    assert_eq!(
+        admitted, 0,
+        "lagging move: {admitted} admitted before 60 ns"
+    );
+}
+
+#[test]
+fn model_9_a_move_at_a_lagging_reading_invents_no_allowance() {
+    check("9 lagging move, same quota", Some(3), || {
+        lagging_readings_invent_nothing(quota(1))
+    });
+    check("9 lagging move, larger quota", Some(3), || {
+        lagging_readings_invent_nothing(quota(2))
+    });
+}
+
+#[test]
+#[should_panic(expected = "lagging move:")]
+fn mutant_9_moving_at_the_raw_reading_is_rejected() {
+    check("9 mutant: move at the raw reading", Some(3), || {
+        with_mutant(Mutant::MoveAtReading, || {
+            lagging_readings_invent_nothing(quota(1))
+        })
+    });
+}
+
+/// A full key is swept (margin 0) while the limiter is reconfigured to a larger
+/// quota and the key asked for a token: the request returns, allowed, and the key
+/// then holds the new quota's capacity less that token.
+fn a_sweep_meeting_a_move_leaves_nothing_stuck() {
+    let limiter = TokenBucket::<u64>::builder(quota(1))
+        .clock(ManualClock::new())
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build_reconfigurable();
+    assert!(limiter.acquire(&KEY, 0).is_allowed()); // exists, full: forgettable
+    let limiter = Arc::new(limiter);
+    let sweeper = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            limiter.evict_idle();
+        })
+    };
+    limiter.set_quota(quota(2));
+    let allowed = limiter.try_acquire(&KEY);
+    sweeper.join().unwrap();
+    let left = limiter.peek(&KEY);
+    assert!(
+        allowed && left == 1,
+        "sweep and move: {allowed}, {left} left"
+    );
+}
+
+#[test]
+fn model_10_a_sweep_meeting_a_move_leaves_nothing_stuck() {
+    check(
+        "10 sweep meeting a move",
+        Some(3),
+        a_sweep_meeting_a_move_leaves_nothing_stuck,
+    );
+}
+
+#[test]
+#[should_panic(expected = "Model exceeded maximum number of branches")]
+fn mutant_10_one_marker_for_forgetting_and_moving_is_rejected() {
+    check("10 mutant: one marker", Some(3), || {
+        with_mutant(
+            Mutant::SharedMarker,
+            a_sweep_meeting_a_move_leaves_nothing_stuck,
+        )
     });
 }

@@ -11,7 +11,7 @@ use loom_tests::harness::{
 };
 use std::time::Duration;
 use turnstile::loom_hooks::acquire_word;
-use turnstile::loom_hooks::sliding_window::{Layout, word};
+use turnstile::loom_hooks::sliding_window::{SlidingWindowRules, word};
 use turnstile::{Decision, ManualClock, Quota, SlidingWindowCounter};
 
 /// Refill interval of every model, in nanoseconds of the `ManualClock`; the window is
@@ -22,8 +22,8 @@ fn quota(limit: u32) -> Quota {
     Quota::new(limit, Duration::from_nanos(INTERVAL)).unwrap()
 }
 
-fn layout(limit: u32) -> Layout {
-    Layout::new(&quota(limit)).unwrap()
+fn layout(limit: u32) -> SlidingWindowRules {
+    SlidingWindowRules::new(&quota(limit)).unwrap()
 }
 
 fn real(limit: u32, clock: &ManualClock) -> Real<SlidingWindowCounter<u64, ManualClock>> {
@@ -34,8 +34,8 @@ fn real(limit: u32, clock: &ManualClock) -> Real<SlidingWindowCounter<u64, Manua
 fn mutant(
     limit: u32,
     clock: &ManualClock,
-    protocol: fn(&AtomicU64, &Layout, u64, u32) -> Decision,
-) -> Mutant<Layout> {
+    protocol: fn(&AtomicU64, &SlidingWindowRules, u64, u32) -> Decision,
+) -> Mutant<SlidingWindowRules> {
     Mutant::new(layout(limit), clock, protocol)
 }
 
@@ -98,7 +98,7 @@ fn model_2_takes_racing_with_the_window_roll() {
 
 /// Mutant 2: the roll into the new window written with a plain store before the
 /// take's CAS — it can erase another thread's take in the new window.
-fn roll_by_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn roll_by_store(word: &AtomicU64, layout: &SlidingWindowRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the plain store, not ordering.
     let current = word.load(Ordering::Relaxed);
     let at = layout.at(current, now);

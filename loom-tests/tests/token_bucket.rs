@@ -8,7 +8,9 @@ use loom::thread;
 use loom_tests::check;
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::loom_hooks::{Layout, acquire, acquire_word, available, refund, token_bucket_word};
+use turnstile::loom_hooks::{
+    TokenBucketRules, acquire, acquire_word, available, refund, token_bucket_word,
+};
 use turnstile::{Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 
 const KEY: u64 = 7;
@@ -24,7 +26,7 @@ trait Bucket: Send + Sync + 'static {
     fn acquire(&self, cost: u32) -> Decision;
     fn peek(&self) -> u32;
     /// The raw state word and its layout, once the model's threads have joined.
-    fn word(&self) -> (u64, Layout);
+    fn word(&self) -> (u64, TokenBucketRules);
 }
 
 /// turnstile's real `TokenBucket`, on the loom-aware store.
@@ -43,7 +45,7 @@ impl Bucket for Real {
     fn peek(&self) -> u32 {
         self.0.peek(&KEY)
     }
-    fn word(&self) -> (u64, Layout) {
+    fn word(&self) -> (u64, TokenBucketRules) {
         let (word, layout) = token_bucket_word(&self.0, &KEY);
         (word.expect("the key was created"), layout)
     }
@@ -52,18 +54,18 @@ impl Bucket for Real {
 /// A mutant: one state word updated by a broken protocol instead of `acquire_word`.
 struct Mutant {
     word: AtomicU64,
-    layout: Layout,
+    layout: TokenBucketRules,
     clock: ManualClock,
-    protocol: fn(&AtomicU64, &Layout, u64, u32) -> Decision,
+    protocol: fn(&AtomicU64, &TokenBucketRules, u64, u32) -> Decision,
 }
 
 impl Mutant {
     fn new(
         capacity: u32,
         clock: &ManualClock,
-        protocol: fn(&AtomicU64, &Layout, u64, u32) -> Decision,
+        protocol: fn(&AtomicU64, &TokenBucketRules, u64, u32) -> Decision,
     ) -> Self {
-        let layout = Layout::new(&quota(capacity));
+        let layout = TokenBucketRules::new(&quota(capacity));
         let word = AtomicU64::new(layout.full());
         let clock = clock.clone();
         Self {
@@ -86,7 +88,7 @@ impl Bucket for Mutant {
             self.clock.now(),
         )
     }
-    fn word(&self) -> (u64, Layout) {
+    fn word(&self) -> (u64, TokenBucketRules) {
         (self.word.load(Ordering::Relaxed), self.layout)
     }
 }
@@ -134,7 +136,7 @@ fn model_1_frozen_clock_admits_exactly_capacity() {
 }
 
 /// Mutant 1: check, then store — two threads read the same tokens and both take.
-fn check_then_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn check_then_store(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let current = word.load(Ordering::Relaxed);
     let (new, decision) = acquire(layout, current, now, cost);
     if new != current {
@@ -198,7 +200,7 @@ fn model_2_takes_racing_with_refill() {
 
 /// Mutant 2: the refill written with a plain store before the take's CAS — it can
 /// overwrite another thread's take and hand the same token out twice.
-fn refill_by_store(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn refill_by_store(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let current = word.load(Ordering::Relaxed);
     let (refilled, _) = acquire(layout, current, now, 0);
     word.store(refilled, Ordering::Relaxed);
@@ -238,7 +240,7 @@ fn model_3_weighted_acquire_is_all_or_nothing() {
 
 /// Mutant 3: a CAS loop that retries with the new word it computed from a stale value,
 /// instead of recomputing from the value it found.
-fn stale_retry(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn stale_retry(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let mut current = word.load(Ordering::Relaxed);
     let (new, decision) = acquire(layout, current, now, cost);
     if new == current {
@@ -295,7 +297,7 @@ fn model_4_first_request_creates_exactly_one_state() {
 /// can both miss, both insert a full bucket, and both be allowed.
 struct GetThenInsert {
     words: Mutex<HashMap<u64, Arc<AtomicU64>>>,
-    layout: Layout,
+    layout: TokenBucketRules,
 }
 
 impl Limiter for GetThenInsert {
@@ -316,7 +318,7 @@ fn mutant_4_get_then_insert_is_rejected() {
     check("4 mutant: get then insert", Some(4), || {
         first_requests_create_one_bucket(GetThenInsert {
             words: Mutex::new(HashMap::new()),
-            layout: Layout::new(&quota(1)),
+            layout: TokenBucketRules::new(&quota(1)),
         });
     });
 }
@@ -363,7 +365,7 @@ fn model_5_backward_readings_keep_the_limit() {
 
 /// Mutant 5: refill without clamping to the last refill — a lagging reading moves
 /// the refill time backwards, and the next reading earns the same tokens again.
-fn unclamped_refill(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn unclamped_refill(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let mut current = word.load(Ordering::Relaxed);
     loop {
         let (last_refill, tokens) = layout.unpack(current);
@@ -415,7 +417,7 @@ impl Bucket for StoreRefund {
     fn peek(&self) -> u32 {
         self.0.peek()
     }
-    fn word(&self) -> (u64, Layout) {
+    fn word(&self) -> (u64, TokenBucketRules) {
         self.0.word()
     }
 }
@@ -473,6 +475,6 @@ fn mutant_7_refund_by_plain_store_is_rejected() {
 }
 
 /// The correct CAS protocol, for mutants that break something else.
-fn acquire_cas(word: &AtomicU64, layout: &Layout, now: u64, cost: u32) -> Decision {
+fn acquire_cas(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     acquire_word(layout, word, now, cost).expect("no sweeper in this model")
 }

@@ -3,7 +3,7 @@
 use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::token_bucket::state::{self, Layout};
+use crate::token_bucket::state::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 /// A token bucket with every key's state word in one `Mutex<HashMap>`.
 pub struct GlobalLock<K, C = QuantaClock, S = DefaultHasher> {
     words: Mutex<HashMap<K, u64, S>>,
-    layout: Layout,
+    layout: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
@@ -43,7 +43,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<GlobalLock<K>, C, S> {
         let map = HashMap::with_capacity_and_hasher(self.expected_keys, self.hasher);
         GlobalLock {
             words: Mutex::new(map),
-            layout: Layout::new(&self.quota),
+            layout: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
         }

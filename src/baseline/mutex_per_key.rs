@@ -4,7 +4,7 @@ use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::store::{KeyMap, Store};
-use crate::token_bucket::state::{self, Layout};
+use crate::token_bucket::state::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// a `Mutex` around each key's state word instead of a compare-and-set loop.
 pub struct MutexPerKey<K, C = QuantaClock, S = DefaultHasher> {
     words: KeyMap<K, Mutex<u64>, S>,
-    layout: Layout,
+    layout: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
@@ -43,7 +43,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
             words: KeyMap::with_hasher(self.hasher, self.expected_keys),
-            layout: Layout::new(&self.quota),
+            layout: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
         }

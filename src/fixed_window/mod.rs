@@ -6,8 +6,8 @@ use crate::Quota;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
-use crate::per_key::{PerKey, Shared};
-use state::Layout;
+use crate::per_key::PerKey;
+pub use state::FixedWindowRules;
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hash};
 
@@ -50,14 +50,15 @@ use std::hash::{BuildHasher, Hash};
 /// assert!(limiter.acquire(&1, 100).is_allowed()); // the first second of window 1
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
-pub type FixedWindow<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Layout, K, C, S>;
+pub type FixedWindow<K, C = QuantaClock, S = DefaultHasher> =
+    KeyedLimiter<FixedWindowRules, K, C, S>;
 
 /// A [`FixedWindow`] in which each key has its own quota, from a resolver asked once when
 /// the key's state is created, and whose quotas can be changed while it runs: built by
 /// [`Builder::build_per_key`] or [`Builder::build_reconfigurable`]; see
 /// [`crate::per_key`].
 pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
-    KeyedLimiter<Layout, K, C, S, PerKey<Layout, K>>;
+    KeyedLimiter<PerKey<FixedWindowRules, K>, K, C, S>;
 
 impl<K: Hash + Eq> FixedWindow<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
@@ -76,7 +77,10 @@ impl<K: Hash + Eq, C: Clock> FixedWindow<K, C> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<FixedWindow<K>, C, S> {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> FixedWindow<K, C, S> {
-        match self.assemble(Shared, |quota| Ok::<_, Infallible>(Layout::new(quota))) {
+        let rules = FixedWindowRules::new(&self.quota);
+        match self.assemble(rules, |quota| {
+            Ok::<_, Infallible>(FixedWindowRules::new(quota))
+        }) {
             Ok(limiter) => limiter,
             Err(never) => match never {},
         }

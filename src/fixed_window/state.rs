@@ -7,7 +7,7 @@ use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
 use crate::window::Window;
-use crate::word::WordAlgorithm;
+use crate::word::{MovableWord, WordAlgorithm};
 use std::time::Duration;
 
 /// The layout of a fixed window's state word, fixed per quota.
@@ -19,22 +19,22 @@ use std::time::Duration;
 /// +-----------------------------+-----------------------+
 /// ```
 ///
-/// - *count* (the low `c` bits, `c = bits(limit + 1)`): requests admitted in that
-///   window, `0..=limit`. As in the token bucket, the field is one value wider than
-///   the limit needs, so its all-ones value is never a count and stays free to mark a
-///   retired word.
+/// - *count* (the low `c` bits, `c = bits(limit + 2)`): requests admitted in that
+///   window, `0..=limit`. As in the token bucket, the field leaves its two highest
+///   values free, so the words [`RETIRED`](crate::word::RETIRED) and
+///   [`MOVED`](crate::word::MOVED) are never a state.
 /// - *window index* (the upper `64 - c` bits): the window of the key's last admitted
 ///   request, counted since the limiter's epoch. It holds every window a `u64`
 ///   nanosecond clock can reach (`u64::MAX / window`), so nothing wraps.
 ///
 /// Every [`Quota`] fits: the window is at least one refill interval long, so the index
 /// needs no more bits than the token bucket's refill index, and the count no more than
-/// its token count (both `bits(capacity + 1)`).
+/// its token count (both `bits(capacity + 2)`).
 ///
 /// A word whose window has passed carries no information (a new window starts at
 /// zero), so every new key starts as the constant word 0: window 0, count 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct FixedWindowRules {
     limit: u64,
     window: Window,
     count_bits: u32,
@@ -45,12 +45,12 @@ const fn bits(x: u64) -> u32 {
     u64::BITS - x.leading_zeros()
 }
 
-impl Layout {
+impl FixedWindowRules {
     /// The layout for `quota`; every quota fits.
     pub fn new(quota: &Quota) -> Self {
         let limit = u64::from(quota.capacity());
         let window = Window::of(quota);
-        let count_bits = bits(limit + 1);
+        let count_bits = bits(limit + 2);
         debug_assert!(count_bits + bits(window.last_index()) <= u64::BITS);
         Self {
             limit,
@@ -92,10 +92,12 @@ impl Layout {
     }
 }
 
-impl WordAlgorithm for Layout {
+impl WordAlgorithm for FixedWindowRules {
+    const RESERVES_MOVED: bool = true;
+
     #[inline]
     fn fresh(&self) -> u64 {
-        Layout::fresh(self)
+        FixedWindowRules::fresh(self)
     }
 
     #[inline]
@@ -127,7 +129,7 @@ impl WordAlgorithm for Layout {
 /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
 /// cost above the limit returns `word` itself, so callers write nothing.
 #[inline]
-pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+pub fn acquire(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
     let (index, count) = layout.at(word, now);
     let remaining = layout.limit - count;
     let cost = u64::from(cost);
@@ -157,7 +159,7 @@ pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decisio
 /// Exact time from `now` until the window after `index` starts: it starts empty, and
 /// a denied cost is at most the limit. Out of line, to keep the admitting path short.
 #[inline(never)]
-fn wait(layout: &Layout, index: u64, now: u64) -> Duration {
+fn wait(layout: &FixedWindowRules, index: u64, now: u64) -> Duration {
     nanos_to_duration(layout.window.start(index + 1) - u128::from(now))
 }
 
@@ -165,7 +167,7 @@ fn wait(layout: &Layout, index: u64, now: u64) -> Duration {
 /// it counts): the word to store. Admissions of a window that has passed are gone
 /// with it, so there is nothing left to give back.
 #[inline]
-pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+pub fn refund(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> u64 {
     let (index, count) = layout.at(word, now);
     let left = count.saturating_sub(u64::from(cost));
     if left == count {
@@ -177,7 +179,7 @@ pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
 
 /// Requests `word` can still admit at `now`, without taking any.
 #[inline]
-pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+pub fn available(layout: &FixedWindowRules, word: u64, now: u64) -> u32 {
     (layout.limit - layout.at(word, now).1) as u32
 }
 
@@ -187,8 +189,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn layout(limit: u32, interval: Duration) -> Layout {
-        Layout::new(&Quota::new(limit, interval).unwrap())
+    fn layout(limit: u32, interval: Duration) -> FixedWindowRules {
+        FixedWindowRules::new(&Quota::new(limit, interval).unwrap())
     }
 
     #[test]
@@ -291,8 +293,14 @@ mod tests {
     }
 }
 
-impl crate::per_key::AnyQuota for Layout {
+impl MovableWord for FixedWindowRules {
     fn for_quota(quota: &Quota) -> Self {
-        Layout::new(quota)
+        FixedWindowRules::new(quota)
+    }
+
+    /// The start of the key's window: an earlier reading sees that window.
+    fn moment(&self, word: u64) -> u64 {
+        // A window some reading fell in starts within the clock's range.
+        u64::try_from(self.window.start(self.unpack(word).0)).unwrap_or(u64::MAX)
     }
 }

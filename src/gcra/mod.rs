@@ -5,9 +5,8 @@ pub(crate) mod state;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
-use crate::per_key::Shared;
 use crate::{Quota, QuotaError};
-use state::Layout;
+pub use state::GcraRules;
 use std::hash::{BuildHasher, Hash};
 
 /// A keyed GCRA (generic cell rate algorithm, a leaky bucket as a meter — what
@@ -69,7 +68,7 @@ use std::hash::{BuildHasher, Hash};
 /// assert_eq!(limiter.peek(&1), 1); // one token per 100 ms, from the drain on
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
-pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Layout, K, C, S>;
+pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K, C, S>;
 
 impl<K: Hash + Eq> Gcra<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
@@ -98,6 +97,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<Gcra<K>, C, S> {
     /// As [`Gcra::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
     pub fn build(self) -> Result<Gcra<K, C, S>, QuotaError> {
-        self.assemble(Shared, Layout::new)
+        let rules = GcraRules::new(&self.quota)?;
+        self.assemble(rules, GcraRules::new)
     }
 }

@@ -28,13 +28,13 @@ use std::time::Duration;
 /// limiter's time ends that long before the clock's: readings later than
 /// `end = u64::MAX − 1 − capacity × interval` count as `end`, and TAT stays below
 /// `u64::MAX` — the all-ones word is never a TAT, so it stays free to mark a retired
-/// word. [`Layout::new`] refuses quotas whose full refill exceeds 2^63 ns (292
+/// word. [`GcraRules::new`] refuses quotas whose full refill exceeds 2^63 ns (292
 /// years), so the limiter is exact for at least 292 years after its creation.
 ///
 /// A TAT at or before the reading means a full bucket, so every new key starts as the
 /// constant word 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct GcraRules {
     capacity: u64,
     interval: u64,
     /// `capacity × interval`: the debt of an empty bucket, and the burst tolerance.
@@ -47,7 +47,7 @@ const REQUIREMENT: &str = "capacity × refill interval (the time an empty bucket
     refill) must be at most 2^63 ns (292 years), so that every theoretical arrival time \
     stays within the clock's range for at least 292 years";
 
-impl Layout {
+impl GcraRules {
     /// The layout for `quota`.
     ///
     /// # Errors
@@ -99,10 +99,10 @@ impl Layout {
     }
 }
 
-impl WordAlgorithm for Layout {
+impl WordAlgorithm for GcraRules {
     #[inline]
     fn fresh(&self) -> u64 {
-        Layout::fresh(self)
+        GcraRules::fresh(self)
     }
 
     #[inline]
@@ -135,7 +135,7 @@ impl WordAlgorithm for Layout {
 /// the word; a denial, a zero cost or a cost above the capacity returns `word`
 /// itself, so callers write nothing.
 #[inline]
-pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
     let t = now.min(layout.end);
     let remaining = layout.tokens(word, t);
     let cost = u64::from(cost);
@@ -166,7 +166,7 @@ pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decisio
 /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
 /// never before the reading — a full bucket holds no more. The word to store.
 #[inline]
-pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
     let t = now.min(layout.end);
     if word <= t {
         return word;
@@ -180,14 +180,14 @@ pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
 /// is after `t`, so the wait is never zero. Out of line, to keep the admitting path
 /// short.
 #[inline(never)]
-fn wait(layout: &Layout, tat: u64, t: u64, cost: u64) -> Duration {
+fn wait(layout: &GcraRules, tat: u64, t: u64, cost: u64) -> Duration {
     let ready = tat - (layout.capacity - cost) * layout.interval;
     nanos_to_duration(u128::from(ready - t))
 }
 
 /// Whole tokens `word` holds at `now`, without taking any.
 #[inline]
-pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+pub fn available(layout: &GcraRules, word: u64, now: u64) -> u32 {
     layout.tokens(word, now.min(layout.end)) as u32
 }
 
@@ -197,8 +197,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn layout(capacity: u32, interval: Duration) -> Layout {
-        Layout::new(&Quota::new(capacity, interval).unwrap()).unwrap()
+    fn layout(capacity: u32, interval: Duration) -> GcraRules {
+        GcraRules::new(&Quota::new(capacity, interval).unwrap()).unwrap()
     }
 
     #[test]
@@ -277,8 +277,8 @@ mod tests {
     #[test]
     fn a_full_refill_beyond_2_pow_63_ns_is_refused_by_name() {
         let half = Duration::from_nanos(1 << 62);
-        assert!(Layout::new(&Quota::new(2, half).unwrap()).is_ok());
-        let err = Layout::new(&Quota::new(3, half).unwrap()).unwrap_err();
+        assert!(GcraRules::new(&Quota::new(2, half).unwrap()).is_ok());
+        let err = GcraRules::new(&Quota::new(3, half).unwrap()).unwrap_err();
         assert!(matches!(
             err,
             QuotaError::Unsupported {
@@ -288,6 +288,6 @@ mod tests {
             }
         ));
         let most = Quota::new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap();
-        assert!(Layout::new(&most).is_err());
+        assert!(GcraRules::new(&most).is_err());
     }
 }

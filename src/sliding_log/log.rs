@@ -11,7 +11,7 @@ use crate::window::Window;
 
 /// What every key's log is checked against: at most `limit` in any `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rules {
+pub struct SlidingLogRules {
     limit: u64,
     window: Window,
     /// The window when it fits a `u64`, for the expiry test on the hot path; `None`
@@ -19,7 +19,7 @@ pub struct Rules {
     window_nanos: Option<u64>,
 }
 
-impl Rules {
+impl SlidingLogRules {
     /// The rules of `quota`: `limit = capacity`, `window = capacity × refill_every`.
     pub(crate) fn new(quota: &Quota) -> Self {
         let window = Window::of(quota);
@@ -55,8 +55,20 @@ pub struct Log {
     /// counts as no time elapsed since the key's last admission whatever the ring
     /// holds.
     newest: u64,
+    /// Whether requests may still change the log.
+    pub(crate) status: Status,
+}
+
+/// Whether a log is in use, or frozen for good.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// In use.
+    #[default]
+    Live,
     /// The key is being forgotten: no request may change this log any more.
-    pub(crate) retired: bool,
+    Retired,
+    /// The key is moving to a new quota: its entries went to the mover.
+    Moved,
 }
 
 impl Log {
@@ -108,7 +120,7 @@ impl Log {
     /// How many of the oldest entries have left the window at reading `t`: an entry
     /// at `s` counts while `t − s < window`.
     #[inline]
-    fn expired(&self, rules: &Rules, t: u64) -> u32 {
+    fn expired(&self, rules: &SlidingLogRules, t: u64) -> u32 {
         let Some(last_expired) = rules.window_nanos.and_then(|w| t.checked_sub(w)) else {
             return 0;
         };
@@ -126,7 +138,7 @@ impl Log {
     /// still in the window plus `cost` are at most the limit, recording `cost`
     /// timestamps. A denial changes nothing; its `retry_after` is the exact wait until
     /// enough entries have left.
-    pub(crate) fn acquire(&mut self, rules: &Rules, now: u64, cost: u32) -> Decision {
+    pub(crate) fn acquire(&mut self, rules: &SlidingLogRules, now: u64, cost: u32) -> Decision {
         let t = self.reading(now);
         let expired = self.expired(rules, t);
         let live = u64::from(self.len - expired);
@@ -158,7 +170,7 @@ impl Log {
     }
 
     /// What the key can still admit at `now`, without taking any.
-    pub(crate) fn available(&self, rules: &Rules, now: u64) -> u32 {
+    pub(crate) fn available(&self, rules: &SlidingLogRules, now: u64) -> u32 {
         let t = self.reading(now);
         (rules.limit - u64::from(self.len - self.expired(rules, t))) as u32
     }
@@ -169,7 +181,7 @@ impl Log {
     /// the true one it stands for, so the log never admits more than the exact one.
     /// Entries that have left the window stay: they are history a lagging reading
     /// may still count (see [`Log::reading`]).
-    pub(crate) fn refund(&mut self, rules: &Rules, now: u64, cost: u32) {
+    pub(crate) fn refund(&mut self, rules: &SlidingLogRules, now: u64, cost: u32) {
         let expired = self.expired(rules, self.reading(now));
         let dropped = cost.min(self.len - expired);
         // Close the gap: every later entry moves `dropped` places towards the oldest.
@@ -180,9 +192,15 @@ impl Log {
         self.len -= dropped;
     }
 
+    /// The latest reading an admission was recorded at: every earlier reading counts
+    /// as this one.
+    pub(crate) fn newest(&self) -> u64 {
+        self.newest
+    }
+
     /// Whether the log holds nothing that counts at `at` or later and no admission
     /// after `at`: at every later reading it answers as a new key's does.
-    pub(crate) fn forgettable(&self, rules: &Rules, at: u64) -> bool {
+    pub(crate) fn forgettable(&self, rules: &SlidingLogRules, at: u64) -> bool {
         self.newest <= at && self.expired(rules, at) == self.len
     }
 
@@ -198,7 +216,7 @@ impl Log {
 
     /// Appends `cost` copies of `t`, growing the ring if needed. The caller has
     /// checked that `len + cost <= limit`.
-    fn push(&mut self, rules: &Rules, t: u64, cost: u32) {
+    fn push(&mut self, rules: &SlidingLogRules, t: u64, cost: u32) {
         let needed = self.len as usize + cost as usize;
         if needed > self.slots.len() {
             let doubled = (2 * self.slots.len()).max(4);
@@ -234,8 +252,8 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// 3 per 300 ms.
-    fn three_per_300ms() -> Rules {
-        Rules::new(&Quota::new(3, Duration::from_millis(100)).unwrap())
+    fn three_per_300ms() -> SlidingLogRules {
+        SlidingLogRules::new(&Quota::new(3, Duration::from_millis(100)).unwrap())
     }
 
     #[test]
@@ -284,7 +302,7 @@ mod tests {
             limit in 1u32..40,
             steps in prop::collection::vec((0u64..3_000, 0u32..45), 1..300),
         ) {
-            let rules = Rules::new(&Quota::new(limit, Duration::from_micros(10)).unwrap());
+            let rules = SlidingLogRules::new(&Quota::new(limit, Duration::from_micros(10)).unwrap());
             let mut log = Log::new();
             let mut now = 0;
             for (by, cost) in steps {

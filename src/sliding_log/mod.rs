@@ -4,11 +4,13 @@ mod log;
 
 use crate::Decision;
 use crate::Quota;
+use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
-use crate::keyed::{Algorithm, KeyedLimiter, Retired, Retirement};
-use crate::per_key::{PerKey, Shared};
-use log::{Log, Rules};
+use crate::keyed::KeyedLimiter;
+use crate::per_key::PerKey;
+pub use log::SlidingLogRules;
+use log::{Log, Status};
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard};
@@ -63,14 +65,14 @@ use std::sync::{Mutex, MutexGuard};
 /// assert!(limiter.acquire(&1, 100).is_allowed()); // exactly one minute later
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
-pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Rules, K, C, S>;
+pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<SlidingLogRules, K, C, S>;
 
 /// A [`SlidingLog`] in which each key has its own quota, from a resolver asked once when
 /// the key's state is created, and whose quotas can be changed while it runs: built by
 /// [`Builder::build_per_key`] or [`Builder::build_reconfigurable`]; see
 /// [`crate::per_key`].
 pub type PerKeySlidingLog<K, C = QuantaClock, S = DefaultHasher> =
-    KeyedLimiter<Rules, K, C, S, PerKey<Rules, K>>;
+    KeyedLimiter<PerKey<SlidingLogRules, K>, K, C, S>;
 
 impl<K: Hash + Eq> SlidingLog<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
@@ -89,7 +91,10 @@ impl<K: Hash + Eq, C: Clock> SlidingLog<K, C> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingLog<K>, C, S> {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> SlidingLog<K, C, S> {
-        match self.assemble(Shared, |quota| Ok::<_, Infallible>(Rules::new(quota))) {
+        let rules = SlidingLogRules::new(&self.quota);
+        match self.assemble(rules, |quota| {
+            Ok::<_, Infallible>(SlidingLogRules::new(quota))
+        }) {
             Ok(limiter) => limiter,
             Err(never) => match never {},
         }
@@ -103,63 +108,94 @@ fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
     log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Each key's log under its own lock; the lock makes retiring a log and changing it
-/// mutually exclusive, as the compare-and-set does for a word.
-impl Algorithm for Rules {
-    type State = Mutex<Log>;
+/// The log, if requests may still use it.
+fn live(log: &mut MutexGuard<'_, Log>) -> Result<(), Blocked> {
+    match log.status {
+        Status::Live => Ok(()),
+        Status::Retired => Err(Blocked::Retired),
+        Status::Moved => Err(Blocked::Moving),
+    }
+}
 
-    fn fresh(&self) -> Mutex<Log> {
+/// Each key's log under its own lock; the lock makes freezing a log and changing it
+/// mutually exclusive, as the compare-and-set does for a word.
+impl<K> Algorithm<K> for SlidingLogRules {
+    type State = Mutex<Log>;
+    type Resolved = ();
+
+    fn create(&self, _key: &K) -> Mutex<Log> {
         Mutex::new(Log::new())
     }
 
-    fn acquire(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<Decision, Retired> {
+    fn acquire(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<Decision, Blocked> {
         let mut log = lock(log);
-        if log.retired {
-            return Err(Retired);
-        }
+        live(&mut log)?;
         Ok(log.acquire(self, now, cost))
     }
 
-    fn available(&self, log: &Mutex<Log>, now: u64) -> Option<u32> {
-        let log = lock(log);
-        (!log.retired).then(|| log.available(self, now))
+    fn available(&self, log: &Mutex<Log>, now: u64) -> Result<u32, Blocked> {
+        let mut log = lock(log);
+        live(&mut log)?;
+        Ok(log.available(self, now))
+    }
+
+    fn refund(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<(), Blocked> {
+        let mut log = lock(log);
+        live(&mut log)?;
+        log.refund(self, now, cost);
+        Ok(())
+    }
+
+    fn fresh_available(&self, _key: impl FnOnce() -> K, now: u64) -> u32 {
+        Log::new().available(self, now)
     }
 
     fn is_retired(&self, log: &Mutex<Log>) -> bool {
-        lock(log).retired
-    }
-
-    fn refund(&self, log: &Mutex<Log>, now: u64, cost: u32) {
-        let mut log = lock(log);
-        if !log.retired {
-            log.refund(self, now, cost);
-        }
-    }
-
-    fn freeze(&self, log: &Mutex<Log>, now: u64) -> Option<u32> {
-        let mut log = lock(log);
-        if log.retired {
-            return None;
-        }
-        log.retired = true;
-        Some(log.available(self, now))
+        lock(log).status == Status::Retired
     }
 
     fn retire_if_forgettable(&self, log: &Mutex<Log>, at: u64) -> Retirement {
         let mut log = lock(log);
-        if log.retired {
-            Retirement::AlreadyRetired
-        } else if log.forgettable(self, at) {
-            log.retired = true;
-            Retirement::Retired
-        } else {
-            Retirement::Kept
+        match log.status {
+            Status::Retired => Retirement::AlreadyRetired,
+            Status::Moved => Retirement::Moving,
+            Status::Live if log.forgettable(self, at) => {
+                log.status = Status::Retired;
+                Retirement::Retired
+            }
+            Status::Live => Retirement::Kept,
         }
+    }
+
+    fn resolve(&self, _key: &K) {}
+
+    /// Never asked: one quota for every key is never outdated.
+    fn renew(&self, _log: &Mutex<Log>, _resolved: &(), _now: u64) -> Renewal<Mutex<Log>> {
+        Renewal::Current
     }
 }
 
-impl crate::per_key::AnyQuota for Rules {
+impl Reconfigurable for SlidingLogRules {
+    type Frozen = Log;
+
     fn for_quota(quota: &Quota) -> Self {
-        Rules::new(quota)
+        SlidingLogRules::new(quota)
+    }
+
+    /// Takes the log's entries out, leaving it marked as moved.
+    fn freeze(&self, log: &Mutex<Log>) -> Result<Log, Blocked> {
+        let mut log = lock(log);
+        live(&mut log)?;
+        let frozen = std::mem::take(&mut *log);
+        log.status = Status::Moved;
+        Ok(frozen)
+    }
+
+    fn moment(&self, frozen: &Log) -> u64 {
+        frozen.newest()
+    }
+
+    fn left(&self, frozen: &Log, now: u64) -> u32 {
+        frozen.available(self, now)
     }
 }

@@ -5,9 +5,8 @@ pub(crate) mod state;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
-use crate::per_key::Shared;
 use crate::{Quota, QuotaError};
-use state::Layout;
+pub use state::SlidingWindowRules;
 use std::hash::{BuildHasher, Hash};
 
 /// A keyed sliding window counter: about `limit` requests in any window, estimated
@@ -68,7 +67,7 @@ use std::hash::{BuildHasher, Hash};
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
 pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
-    KeyedLimiter<Layout, K, C, S>;
+    KeyedLimiter<SlidingWindowRules, K, C, S>;
 
 impl<K: Hash + Eq> SlidingWindowCounter<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
@@ -98,6 +97,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingWindowCounter<K>, C,
     /// As [`SlidingWindowCounter::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
     pub fn build(self) -> Result<SlidingWindowCounter<K, C, S>, QuotaError> {
-        self.assemble(Shared, Layout::new)
+        let rules = SlidingWindowRules::new(&self.quota)?;
+        self.assemble(rules, SlidingWindowRules::new)
     }
 }

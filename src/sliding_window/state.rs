@@ -25,7 +25,7 @@ use std::time::Duration;
 ///   limiter's epoch; it must hold every window a `u64` nanosecond clock can reach,
 ///   `u64::MAX / window`, so nothing wraps.
 ///
-/// Two counts beside the index do not fit every [`Quota`]: [`Layout::new`] refuses a
+/// Two counts beside the index do not fit every [`Quota`]: [`SlidingWindowRules::new`] refuses a
 /// quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 64` (the index keeping
 /// at least one bit), about `limit <= sqrt(window in ns)`.
 ///
@@ -34,7 +34,7 @@ use std::time::Duration;
 /// mark a retired word. A word two windows old carries no information, so every new
 /// key starts as the constant word 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct SlidingWindowRules {
     limit: u64,
     interval: u64,
     count_bits: u32,
@@ -64,7 +64,7 @@ const REQUIREMENT: &str = "its 64-bit word holds the window index (bits(u64::MAX
     n <= 131,071; per_hour: n <= 1,048,575); TokenBucket, FixedWindow and SlidingLog hold \
     every quota";
 
-impl Layout {
+impl SlidingWindowRules {
     /// The layout for `quota`.
     ///
     /// # Errors
@@ -166,10 +166,10 @@ impl Layout {
     }
 }
 
-impl WordAlgorithm for Layout {
+impl WordAlgorithm for SlidingWindowRules {
     #[inline]
     fn fresh(&self) -> u64 {
-        Layout::fresh(self)
+        SlidingWindowRules::fresh(self)
     }
 
     #[inline]
@@ -205,7 +205,7 @@ impl WordAlgorithm for Layout {
 /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
 /// cost above the limit returns `word` itself, so callers write nothing.
 #[inline]
-pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+pub fn acquire(layout: &SlidingWindowRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
     let at = layout.at(word, now);
     let remaining = layout.limit.saturating_sub(layout.counted(&at));
     let cost = u64::from(cost);
@@ -239,7 +239,7 @@ pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decisio
 /// most what it holds): the word to store. The previous window's count is history
 /// the estimate weighs; it is left as it is.
 #[inline]
-pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+pub fn refund(layout: &SlidingWindowRules, word: u64, now: u64, cost: u32) -> u64 {
     let at = layout.at(word, now);
     let left = at.current.saturating_sub(u64::from(cost));
     if left == at.current {
@@ -251,7 +251,7 @@ pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
 
 /// Requests `word` can still admit at `now`, without taking any.
 #[inline]
-pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+pub fn available(layout: &SlidingWindowRules, word: u64, now: u64) -> u32 {
     let at = layout.at(word, now);
     layout.limit.saturating_sub(layout.counted(&at)) as u32
 }
@@ -261,7 +261,7 @@ pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
 /// is the first grid point where it has fallen far enough. Out of line, to keep the
 /// admitting path short.
 #[inline(never)]
-fn wait(layout: &Layout, at: &At, cost: u64, now: u64) -> Duration {
+fn wait(layout: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
     let limit = layout.limit;
     let ready = if at.current + cost <= limit {
         // Later in this window, once `previous × (limit − q) <= room × limit`, i.e. at
@@ -288,8 +288,8 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// 4 per 400 ms window, one interval = 100 ms.
-    fn four_per_400ms() -> Layout {
-        Layout::new(&Quota::new(4, Duration::from_millis(100)).unwrap()).unwrap()
+    fn four_per_400ms() -> SlidingWindowRules {
+        SlidingWindowRules::new(&Quota::new(4, Duration::from_millis(100)).unwrap()).unwrap()
     }
 
     #[test]
@@ -358,8 +358,8 @@ mod tests {
 
     #[test]
     fn quotas_whose_counts_do_not_fit_beside_the_index_are_refused_by_name() {
-        assert!(Layout::new(&Quota::per_second(16_383).unwrap()).is_ok());
-        let err = Layout::new(&Quota::per_second(16_384).unwrap()).unwrap_err();
+        assert!(SlidingWindowRules::new(&Quota::per_second(16_383).unwrap()).is_ok());
+        let err = SlidingWindowRules::new(&Quota::per_second(16_384).unwrap()).unwrap_err();
         assert!(matches!(
             err,
             QuotaError::Unsupported {
@@ -384,9 +384,9 @@ mod tests {
             (Quota::per_hour, 1_048_575),
         ] {
             for n in 1..=limit {
-                assert!(Layout::new(&make(n).unwrap()).is_ok(), "{n}");
+                assert!(SlidingWindowRules::new(&make(n).unwrap()).is_ok(), "{n}");
             }
-            assert!(Layout::new(&make(limit + 1).unwrap()).is_err());
+            assert!(SlidingWindowRules::new(&make(limit + 1).unwrap()).is_err());
         }
     }
 
@@ -399,7 +399,9 @@ mod tests {
                     continue;
                 }
                 let quota = Quota::new(limit, Duration::from_nanos(interval)).unwrap();
-                let Ok(l) = Layout::new(&quota) else { continue };
+                let Ok(l) = SlidingWindowRules::new(&quota) else {
+                    continue;
+                };
                 let last = u64::MAX / interval / l.limit;
                 let word = l.pack(last, l.limit, l.limit);
                 assert_eq!(l.unpack(word), (last, l.limit, l.limit), "{quota:?}");

@@ -1,7 +1,12 @@
-//! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values.
+//! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values,
+//! exactly as weak as the store contract allows.
 //!
-//! It keeps the same contract as the papaya store with primitives loom can see, so
-//! loom explores every interleaving of turnstile's protocols around it.
+//! Every closure runs outside the lock, on a snapshot that other threads may replace
+//! or remove meanwhile; a removal re-checks under the lock that it removes the value
+//! its predicate saw, and retries otherwise; `retain` calls `keep` twice for every
+//! entry and follows the second answer (papaya may call it twice during a resize).
+//! So loom explores every interleaving the contract permits, not just the ones a lock
+//! around each call would allow.
 
 use super::Store;
 use crate::KeyRef;
@@ -10,9 +15,25 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 
-/// Keys and their state under one loom mutex; values are `Arc`s so `f` runs unlocked.
+/// Keys and their state under one loom mutex; values are `Arc`s so closures run
+/// unlocked.
 pub(crate) struct LoomStore<K, V, S> {
     map: Mutex<HashMap<K, Arc<V>, S>>,
+}
+
+impl<K, V, S> LoomStore<K, V, S>
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    /// The value stored for `key` now.
+    fn snapshot<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.map.lock().unwrap().get(key).cloned()
+    }
 }
 
 impl<K, V, S> Store<K, V, S> for LoomStore<K, V, S>
@@ -32,8 +53,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let value = self.map.lock().unwrap().get(key).cloned();
-        value.map(|v| f(&v))
+        self.snapshot(key).map(|v| f(&v))
     }
 
     fn get_or_insert<Q, R>(
@@ -46,15 +66,13 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let stored = {
-            let mut map = self.map.lock().unwrap();
-            match map.get(key) {
-                Some(v) => v.clone(),
-                None => {
-                    let key = key.to_key();
-                    let value = Arc::new(value(&key));
-                    map.entry(key).or_insert(value).clone()
-                }
+        let stored = match self.snapshot(key) {
+            Some(found) => found,
+            None => {
+                // Made unlocked; dropped unused if another thread stored one first.
+                let key = key.to_key();
+                let value = Arc::new(value(&key));
+                self.map.lock().unwrap().entry(key).or_insert(value).clone()
             }
         };
         f(&stored)
@@ -65,31 +83,48 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let mut map = self.map.lock().unwrap();
-        let remove = map.get(key).is_some_and(|v| pred(v));
-        if remove {
-            map.remove(key);
+        loop {
+            let Some(seen) = self.snapshot(key) else {
+                return false;
+            };
+            if !pred(&seen) {
+                return false;
+            }
+            let mut map = self.map.lock().unwrap();
+            if map.get(key).is_some_and(|v| Arc::ptr_eq(v, &seen)) {
+                map.remove(key);
+                return true;
+            }
+            // Replaced or removed since `pred` saw it: try again with what is there.
         }
-        remove
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        self.map.lock().unwrap().retain(|_, v| keep(v));
+        let values: Vec<Arc<V>> = self.map.lock().unwrap().values().cloned().collect();
+        let rejected: Vec<Arc<V>> = values
+            .into_iter()
+            .filter(|v| {
+                let _first = keep(v);
+                !keep(v)
+            })
+            .collect();
+        self.map
+            .lock()
+            .unwrap()
+            .retain(|_, v| !rejected.iter().any(|r| Arc::ptr_eq(r, v)));
     }
 
-    fn replace<Q>(&self, key: &Q, mut replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let mut map = self.map.lock().unwrap();
-        match replace(map.get(key).map(|v| &**v)) {
-            Some(value) => {
-                map.insert(key.to_key(), Arc::new(value));
-                true
-            }
-            None => false,
+        let found = map.get(key).is_some_and(|v| std::ptr::eq(&**v, current));
+        if found {
+            map.insert(key.to_key(), Arc::new(new));
         }
+        found
     }
 
     fn len(&self) -> usize {

@@ -37,12 +37,15 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 ///   received it runs — even if its entry is removed meanwhile — so a thread that
 ///   found a value may still use it; protocols that forget keys must account for
 ///   that (see `keyed.rs`).
-/// - **replace**: `replace(key, f)` swaps the key's value for `f`'s in one atomic step:
-///   no insert, remove or other replace of that key happens between `f` seeing the
-///   current value and the new one being stored.
+/// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
+///   stored is `current` itself (the same value, by address), in one atomic step.
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
-///   pass (possibly more than once for one entry) and removes the entries it rejects;
-///   entries inserted or removed during the pass may or may not be seen.
+///   pass, possibly more than once for one entry (papaya does during a resize), and
+///   removes the entries it rejects — not necessarily at the last call; entries
+///   inserted or removed during the pass may or may not be seen.
+/// - Closures (`f`, `value`, `pred`, `keep`) run outside any lock, may run more than
+///   once, and may see a value that is replaced or removed before the call returns;
+///   `remove_if` removes only if `pred` held for the value it removes.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.
@@ -75,10 +78,8 @@ pub(crate) trait Store<K, V, S> {
     /// Removes every entry whose value `keep` rejects.
     fn retain(&self, keep: impl FnMut(&V) -> bool);
 
-    /// Stores `replace(current)` as `key`'s value when it is `Some`, as one atomic
-    /// step against every other write to the key's entry (`replace` may run more than
-    /// once); whether a value was stored.
-    fn replace<Q>(&self, key: &Q, replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    /// Stores `new` as `key`'s value if its value is `current` itself; whether it did.
+    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;

@@ -79,18 +79,26 @@ where
         self.map.pin().retain(|_, v| keep(v));
     }
 
-    fn replace<Q>(&self, key: &Q, mut replace: impl FnMut(Option<&V>) -> Option<V>) -> bool
+    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let compute = |entry: Option<(&K, &V)>| match replace(entry.map(|(_, v)| v)) {
-            Some(value) => Operation::Insert(value),
-            None => Operation::Abort(()),
+        let mut new = Some(new);
+        // papaya calls the closure again only for a different value found, or with a
+        // cached answer for the same one, so `new` is taken at most once per value seen.
+        let compute = |entry: Option<(&K, &V)>| match (entry, new.take()) {
+            (Some((_, found)), Some(value)) if std::ptr::eq(found, current) => {
+                Operation::Insert(value)
+            }
+            (_, taken) => {
+                new = taken;
+                Operation::Abort(())
+            }
         };
         matches!(
             self.map.pin().compute(key.to_key(), compute),
-            Compute::Inserted(..) | Compute::Updated { .. }
+            Compute::Updated { .. }
         )
     }
 

@@ -6,8 +6,8 @@ use crate::Quota;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::keyed::KeyedLimiter;
-use crate::per_key::{PerKey, Shared};
-use state::Layout;
+use crate::per_key::PerKey;
+pub use state::TokenBucketRules;
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hash};
 
@@ -45,14 +45,15 @@ use std::hash::{BuildHasher, Hash};
 /// assert!(limiter.try_acquire("bob"));    // keys are independent
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
-pub type TokenBucket<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Layout, K, C, S>;
+pub type TokenBucket<K, C = QuantaClock, S = DefaultHasher> =
+    KeyedLimiter<TokenBucketRules, K, C, S>;
 
 /// A [`TokenBucket`] in which each key has its own quota, from a resolver asked once when
 /// the key's state is created, and whose quotas can be changed while it runs: built by
 /// [`Builder::build_per_key`] or [`Builder::build_reconfigurable`]; see
 /// [`crate::per_key`].
 pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
-    KeyedLimiter<Layout, K, C, S, PerKey<Layout, K>>;
+    KeyedLimiter<PerKey<TokenBucketRules, K>, K, C, S>;
 
 impl<K: Hash + Eq> TokenBucket<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
@@ -71,7 +72,10 @@ impl<K: Hash + Eq, C: Clock> TokenBucket<K, C> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<TokenBucket<K>, C, S> {
     /// Builds the limiter; its epoch (the refill grid's origin) is now.
     pub fn build(self) -> TokenBucket<K, C, S> {
-        match self.assemble(Shared, |quota| Ok::<_, Infallible>(Layout::new(quota))) {
+        let rules = TokenBucketRules::new(&self.quota);
+        match self.assemble(rules, |quota| {
+            Ok::<_, Infallible>(TokenBucketRules::new(quota))
+        }) {
             Ok(limiter) => limiter,
             Err(never) => match never {},
         }

@@ -7,7 +7,7 @@
 use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
-use crate::word::WordAlgorithm;
+use crate::word::{MovableWord, WordAlgorithm};
 use std::time::Duration;
 
 /// The layout of a token bucket's state word, fixed per quota.
@@ -19,9 +19,10 @@ use std::time::Duration;
 /// +-----------------------------+-----------------------+
 /// ```
 ///
-/// - *tokens* (the low `t` bits, `t = bits(capacity + 1)`): the token count at the last
-///   refill, `0..=capacity`. The field is one value wider than the capacity needs, so
-///   the all-ones value is never a token count; it is kept free to mark a retired word.
+/// - *tokens* (the low `t` bits, `t = bits(capacity + 2)`): the token count at the last
+///   refill, `0..=capacity`. The field leaves its two highest values free: no state
+///   has them, so the words [`RETIRED`](crate::word::RETIRED) (all ones) and
+///   [`MOVED`](crate::word::MOVED) (all ones but the lowest bit) are never a state.
 /// - *last refill* (the upper `64 - t` bits): the refill grid index of the last refill,
 ///   counted in whole intervals since the limiter's epoch. The field is wide enough for
 ///   `u64::MAX / interval`, so every instant a `u64` nanosecond clock can name (584
@@ -29,9 +30,9 @@ use std::time::Duration;
 ///   leave it that many bits.
 ///
 /// A full bucket needs no refill time: at any later instant it is still full, so
-/// [`Layout::full`] is one constant word for every key, with grid index 0.
+/// [`TokenBucketRules::full`] is one constant word for every key, with grid index 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct TokenBucketRules {
     capacity: u64,
     interval: u64,
     token_bits: u32,
@@ -42,22 +43,14 @@ const fn bits(x: u64) -> u32 {
     u64::BITS - x.leading_zeros()
 }
 
-/// The largest capacity whose state word fits beside the grid index field for
-/// `interval` nanoseconds (0 when even one token does not fit).
-pub(crate) const fn max_capacity(interval: u64) -> u64 {
-    let token_bits = u64::BITS - bits(u64::MAX / interval);
-    // Capacities whose `capacity + 1` fits in `token_bits`, leaving all-ones unused.
-    (1u64 << token_bits).saturating_sub(2)
-}
-
-impl Layout {
+impl TokenBucketRules {
     /// The layout for `quota`, which guarantees that it fits.
     pub fn new(quota: &Quota) -> Self {
         let capacity = u64::from(quota.capacity());
         Self {
             capacity,
             interval: quota.interval_nanos(),
-            token_bits: bits(capacity + 1),
+            token_bits: bits(capacity + 2),
         }
     }
 
@@ -96,7 +89,9 @@ impl Layout {
     }
 }
 
-impl WordAlgorithm for Layout {
+impl WordAlgorithm for TokenBucketRules {
+    const RESERVES_MOVED: bool = true;
+
     #[inline]
     fn fresh(&self) -> u64 {
         self.full()
@@ -131,7 +126,7 @@ impl WordAlgorithm for Layout {
 /// reading older than the last refill (another core's clock slightly behind) counts as
 /// no time elapsed.
 #[inline]
-fn refill(layout: &Layout, word: u64, now: u64) -> (u64, u64) {
+fn refill(layout: &TokenBucketRules, word: u64, now: u64) -> (u64, u64) {
     let last = layout.last_refill(word);
     // Most readings fall in the interval that the last refill started (`last * interval`
     // cannot overflow: `last <= u64::MAX / interval`); only the others pay for a
@@ -158,7 +153,7 @@ fn refill(layout: &Layout, word: u64, now: u64) -> (u64, u64) {
 /// The returned word equals `word` exactly when the state did not change (a denial
 /// with nothing refilled, a cost above capacity), so callers write nothing then.
 #[inline]
-pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+pub fn acquire(layout: &TokenBucketRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
     let (tokens, index) = refill(layout, word, now);
     let cost = u64::from(cost);
     if cost > layout.capacity {
@@ -187,7 +182,7 @@ pub fn acquire(layout: &Layout, word: u64, now: u64, cost: u32) -> (u64, Decisio
 
 /// Tokens available at `now`, without taking any.
 #[inline]
-pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
+pub fn available(layout: &TokenBucketRules, word: u64, now: u64) -> u32 {
     refill(layout, word, now).0 as u32
 }
 
@@ -195,7 +190,7 @@ pub fn available(layout: &Layout, word: u64, now: u64) -> u32 {
 /// bucket already full at `now` is left exactly as it is — it has nothing missing,
 /// and a new key's canonical full word must stay indistinguishable from no key.
 #[inline]
-pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
+pub fn refund(layout: &TokenBucketRules, word: u64, now: u64, cost: u32) -> u64 {
     let (tokens, index) = refill(layout, word, now);
     if tokens == layout.capacity {
         return word;
@@ -207,7 +202,7 @@ pub fn refund(layout: &Layout, word: u64, now: u64, cost: u32) -> u64 {
 /// Exact time from `now` until `missing` more tokens have arrived after grid index
 /// `index`: they arrive at grid points `index + 1 ..= index + missing`.
 #[inline]
-fn wait_for(layout: &Layout, index: u64, missing: u64, now: u64) -> Duration {
+fn wait_for(layout: &TokenBucketRules, index: u64, missing: u64, now: u64) -> Duration {
     let ready_at = (u128::from(index) + u128::from(missing)) * u128::from(layout.interval);
     // `index >= now / interval`, so `ready_at > now`: the wait is never zero.
     nanos_to_duration(ready_at - u128::from(now))
@@ -216,15 +211,16 @@ fn wait_for(layout: &Layout, index: u64, missing: u64, now: u64) -> Duration {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
+    use crate::quota::max_capacity;
 
     const MS: u64 = 1_000_000;
 
-    fn layout(capacity: u32, interval: Duration) -> Layout {
-        Layout::new(&Quota::new(capacity, interval).unwrap())
+    fn layout(capacity: u32, interval: Duration) -> TokenBucketRules {
+        TokenBucketRules::new(&Quota::new(capacity, interval).unwrap())
     }
 
     /// Runs requests of cost 1 at the given millisecond readings from a full bucket.
-    fn allowed_at(layout: &Layout, readings_ms: &[u64]) -> Vec<bool> {
+    fn allowed_at(layout: &TokenBucketRules, readings_ms: &[u64]) -> Vec<bool> {
         let mut word = layout.full();
         readings_ms
             .iter()
@@ -377,8 +373,14 @@ mod tests {
     }
 }
 
-impl crate::per_key::AnyQuota for Layout {
+impl MovableWord for TokenBucketRules {
     fn for_quota(quota: &Quota) -> Self {
-        Layout::new(quota)
+        TokenBucketRules::new(quota)
+    }
+
+    /// The last refill's grid point: an earlier reading counts as no time elapsed.
+    fn moment(&self, word: u64) -> u64 {
+        // No overflow: the grid index is at most `u64::MAX / interval`.
+        self.last_refill(word) * self.interval
     }
 }

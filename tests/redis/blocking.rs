@@ -5,7 +5,7 @@ use crate::fresh_prefix;
 use crate::server::RedisServer;
 use std::time::{Duration, Instant};
 use turnstile::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket, blocking};
-use turnstile::{Decision, ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 const LONG: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 

@@ -6,7 +6,7 @@ use crate::{fresh_prefix, inspector, manager, server_time};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use turnstile::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket};
-use turnstile::{Quota, RateLimiter, TokenBucket};
+use turnstile::{Quota, TokenBucket};
 
 const SERVERS: usize = 5;
 const TASKS_PER_SERVER: usize = 4;

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::time::Duration;
 use turnstile::redis::{FailurePolicy, Outcome, RedisTokenBucket};
-use turnstile::{Decision, ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 /// One step of a schedule, times in nanoseconds.
 #[derive(Clone, Debug)]

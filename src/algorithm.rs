@@ -1,0 +1,119 @@
+//! The algorithm contract: what one key's state is and how a request steps it.
+//!
+//! The keyed limiter (`keyed/`) knows maps, clocks and forgetting, and nothing of
+//! tokens or windows; an [`Algorithm`] knows one key's state and nothing of maps. The
+//! single-word algorithms implement it through [`WordAlgorithm`](crate::word::WordAlgorithm)
+//! and its compare-and-set loop, the sliding log directly, and per-key quotas as a
+//! wrapper around either ([`PerKey`](crate::per_key::PerKey)).
+
+use crate::{Decision, Quota};
+
+/// Why a request could not be applied to the state it found. Each is transient: the
+/// keyed limiter resolves it and looks the key up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The state is retired: the key is being forgotten. Remove the entry and look
+    /// again, to find the key absent or fresh.
+    Retired,
+    /// The state is frozen by a thread moving the key to a new quota, which replaces
+    /// the entry next, with no user code in between. Yield and look again.
+    Moving,
+    /// The state predates the limiter's current quotas: move it first
+    /// ([`Algorithm::renew`]).
+    Outdated,
+}
+
+/// What a sweep did with one key's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retirement {
+    /// It carries information: keep it.
+    Kept,
+    /// It carried none and is retired now: remove it.
+    Retired,
+    /// It was retired earlier (by a race with another pass, or an earlier call for
+    /// the same entry): remove it.
+    AlreadyRetired,
+    /// It is being moved to a new quota: keep it; its mover replaces it.
+    Moving,
+}
+
+/// What [`Algorithm::renew`] found for an outdated state.
+pub enum Renewal<S> {
+    /// Nothing to replace: the state is current now (or was already, or is gone).
+    Current,
+    /// Another thread is moving the key: yield and look again.
+    Moving,
+    /// The state is retired: remove it and look again.
+    Retired,
+    /// The state is frozen for this thread: store this successor in its place.
+    Replace(S),
+}
+
+/// One algorithm's rules, and how they create and step a key's state. Keys of type
+/// `K` matter only to per-key rules, which resolve each key's quota.
+pub trait Algorithm<K>: Send + Sync {
+    /// One key's state.
+    type State: Send + Sync;
+
+    /// What moving a key to the current quotas needs to know, from
+    /// [`resolve`](Self::resolve).
+    type Resolved;
+
+    /// The state of a key seen for the first time, or again after it was forgotten.
+    fn create(&self, key: &K) -> Self::State;
+
+    /// One request for `cost` at `now` (nanoseconds since the epoch).
+    fn acquire(&self, state: &Self::State, now: u64, cost: u32) -> Result<Decision, Blocked>;
+
+    /// What the key has left at `now`, taking nothing.
+    fn available(&self, state: &Self::State, now: u64) -> Result<u32, Blocked>;
+
+    /// Gives `cost` back at `now`, never beyond what a key holds.
+    fn refund(&self, state: &Self::State, now: u64, cost: u32) -> Result<(), Blocked>;
+
+    /// What a key with no state has at `now`; `key` makes the owned key, if needed.
+    fn fresh_available(&self, key: impl FnOnce() -> K, now: u64) -> u32;
+
+    /// Whether the state is retired (moving is not retired).
+    fn is_retired(&self, state: &Self::State) -> bool;
+
+    /// Retires the state if it carries no information as of `at`, so that no request
+    /// can change it any more.
+    fn retire_if_forgettable(&self, state: &Self::State, at: u64) -> Retirement;
+
+    /// The current quotas' word on `key`, asked before any state is touched: user code
+    /// (a per-key resolver) runs here, never while a state is frozen.
+    fn resolve(&self, key: &K) -> Self::Resolved;
+
+    /// Moves an [`Outdated`](Blocked::Outdated) state to what `resolved` says, at
+    /// `now`: in place when that changes no rule, else by freezing it and returning
+    /// its successor.
+    fn renew(
+        &self,
+        state: &Self::State,
+        resolved: &Self::Resolved,
+        now: u64,
+    ) -> Renewal<Self::State>;
+}
+
+/// Rules that hold every [`Quota`] and whose keys can move from one quota to another:
+/// what per-key quotas and reconfiguration need.
+pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
+    /// A state as it was when frozen.
+    type Frozen;
+
+    /// The rules for `quota`.
+    fn for_quota(quota: &Quota) -> Self;
+
+    /// Freezes `state` so that no request changes it any more, and returns what it
+    /// held. Fails if it is retired or frozen already.
+    fn freeze(&self, state: &Self::State) -> Result<Self::Frozen, Blocked>;
+
+    /// The frozen state's own latest time: every reading before it answers as it
+    /// does. A move reads the key's allowance no earlier than this, so that a lagging
+    /// reading cannot take the key's state back in time.
+    fn moment(&self, frozen: &Self::Frozen) -> u64;
+
+    /// What the frozen state had left at `now`.
+    fn left(&self, frozen: &Self::Frozen, now: u64) -> u32;
+}
