@@ -2,10 +2,15 @@
 
 use crate::Decision;
 use crate::policy::{Binding, Limit, Policy};
-use http::HeaderValue;
 use http::request::Parts;
+use http::{HeaderName, HeaderValue};
 use std::fmt::Write;
 use std::time::Duration;
+
+/// The `RateLimit-Policy` field name.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` field name.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// `d` in whole seconds, rounded up: a client that waits that long has waited at
 /// least `d`.

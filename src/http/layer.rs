@@ -1,12 +1,12 @@
-//! The layer, its builder, and the state every clone of the service shares.
+//! The layer and its builder.
 
-use super::fields;
 use super::refusal::Statuses;
+use super::routes::{Matcher, Route, Routes};
 use super::service::RateLimit;
-use crate::policy::{Policy, Verdict};
+use crate::policy::Policy;
 use crate::wait::Wait;
+use http::StatusCode;
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::fmt;
 use std::sync::Arc;
 use tower::Layer;
@@ -18,7 +18,7 @@ use tower::Layer;
 /// service a connection gets.
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    shared: Arc<Shared>,
+    routes: Arc<Routes>,
 }
 
 impl RateLimitLayer {
@@ -41,15 +41,15 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, Arc::clone(&self.shared))
+        RateLimit::new(inner, Arc::clone(&self.routes))
     }
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("routes", &(self.shared.routes.len() - 1))
-            .field("delay", &self.shared.delay)
+            .field("routes", &(self.routes.routes.len() - 1))
+            .field("delay", &self.routes.delay)
             .finish_non_exhaustive()
     }
 }
@@ -60,32 +60,6 @@ pub struct RateLimitLayerBuilder {
     fallback: Policy<Parts>,
     statuses: Statuses,
     delay: Option<Wait>,
-}
-
-/// Which requests a route's policy applies to.
-enum Matcher {
-    /// A path prefix, matched on whole segments.
-    Prefix(String),
-    /// A predicate over the request.
-    Predicate(Box<dyn Fn(&Parts) -> bool + Send + Sync>),
-}
-
-impl Matcher {
-    fn matches(&self, request: &Parts) -> bool {
-        match self {
-            Matcher::Prefix(prefix) => path_has_prefix(request.uri.path(), prefix),
-            Matcher::Predicate(matches) => matches(request),
-        }
-    }
-}
-
-/// Whether `path` is `prefix` or lies below it: `/balance` covers `/balance` and
-/// `/balance/eur`, not `/balances`.
-fn path_has_prefix(path: &str, prefix: &str) -> bool {
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
-        None => false,
-    }
 }
 
 impl RateLimitLayerBuilder {
@@ -159,7 +133,7 @@ impl RateLimitLayerBuilder {
             .map(|(matcher, policy)| Route::new(matcher, policy))
             .collect();
         Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
+            routes: Arc::new(Routes {
                 routes,
                 statuses: self.statuses,
                 delay: self.delay,
@@ -193,96 +167,9 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// What every clone of the service shares.
-pub(crate) struct Shared {
-    /// The routes in order; the last is the fallback and matches everything.
-    routes: Box<[Route]>,
-    pub(crate) statuses: Statuses,
-    pub(crate) delay: Option<Wait>,
-}
-
-impl Shared {
-    /// The position of the first route matching `request`.
-    pub(crate) fn route_of(&self, request: &Parts) -> usize {
-        let last = self.routes.len() - 1;
-        self.routes[..last]
-            .iter()
-            .position(|route| route.matcher.matches(request))
-            .unwrap_or(last)
-    }
-
-    /// The route at `index`, from [`Shared::route_of`].
-    pub(crate) fn route(&self, index: usize) -> &Route {
-        &self.routes[index.min(self.routes.len() - 1)]
-    }
-}
-
-/// A route: which requests, their policy, and its `RateLimit-Policy` field.
-pub(crate) struct Route {
-    matcher: Matcher,
-    pub(crate) policy: Policy<Parts>,
-    policy_field: Option<HeaderValue>,
-}
-
-impl Route {
-    fn new(matcher: Matcher, policy: Policy<Parts>) -> Self {
-        let policy_field = fields::policy_field(&policy);
-        Self {
-            matcher,
-            policy,
-            policy_field,
-        }
-    }
-
-    /// The RateLimit header fields for `verdict`.
-    pub(crate) fn fields(&self, verdict: &Verdict) -> RateLimitFields {
-        RateLimitFields {
-            policy: self.policy_field.clone(),
-            limit: verdict
-                .binding()
-                .and_then(|binding| fields::limit_field(&self.policy, binding)),
-        }
-    }
-}
-
-/// The `RateLimit-Policy` and `RateLimit` fields for one response.
-pub(crate) struct RateLimitFields {
-    policy: Option<HeaderValue>,
-    limit: Option<HeaderValue>,
-}
-
-impl RateLimitFields {
-    /// Adds the fields to `headers`. Appended, not replaced: both fields are lists,
-    /// which the draft allows to be split over several field lines, so an inner
-    /// service's own RateLimit fields stay.
-    pub(crate) fn add_to(self, headers: &mut HeaderMap) {
-        if let Some(policy) = self.policy {
-            headers.append(RATELIMIT_POLICY, policy);
-        }
-        if let Some(limit) = self.limit {
-            headers.append(RATELIMIT, limit);
-        }
-    }
-}
-
-/// The `RateLimit-Policy` field name.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// The `RateLimit` field name.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes_match_whole_path_segments() {
-        assert!(path_has_prefix("/balance", "/balance"));
-        assert!(path_has_prefix("/balance/eur", "/balance"));
-        assert!(!path_has_prefix("/balances", "/balance"));
-        assert!(path_has_prefix("/api/x", "/api/"));
-        assert!(path_has_prefix("/anything", "/"));
-        assert!(!path_has_prefix("/", "/balance"));
-    }
 
     #[test]
     fn a_prefix_without_a_slash_and_a_non_error_status_are_refused() {

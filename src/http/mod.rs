@@ -111,8 +111,10 @@ mod fields;
 mod key;
 mod layer;
 mod refusal;
+mod routes;
 mod service;
 
+pub use fields::{RATELIMIT, RATELIMIT_POLICY};
 pub use key::{HeaderKey, PeerIp};
-pub use layer::{ConfigError, RATELIMIT, RATELIMIT_POLICY, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{ConfigError, RateLimitLayer, RateLimitLayerBuilder};
 pub use service::{RateLimit, ResponseFuture};

@@ -1,7 +1,7 @@
 //! The service the layer wraps around an HTTP service, and its response future.
 
-use super::layer::{RateLimitFields, Shared};
 use super::refusal::{self, Refusal};
+use super::routes::{RateLimitFields, Routes};
 use crate::policy::Verdict;
 use crate::wait::{Attempt, Wait, keep_trying};
 use http::{Request, Response};
@@ -18,12 +18,12 @@ use tower::Service;
 /// answers.
 pub struct RateLimit<S> {
     inner: S,
-    shared: Arc<Shared>,
+    routes: Arc<Routes>,
 }
 
 impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        Self { inner, shared }
+    pub(crate) fn new(inner: S, routes: Arc<Routes>) -> Self {
+        Self { inner, routes }
     }
 }
 
@@ -31,7 +31,7 @@ impl<S: Clone> Clone for RateLimit<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
+            routes: Arc::clone(&self.routes),
         }
     }
 }
@@ -55,17 +55,17 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // The head alone is what policies read: it does not depend on the body type.
         let (parts, body) = request.into_parts();
-        let index = self.shared.route_of(&parts);
-        let route = self.shared.route(index);
+        let index = self.routes.route_of(&parts);
+        let route = self.routes.route(index);
         let verdict = route.policy.acquire(&parts);
-        let state = match (Refusal::of(verdict.outcome()), self.shared.delay) {
+        let state = match (Refusal::of(verdict.outcome()), self.routes.delay) {
             (None, _) => State::Forwarded {
                 future: self.inner.call(Request::from_parts(parts, body)),
                 fields: Some(route.fields(&verdict)),
             },
             (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => State::Delayed {
                 future: Box::pin(delayed(
-                    Arc::clone(&self.shared),
+                    Arc::clone(&self.routes),
                     index,
                     Request::from_parts(parts, body),
                     // A clone, made ready again after the wait: readiness is not held
@@ -76,7 +76,7 @@ where
                 )),
             },
             (Some(refusal), _) => State::Refused {
-                response: Some(refuse(&self.shared, index, refusal, &verdict)),
+                response: Some(refuse(&self.routes, index, refusal, &verdict)),
             },
         };
         ResponseFuture { state }
@@ -85,13 +85,13 @@ where
 
 /// The refusal response for `verdict` on route `index`, with its RateLimit fields.
 fn refuse<B: From<String>>(
-    shared: &Shared,
+    routes: &Routes,
     index: usize,
     refusal: Refusal,
     verdict: &Verdict,
 ) -> Response<B> {
-    let route = shared.route(index);
-    let mut response = refusal::response(refusal, verdict, &route.policy, shared.statuses);
+    let route = routes.route(index);
+    let mut response = refusal::response(refusal, verdict, &route.policy, routes.statuses);
     route.fields(verdict).add_to(response.headers_mut());
     response
 }
@@ -99,7 +99,7 @@ fn refuse<B: From<String>>(
 /// Delay mode: waits while the policy's answer is a wait that fits `wait`, then
 /// forwards the request, or refuses it.
 async fn delayed<S, ReqBody, ResBody>(
-    shared: Arc<Shared>,
+    routes: Arc<Routes>,
     index: usize,
     request: Request<ReqBody>,
     mut inner: S,
@@ -112,12 +112,12 @@ where
 {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let route = shared.route(index);
+    let route = routes.route(index);
     let again = || Attempt::of_verdict(route.policy.acquire(&parts));
     let (Ok(verdict) | Err(verdict)) =
         keep_trying(&wait, started, Attempt::of_verdict(first), again).await;
     match Refusal::of(verdict.outcome()) {
-        Some(refusal) => Ok(refuse(&shared, index, refusal, &verdict)),
+        Some(refusal) => Ok(refuse(&routes, index, refusal, &verdict)),
         None => {
             poll_fn(|cx| inner.poll_ready(cx)).await?;
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
