@@ -182,7 +182,8 @@ impl Sweeper {
         // Relaxed: as in `cap_sweep_allowed`.
         let last = self.last_cap_sweep.load(Ordering::Relaxed);
         let period = self.margin.max(1_000_000);
-        Duration::from_nanos((last + period).saturating_sub(now).max(1))
+        // Saturating: near the end of the clock the next sweep is at its end.
+        Duration::from_nanos(last.saturating_add(period).saturating_sub(now).max(1))
     }
 
     /// Holds the sweep lock, waiting for a running sweep to finish.

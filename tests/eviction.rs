@@ -245,6 +245,25 @@ fn streaming_distinct_keys_keeps_the_map_near_the_active_set() {
 }
 
 #[test]
+fn at_the_end_of_the_clock_the_overflow_hint_is_the_time_left() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
+        .clock(clock.clone())
+        .eviction_margin(ms(5))
+        .max_keys(1, Overflow::Deny)
+        .build();
+    let end = Duration::from_nanos(u64::MAX);
+    clock.set(end - ms(1));
+    assert!(limiter.try_acquire(&1)); // drained: not forgettable
+    // The cap sweep runs now and finds nothing; the next may run 5 ms later, past
+    // the clock's end: the hint is the 1 ms left.
+    assert_eq!(
+        limiter.acquire(&2, 1),
+        Decision::Overflow { retry_after: ms(1) }
+    );
+}
+
+#[test]
 fn at_the_cap_new_keys_are_denied_and_counted_until_room_is_made() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u32>::builder(Quota::new(2, ms(10)).unwrap())

@@ -171,7 +171,8 @@ pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
     if word <= t {
         return word;
     }
-    word.saturating_sub(u64::from(cost) * layout.interval)
+    // Saturating: a cost above the capacity refunds everything, however large.
+    word.saturating_sub(u64::from(cost).saturating_mul(layout.interval))
         .max(t)
 }
 
@@ -199,6 +200,14 @@ mod tests {
 
     fn layout(capacity: u32, interval: Duration) -> GcraRules {
         GcraRules::new(&Quota::new(capacity, interval).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_refund_of_the_largest_cost_refills_the_key_without_overflowing() {
+        let l = layout(2, Duration::from_secs(3600));
+        let (word, _) = acquire(&l, l.fresh(), 0, 2);
+        let word = refund(&l, word, 0, u32::MAX);
+        assert_eq!(available(&l, word, 0), 2);
     }
 
     #[test]

@@ -19,7 +19,11 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// addresses at once rather than silently sharing one key.
 ///
 /// IPv4 addresses mapped into IPv6 (a dual-stack listener's `::ffff:a.b.c.d`) count as
-/// the IPv4 address. Behind a reverse proxy every request has the proxy's address:
+/// the IPv4 address. IPv6 clients are keyed by their `/64` network by default: a site
+/// is given at least a `/64`, so one host can pick any of 2^64 source addresses, and
+/// keying on the full address would give it that many allowances. Change it with
+/// [`ipv6_prefix`](PeerIp::ipv6_prefix) (`128` keys each address on its own; a
+/// shorter prefix such as `56` or `48` groups whole customer allocations). Behind a reverse proxy every request has the proxy's address:
 /// take the client's from a header the proxy sets, with a closure, and only from a
 /// proxy you trust (anyone can send `X-Forwarded-For`).
 pub struct PeerIp<T = SocketAddr> {
@@ -45,15 +49,16 @@ impl<T> PeerIp<T> {
     pub fn from_extension(peer: fn(&T) -> SocketAddr) -> Self {
         Self {
             peer,
-            ipv6_prefix: 128,
+            ipv6_prefix: 64,
         }
     }
 
-    /// Counts every IPv6 address in one `/bits` network as one client (at most 128).
+    /// Counts every IPv6 address in one `/bits` network as one client (default 64;
+    /// values above 128 count as 128, which keys each address on its own).
     ///
-    /// One IPv6 host commonly holds a whole `/64`, so keying on full addresses lets it
-    /// multiply its allowance by choosing new source addresses; `ipv6_prefix(64)`
-    /// closes that. IPv4 addresses are unaffected.
+    /// One IPv6 host commonly holds a whole `/64`, so keying on full addresses would
+    /// let it multiply its allowance by choosing new source addresses. IPv4 addresses
+    /// are unaffected.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.ipv6_prefix = bits.min(128);
         self
@@ -194,6 +199,25 @@ mod tests {
             Some("2001:db8:1:2:3:4:5:6".parse().unwrap())
         );
         assert_eq!(ip("[2001:db8::1]:80", 0), Some("::".parse().unwrap()));
+        let by_default = |peer: &str| {
+            let peer: SocketAddr = peer.parse().unwrap();
+            PeerIp::new().with_key(
+                &parts(|p| {
+                    p.extensions.insert(peer);
+                }),
+                |ip| *ip,
+            )
+        };
+        assert_eq!(
+            by_default("[2001:db8:1:2:3:4:5:6]:80"),
+            by_default("[2001:db8:1:2:ffff::9]:443"),
+            "one /64 is one client by default"
+        );
+        assert_ne!(
+            by_default("[2001:db8:1:2::1]:80"),
+            by_default("[2001:db8:1:3::1]:80"),
+            "another /64 is another client"
+        );
         let none = PeerIp::new().with_key(&parts(|_| {}), |ip| *ip);
         assert_eq!(none, None, "no peer address extension");
     }
