@@ -6,7 +6,11 @@
 //! leave the same state behind. For the token bucket that is a bucket already full
 //! (with its last refill no later than that instant); for the other algorithms, the
 //! equivalent (see each algorithm's `forgettable`). A throttled key is never
-//! forgotten, so forgetting never hands a client a fresh allowance.
+//! forgotten, so forgetting never hands a client a fresh allowance. Forgetting never
+//! changes a decision, reconfigured or not: a key whose quota changed since its last
+//! request is judged by its own rules, and a key with its whole allowance moves to a
+//! new quota as a new key would (see [`crate::per_key`]), so forgetting it first makes
+//! no difference.
 //!
 //! # The protocol, and why it is exact
 //! A thread may already hold a key's state word when the sweeper removes it. If that
@@ -18,7 +22,10 @@
 //! 2. for each forgettable word, it compare-and-sets the word from the value it
 //!    checked to `RETIRED` (a value no state uses) — this succeeds only if nobody
 //!    changed the word since, and after it nobody can;
-//! 3. it removes retired entries from the map.
+//! 3. it removes retired entries from the map — every one it meets, whoever retired
+//!    it (the store may show it an entry twice). A word frozen while its key moves to
+//!    a new quota carries a marker of its own, `MOVED`, and is never removed: its
+//!    mover replaces it.
 //!
 //! An acquirer whose load or CAS finds `RETIRED` helps remove the entry and looks the
 //! key up again, finding or inserting a fresh state. Exactly one of "the sweeper
@@ -31,8 +38,10 @@
 //!
 //! **Invariant:** every word a request changes is one that the map held and that was
 //! not retired at that moment, and every request's reading is at least the watermark
-//! of any forgetting it can observe. Model-checked in `loom-tests/tests/eviction.rs`,
-//! with a mutant that removes without retiring, which loom rejects.
+//! of any forgetting it can observe. Model-checked in `loom-tests/tests/eviction.rs`:
+//! model 6 with a mutant that removes without retiring, model 11 (the retire's
+//! Release publishing the watermark to the reader's Acquire fence) with a mutant that
+//! retires with Relaxed; loom rejects both.
 //!
 //! # When sweeping happens
 //! No background thread is needed: when an insertion makes the map reach twice its

@@ -2,7 +2,7 @@
 //! check, exact in its semantics, model-checked with loom.
 //!
 //! ```
-//! use turnstile::{Quota, RateLimiter, TokenBucket};
+//! use turnstile::{Quota, TokenBucket};
 //!
 //! // At most 100 requests per minute per user, in bursts of up to 100.
 //! let limiter = TokenBucket::<String>::new(Quota::per_minute(100)?);
@@ -74,9 +74,11 @@
 //! a deliberately broken variant that the checker must reject. Keys live in a
 //! `papaya::HashMap`, which is not loom-aware; the limiters use it only through a
 //! small internal store contract (get; get-or-insert, exactly once; remove-if;
-//! replace; values stable while in use). Under `--cfg turnstile_loom` a loom-aware
-//! store implements that contract, so loom checks turnstile's own protocols against
-//! it, and papaya's guarantees cover the map itself.
+//! swap by identity; retain; values stable while in use; closures outside any lock
+//! and possibly run more than once). Under `--cfg turnstile_loom` a loom-aware store
+//! implements that contract exactly as weakly as it is written, so loom checks
+//! turnstile's own protocols against it, and papaya's guarantees cover the map
+//! itself.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

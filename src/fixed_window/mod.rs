@@ -39,7 +39,7 @@ use std::hash::{BuildHasher, Hash};
 /// compare-and-set loop.
 ///
 /// ```
-/// use turnstile::{FixedWindow, ManualClock, Quota, RateLimiter};
+/// use turnstile::{FixedWindow, ManualClock, Quota};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

@@ -58,7 +58,7 @@ use std::hash::{BuildHasher, Hash};
 /// loop.
 ///
 /// ```
-/// use turnstile::{Gcra, ManualClock, Quota, RateLimiter};
+/// use turnstile::{Gcra, ManualClock, Quota};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

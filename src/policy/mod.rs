@@ -4,7 +4,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use turnstile::policy::{Check, Limit, Policy};
-//! use turnstile::{ManualClock, Quota, RateLimiter, TokenBucket};
+//! use turnstile::{ManualClock, Quota, TokenBucket};
 //!
 //! struct Request { user: String, ip: u32 }
 //!

@@ -52,7 +52,7 @@ use std::sync::{Mutex, MutexGuard};
 /// approximate) unless the limit must hold exactly in every window.
 ///
 /// ```
-/// use turnstile::{ManualClock, Quota, RateLimiter, SlidingLog};
+/// use turnstile::{ManualClock, Quota, SlidingLog};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

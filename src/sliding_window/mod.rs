@@ -54,7 +54,7 @@ use std::hash::{BuildHasher, Hash};
 /// `per_minute` up to 131,071, `per_hour` up to 1,048,575.
 ///
 /// ```
-/// use turnstile::{ManualClock, Quota, RateLimiter, SlidingWindowCounter};
+/// use turnstile::{ManualClock, Quota, SlidingWindowCounter};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

@@ -36,7 +36,7 @@ use std::hash::{BuildHasher, Hash};
 /// carries no information on the shared grid), so memory follows the active keys.
 ///
 /// ```
-/// use turnstile::{Quota, RateLimiter, TokenBucket};
+/// use turnstile::{Quota, TokenBucket};
 ///
 /// let limiter = TokenBucket::<String>::new(Quota::per_second(2)?);
 /// assert!(limiter.try_acquire("alice"));
