@@ -54,15 +54,17 @@ pub trait MovableWord: WordAlgorithm + PartialEq + 'static {
 }
 
 /// Whether `word` blocks every request: retired, or (for algorithms that reserve it)
-/// frozen for a move.
-#[inline]
+/// frozen for a move. The markers are the highest words, so the common case is one
+/// comparison.
+#[inline(always)]
 fn blocked<W: WordAlgorithm>(word: u64) -> Option<Blocked> {
-    if word == RETIRED {
-        Some(Blocked::Retired)
-    } else if W::RESERVES_MOVED && word == MOVED {
-        Some(Blocked::Moving)
-    } else {
+    let lowest_marker = if W::RESERVES_MOVED { MOVED } else { RETIRED };
+    if word < lowest_marker {
         None
+    } else if word == RETIRED {
+        Some(Blocked::Retired)
+    } else {
+        Some(Blocked::Moving)
     }
 }
 

@@ -16,7 +16,7 @@ const PEEK: i64 = -1;
 
 /// One algorithm's script and how to read its replies.
 #[derive(Debug)]
-pub(crate) struct Algorithm {
+pub(crate) struct ScriptedAlgorithm {
     /// The script; its SHA-1 is computed once, when the static is first used.
     pub(crate) script: &'static Script,
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
@@ -29,7 +29,7 @@ pub(crate) struct Algorithm {
 /// Everything a limiter shares between its clones.
 #[derive(Debug)]
 struct Engine {
-    algorithm: Algorithm,
+    algorithm: ScriptedAlgorithm,
     prefix: Vec<u8>,
     timeout: Duration,
     policy: FailurePolicy,
@@ -59,7 +59,7 @@ impl<C> ScriptLimiter<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    pub(crate) fn new(algorithm: Algorithm, settings: Settings, conn: C) -> Self {
+    pub(crate) fn new(algorithm: ScriptedAlgorithm, settings: Settings, conn: C) -> Self {
         let Settings {
             prefix,
             timeout,

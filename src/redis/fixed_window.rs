@@ -1,7 +1,7 @@
 //! The fixed window counter on Redis: count and expiry in one Lua script per check.
 
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
-use super::engine::{Algorithm, ScriptLimiter};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::Decision;
 use ::redis::Script;
@@ -145,7 +145,7 @@ where
 }
 
 /// The script and its parameters, or why Redis cannot hold them exactly.
-fn algorithm(limit: u32, window: Duration) -> Result<Algorithm, ConfigError> {
+fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorithm, ConfigError> {
     if limit == 0 {
         return Err(ConfigError::ZeroLimit);
     }
@@ -164,7 +164,7 @@ fn algorithm(limit: u32, window: Duration) -> Result<Algorithm, ConfigError> {
             rounded_up: Duration::from_micros(micros),
         });
     }
-    Ok(Algorithm {
+    Ok(ScriptedAlgorithm {
         script: &SCRIPT,
         params: [u64::from(limit), micros],
         decide,

@@ -1,7 +1,7 @@
 //! The token bucket on Redis: the in-process semantics, one Lua script per check.
 
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
-use super::engine::{Algorithm, ScriptLimiter};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::{Decision, Quota};
 use ::redis::Script;
@@ -165,7 +165,7 @@ where
 }
 
 /// The script and its parameters for `quota`, or why Redis cannot hold it exactly.
-fn algorithm(quota: &Quota) -> Result<Algorithm, ConfigError> {
+fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError> {
     let refill_every = quota.refill_every();
     let (interval, whole) = micros_ceil(refill_every);
     let capacity = quota.capacity();
@@ -183,7 +183,7 @@ fn algorithm(quota: &Quota) -> Result<Algorithm, ConfigError> {
             rounded_up: Duration::from_micros(interval),
         });
     }
-    Ok(Algorithm {
+    Ok(ScriptedAlgorithm {
         script: &SCRIPT,
         params: [u64::from(capacity), interval],
         decide,
