@@ -111,8 +111,19 @@ fn main() {
     };
     let mut csv = String::from("limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n");
     println!("{}", csv.trim_end());
+    // `TURNSTILE_BENCH_PATTERNS=churn` and `TURNSTILE_BENCH_LIMITERS=turnstile,governor`
+    // narrow a run to what is being compared.
+    let chosen = |var: &str, name: &str| {
+        std::env::var(var).map_or(true, |list| list.split(',').any(|n| n == name))
+    };
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
+        if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
+            continue;
+        }
         for name in LIMITERS {
+            if !chosen("TURNSTILE_BENCH_LIMITERS", name) {
+                continue;
+            }
             let run = Run {
                 name,
                 pattern,

@@ -43,17 +43,30 @@
 //! Release publishing the watermark to the reader's Acquire fence) with a mutant that
 //! retires with Relaxed; loom rejects both.
 //!
-//! # When sweeping happens
-//! No background thread is needed: when an insertion makes the map reach twice its
-//! size after the last sweep (at least [`MIN_SWEEP_KEYS`]), the inserting call sweeps
-//! the whole map once — a pause proportional to the number of keys (see results/ for
-//! the measured cost), amortised to O(1) per insertion. `evict_idle()` sweeps on
-//! demand, and [`BackgroundSweeper`] on a thread of its own, so that no request pays for
-//! a sweep (measured: ~50 ns per key held, ~500 ns per key forgotten, on a 2-core EPYC
-//! VM). At the `max_keys` cap, a sweep runs at most once per margin; if nothing can
-//! be forgotten, the [`Overflow`] policy decides. The cap is approximate: threads
-//! inserting at once may each pass the check, so the map can exceed `max_keys` by at
-//! most the number of threads inserting concurrently.
+//! # When sweeping happens — and why no request pays for it
+//! A sweep is due when the map has doubled since the last one (at least
+//! [`MIN_SWEEP_KEYS`] keys). An insertion that finds it due only asks the limiter's own
+//! sweeper thread for it (started lazily with the first request for a sweep, named
+//! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
+//! per-request bound is zero keys visited.** Insertions look at the map's size on one
+//! in [`SIZE_SAMPLE`] insertions per thread (papaya sums per-core counters to count),
+//! so a sweep is asked for at most that many insertions per thread late.
+//!
+//! One exception keeps memory bounded when the thread cannot keep up (a machine
+//! overloaded, the thread starved of CPU): an insertion that finds the map at four
+//! times its size after the last sweep, with the requested sweep not finished, sweeps
+//! itself (or waits for the sweep running). A thread that keeps up never lets that
+//! happen (measured in results/ANALYSIS.md); if the OS refuses to start the thread,
+//! insertions sweep themselves when a sweep is due, as a limiter without one must.
+//!
+//! With `manual_eviction()` there is no thread and no request ever sweeps: only
+//! `evict_idle()` (on any thread, or [`BackgroundSweeper`] on a period) forgets keys.
+//! At the `max_keys` cap, a new key asks for a sweep (at most once per margin) and is
+//! answered at once by the [`Overflow`] policy; once the sweep has made room, new keys
+//! are stored again. The cap is approximate: threads inserting at once may each pass
+//! the check, so the map can exceed `max_keys` by at most the number of threads
+//! inserting concurrently. A sweep costs about 50 ns per key kept and 500 ns per key
+//! forgotten on a 2-core EPYC VM.
 
 use crate::Quota;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
@@ -73,6 +86,36 @@ pub struct KeyStats {
 
 /// A map smaller than this is not swept automatically.
 pub const MIN_SWEEP_KEYS: usize = 1024;
+
+/// Insertions look at the map's size once in this many, per thread.
+pub const SIZE_SAMPLE: u32 = 64;
+
+/// `next_sweep` while a requested sweep has not finished: no insertion asks again.
+const REQUESTED: u64 = u64::MAX;
+
+/// What an insertion should do about forgetting keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Upkeep {
+    /// Nothing.
+    Nothing,
+    /// Ask the sweeper thread for a sweep (this insertion is the one that asks).
+    Request,
+    /// The map outgrew its bound while the requested sweep is unfinished: sweep here.
+    SweepHere,
+}
+
+/// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size.
+#[inline]
+pub(crate) fn sampled() -> bool {
+    thread_local! {
+        static INSERTIONS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    INSERTIONS.with(|n| {
+        let next = n.get().wrapping_add(1);
+        n.set(next);
+        next % SIZE_SAMPLE == 0
+    })
+}
 
 /// What a limiter at its `max_keys` cap does with a new key when nothing can be
 /// forgotten (an attacker rotating client ids faster than buckets refill).
@@ -112,8 +155,12 @@ pub(crate) struct Sweeper {
     pub(crate) max_keys: usize,
     /// Every key forgotten so far was forgettable as of this time (ns since epoch).
     watermark: AtomicU64,
-    /// Map size at which an insertion sweeps.
+    /// Map size at which an insertion asks for a sweep; `REQUESTED` while one is
+    /// asked for and unfinished.
     next_sweep: AtomicU64,
+    /// Map size at which an insertion sweeps itself, the sweeper thread having fallen
+    /// behind: four times the size after the last sweep.
+    overloaded_at: AtomicU64,
     /// When the last sweep at the cap began (ns since epoch).
     last_cap_sweep: AtomicU64,
     /// One sweep at a time.
@@ -131,6 +178,7 @@ impl Sweeper {
             max_keys: settings.max_keys.map_or(usize::MAX, |(n, _)| n),
             watermark: AtomicU64::new(0),
             next_sweep: AtomicU64::new(first_sweep),
+            overloaded_at: AtomicU64::new(2 * first_sweep),
             last_cap_sweep: AtomicU64::new(0),
             lock: Mutex::new(()),
             evicted: AtomicU64::new(0),
@@ -159,22 +207,51 @@ impl Sweeper {
         at
     }
 
-    /// Records a finished sweep that forgot `forgotten` keys and left `len`.
-    pub(crate) fn end(&self, forgotten: usize, len: usize) {
-        // Relaxed: statistics and a heuristic threshold; they guard no other memory.
+    /// Records a finished sweep that forgot `forgotten` keys and kept `kept`: the next
+    /// is due when the map has twice as many keys as it kept.
+    pub(crate) fn end(&self, forgotten: usize, kept: usize) {
+        // Relaxed: statistics and heuristic thresholds; they guard no other memory.
         self.evicted.fetch_add(forgotten as u64, Ordering::Relaxed);
-        let next = (2 * len).max(MIN_SWEEP_KEYS) as u64;
+        let next = (2 * kept).max(MIN_SWEEP_KEYS) as u64;
+        self.overloaded_at.store(2 * next, Ordering::Relaxed);
         self.next_sweep.store(next, Ordering::Relaxed);
     }
 
-    /// Whether an insertion that left `len` keys should sweep now.
-    pub(crate) fn due(&self, len: usize) -> bool {
-        // Relaxed: a heuristic threshold.
-        self.automatic && len as u64 >= self.next_sweep.load(Ordering::Relaxed)
+    /// What an insertion that left `len` keys should do.
+    pub(crate) fn after_insertion(&self, len: usize) -> Upkeep {
+        if !self.automatic {
+            return Upkeep::Nothing;
+        }
+        let len = len as u64;
+        // Relaxed: heuristic thresholds; the compare-and-set only picks the one
+        // insertion that asks.
+        let next = self.next_sweep.load(Ordering::Relaxed);
+        if len >= next {
+            let claimed = self.next_sweep.compare_exchange(
+                next,
+                REQUESTED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return match claimed {
+                Ok(_) => Upkeep::Request,
+                Err(_) => Upkeep::Nothing,
+            };
+        }
+        if len >= self.overloaded_at.load(Ordering::Relaxed) {
+            Upkeep::SweepHere
+        } else {
+            Upkeep::Nothing
+        }
     }
 
-    /// Whether a new key at the cap may sweep now (at most once per margin, so an
-    /// attack at the cap cannot make every request pay a full pass).
+    /// Whether sweeps run on their own (not `manual_eviction()`).
+    pub(crate) fn automatic(&self) -> bool {
+        self.automatic
+    }
+
+    /// Whether a new key at the cap may ask for a sweep now (at most once per margin,
+    /// so an attack at the cap cannot keep the sweeper busy).
     pub(crate) fn cap_sweep_allowed(&self, now: u64) -> bool {
         // Relaxed: a rate limit on sweeping; it guards no other memory.
         let last = self.last_cap_sweep.load(Ordering::Relaxed);

@@ -5,16 +5,16 @@
 //! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
 
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::thread::yield_now;
 
@@ -41,6 +41,9 @@ pub mod mutants {
         SharedMarker,
         /// The sweep retires a word with a Relaxed compare-and-set instead of Release.
         RelaxedRetire,
+        /// The sweeper thread waits before it looks at the request flag, so a request
+        /// made before it waited is lost.
+        WaitFirst,
     }
 
     thread_local! {

@@ -60,21 +60,26 @@ pub type FixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<FixedWindowRules, K>, K, C, S>;
 
-impl<K: Hash + Eq> FixedWindow<K> {
+impl<K: Hash + Eq + Send + Sync + 'static> FixedWindow<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock> FixedWindow<K, C> {
+impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> FixedWindow<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<FixedWindow<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<FixedWindow<K>, C, S> {
+impl<K, C, S> Builder<FixedWindow<K>, C, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> FixedWindow<K, C, S> {
         let rules = FixedWindowRules::new(&self.quota);

@@ -2,17 +2,21 @@
 //! and the forgetting of idle keys (see [`crate::evict`]). Algorithms know nothing of
 //! maps or forgetting; this module knows nothing of tokens or windows.
 
+mod maintenance;
 mod reconfigure;
+
+use maintenance::Maintenance;
 
 use crate::algorithm::{Algorithm, Blocked, Renewal, Retirement};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::evict::{KeyStats, Overflow, Sweeper};
+use crate::evict::{self, KeyStats, Overflow, Sweeper, Upkeep};
 use crate::store::{KeyMap, Store};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 
 /// A keyed rate limiter running algorithm `A`: [`TokenBucket`](crate::TokenBucket),
 /// [`FixedWindow`](crate::FixedWindow), [`SlidingWindowCounter`](crate::SlidingWindowCounter),
@@ -23,8 +27,18 @@ use std::hash::{BuildHasher, Hash};
 ///
 /// Keys are created on their first request and forgotten once their state carries no
 /// information ([`crate::evict`]): memory follows the active keys, never a throttled
-/// key's allowance.
+/// key's allowance, and no request pays for forgetting — the limiter's own sweeper
+/// thread does, started when first needed and joined when the limiter is dropped.
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
+where
+    A: Algorithm<K>,
+{
+    /// Everything, shared with the sweeper thread (which holds it weakly).
+    core: Arc<Core<A, K, C, S>>,
+}
+
+/// A keyed limiter's state: what its sweeper thread shares.
+struct Core<A, K, C, S>
 where
     A: Algorithm<K>,
 {
@@ -32,10 +46,19 @@ where
     algorithm: A,
     epoch: Epoch<C>,
     sweeper: Sweeper,
+    maintenance: Maintenance,
     /// The allowance shared by new keys that find the map full, under
     /// `Overflow::Shared`.
     overflow: Option<SharedAllowance>,
     quota: Quota,
+}
+
+impl<A: Algorithm<K>, K, C, S> Drop for KeyedLimiter<A, K, C, S> {
+    fn drop(&mut self) {
+        // Joined here, on the dropping thread, so the thread never holds the last
+        // reference and the limiter's memory is freed here.
+        self.core.maintenance.stop();
+    }
 }
 
 /// One allowance shared by every new key that finds the map full (`Overflow::Shared`):
@@ -71,23 +94,60 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
         rules: impl Fn(&Quota) -> Result<R, E>,
     ) -> Result<KeyedLimiter<A, K, C, S>, E>
     where
-        A: Algorithm<K>,
-        K: Hash + Eq,
+        A: Algorithm<K> + 'static,
+        K: Hash + Eq + Send + Sync + 'static,
+        C: 'static,
+        S: Send + Sync + 'static,
         R: Algorithm<()> + 'static,
     {
         let overflow = match self.forgetting.max_keys {
             Some((_, Overflow::Shared(quota))) => Some(SharedAllowance::new(rules(&quota)?)),
             _ => None,
         };
-        Ok(KeyedLimiter {
+        let automatic = self.forgetting.automatic;
+        let core = Arc::new_cyclic(|weak: &std::sync::Weak<Core<A, K, C, S>>| Core {
             states: KeyMap::with_hasher(self.hasher, self.expected_keys),
             algorithm,
             epoch: Epoch::start(self.clock),
             sweeper: Sweeper::new(&self.forgetting, self.expected_keys),
+            maintenance: maintenance(automatic, weak.clone()),
             overflow,
             quota: self.quota,
-        })
+        });
+        Ok(KeyedLimiter { core })
     }
+}
+
+/// The sweeper thread of a limiter whose sweeps are `automatic`: it holds the limiter
+/// weakly, so it ends when the limiter is gone.
+#[cfg(not(turnstile_loom))]
+fn maintenance<A, K, C, S>(automatic: bool, core: std::sync::Weak<Core<A, K, C, S>>) -> Maintenance
+where
+    A: Algorithm<K> + 'static,
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    if !automatic {
+        return Maintenance::manual();
+    }
+    Maintenance::on_thread(move |_signal| match core.upgrade() {
+        Some(core) => {
+            let _sweeping = core.sweeper.lock();
+            core.sweep();
+            true
+        }
+        None => false,
+    })
+}
+
+/// No thread under loom: sweeps happen on demand.
+#[cfg(turnstile_loom)]
+fn maintenance<A: Algorithm<K>, K, C, S>(
+    _: bool,
+    _: std::sync::Weak<Core<A, K, C, S>>,
+) -> Maintenance {
+    Maintenance::manual()
 }
 
 impl<A, K, C, S> KeyedLimiter<A, K, C, S>
@@ -101,6 +161,134 @@ where
     /// [`RateLimiter::acquire`]).
     #[inline]
     pub fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.core.acquire(key, cost)
+    }
+
+    /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`.
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.core.acquire(key, 1).is_allowed()
+    }
+
+    /// What `key` has now, taking nothing and creating nothing (see
+    /// [`RateLimiter::peek`]).
+    pub fn peek<Q>(&self, key: &Q) -> u32
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.core.peek(key)
+    }
+
+    /// Gives back `cost` tokens an allowed request took but did not use (see
+    /// [`RateLimiter::refund`]).
+    pub fn refund<Q>(&self, key: &Q, cost: u32)
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.core.refund(key, cost)
+    }
+
+    /// The quota the limiter was built with (under a per-key resolver, its default).
+    pub fn quota(&self) -> Quota {
+        self.core.quota
+    }
+
+    /// Number of keys that have state.
+    pub fn len(&self) -> usize {
+        self.core.states.len()
+    }
+
+    /// Whether no key has state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
+    /// cap with nothing to forget.
+    pub fn stats(&self) -> KeyStats {
+        self.core.stats()
+    }
+
+    /// Forgets every key whose state has carried no information for the eviction
+    /// margin; returns how many. Forgetting never changes a decision (see
+    /// [`crate::evict`]). Waits for a sweep already running to finish.
+    pub fn evict_idle(&self) -> usize {
+        self.core.evict_idle()
+    }
+
+    /// Also sweeps every `period` on a thread of its own, whether or not the map has
+    /// grown (the limiter's own sweeper runs only when it has doubled). The thread
+    /// holds the limiter weakly: it ends when the returned handle is dropped, or
+    /// with the limiter.
+    ///
+    /// # Errors
+    /// The OS refused to spawn the thread.
+    #[cfg(not(turnstile_loom))]
+    pub fn sweep_in_background(
+        &self,
+        period: std::time::Duration,
+    ) -> std::io::Result<crate::evict::BackgroundSweeper>
+    where
+        A: 'static,
+        K: Send + Sync + 'static,
+        C: 'static,
+        S: Send + Sync + 'static,
+    {
+        let core = Arc::downgrade(&self.core);
+        crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
+            Some(core) => {
+                core.evict_idle();
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// The limiter's algorithm.
+    pub(crate) fn algorithm(&self) -> &A {
+        &self.core.algorithm
+    }
+
+    /// The raw state of `key`, for loom models.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn with_state<Q, R>(&self, key: &Q, f: impl FnOnce(&A::State) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.core.states.get(key, f)
+    }
+
+    /// A broken sweep for a loom mutant: removes forgettable states without retiring
+    /// them first.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn sweep_without_retiring(&self, forgettable: impl Fn(&A::State, u64) -> bool) {
+        let at = self.core.sweeper.begin(self.core.epoch.elapsed());
+        self.core.states.retain(|state| !forgettable(state, at));
+    }
+}
+
+impl<A, K, C, S> Core<A, K, C, S>
+where
+    A: Algorithm<K>,
+    K: Hash + Eq,
+    C: Clock,
+    S: BuildHasher,
+{
+    /// Asks for `cost` tokens for `key`, all or nothing (see
+    /// [`RateLimiter::acquire`]).
+    #[inline]
+    fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
@@ -120,19 +308,9 @@ where
         }
     }
 
-    /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`.
-    #[inline]
-    pub fn try_acquire<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>,
-    {
-        self.acquire(key, 1).is_allowed()
-    }
-
     /// What `key` has now, taking nothing and creating nothing (see
     /// [`RateLimiter::peek`]).
-    pub fn peek<Q>(&self, key: &Q) -> u32
+    fn peek<Q>(&self, key: &Q) -> u32
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
@@ -157,7 +335,7 @@ where
 
     /// Gives back `cost` tokens an allowed request took but did not use (see
     /// [`RateLimiter::refund`]).
-    pub fn refund<Q>(&self, key: &Q, cost: u32)
+    fn refund<Q>(&self, key: &Q, cost: u32)
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
@@ -176,24 +354,14 @@ where
         }
     }
 
-    /// The quota the limiter was built with (under a per-key resolver, its default).
-    pub fn quota(&self) -> Quota {
-        self.quota
-    }
-
     /// Number of keys that have state.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.states.len()
-    }
-
-    /// Whether no key has state.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
     /// cap with nothing to forget.
-    pub fn stats(&self) -> KeyStats {
+    fn stats(&self) -> KeyStats {
         let (evicted, overflowed) = self.sweeper.stats();
         KeyStats {
             keys: self.len(),
@@ -205,43 +373,34 @@ where
     /// Forgets every key whose state has carried no information for the eviction
     /// margin; returns how many. Forgetting never changes a decision (see
     /// [`crate::evict`]). Waits for a sweep already running to finish.
-    pub fn evict_idle(&self) -> usize {
+    fn evict_idle(&self) -> usize {
         let _sweeping = self.sweeper.lock();
         self.sweep()
     }
 
-    /// Sweeps every `period` on a thread of its own, so that no request pays for a
-    /// sweep (pair it with [`Builder::manual_eviction`] to turn off the sweeps that
-    /// insertions run). The thread holds only a weak reference: it ends when the
-    /// returned handle is dropped, or with the limiter.
-    ///
-    /// # Errors
-    /// The OS refused to spawn the thread.
-    #[cfg(not(turnstile_loom))]
-    pub fn sweep_in_background(
-        self: &std::sync::Arc<Self>,
-        period: std::time::Duration,
-    ) -> std::io::Result<crate::evict::BackgroundSweeper>
-    where
-        Self: Send + Sync + 'static,
-    {
-        let limiter = std::sync::Arc::downgrade(self);
-        crate::evict::BackgroundSweeper::spawn(period, move || match limiter.upgrade() {
-            Some(limiter) => {
-                limiter.evict_idle();
-                true
-            }
-            None => false,
-        })
-    }
-
     /// One pass over the map; the caller holds the sweep lock.
+    ///
+    /// The instant keys must be forgettable at moves forward every `REFRESH` keys
+    /// visited (raising the watermark first, as the protocol requires), so a long pass
+    /// also forgets keys that went idle while it ran, and what it keeps is the active
+    /// set, not everything inserted meanwhile.
     fn sweep(&self) -> usize {
-        let at = self.sweeper.begin(self.epoch.elapsed());
-        let mut forgotten = 0;
+        const REFRESH: u32 = 256;
+        let mut at = self.sweeper.begin(self.epoch.elapsed());
+        let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
         self.states.retain(|state| {
+            if self.maintenance.stopping() {
+                return true; // the limiter is being dropped: end early
+            }
+            visited = visited.wrapping_add(1);
+            if visited % REFRESH == 0 {
+                at = self.sweeper.begin(self.epoch.elapsed());
+            }
             match self.algorithm.retire_if_forgettable(state, at) {
-                Retirement::Kept | Retirement::Moving => true,
+                Retirement::Kept | Retirement::Moving => {
+                    kept += 1;
+                    true
+                }
                 Retirement::Retired => {
                     forgotten += 1;
                     false
@@ -251,35 +410,55 @@ where
                 Retirement::AlreadyRetired => false,
             }
         });
-        self.sweeper.end(forgotten, self.states.len());
+        self.sweeper.end(forgotten, kept);
         forgotten
     }
 
-    /// After an insertion: sweeps if the map has doubled since the last sweep and no
-    /// other sweep is running (a request never waits for another's sweep).
-    fn sweep_if_due(&self) {
-        if self.sweeper.due(self.states.len())
-            && let Some(_sweeping) = self.sweeper.try_lock()
-        {
+    /// After an insertion: on one in `SIZE_SAMPLE` per thread, look at the map's size
+    /// and ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits
+    /// no key unless the thread has fallen behind by a factor of two.
+    #[inline]
+    fn after_insertion(&self) {
+        if evict::sampled() {
+            self.upkeep(self.sweeper.after_insertion(self.states.len()));
+        }
+    }
+
+    #[cold]
+    fn upkeep(&self, upkeep: Upkeep) {
+        match upkeep {
+            Upkeep::Nothing => {}
+            Upkeep::Request => {
+                if !self.maintenance.request() {
+                    // No thread to ask (the OS refused one): sweep here, as a limiter
+                    // without a sweeper thread must.
+                    self.sweep_here();
+                }
+            }
+            Upkeep::SweepHere => self.sweep_here(),
+        }
+    }
+
+    /// Sweeps on this thread, or waits for the sweep already running.
+    fn sweep_here(&self) {
+        if let Some(_sweeping) = self.sweeper.try_lock() {
             self.sweep();
+        } else {
+            drop(self.sweeper.lock());
         }
     }
 
     /// For a key with no state: `None` if it may be stored, or the answer if the map is
-    /// at its cap and nothing could be forgotten.
+    /// at its cap. At the cap, asks for a sweep (at most once per margin) and answers
+    /// by the overflow policy at once.
     #[cold]
     fn admit_new_key(&self, now: u64, cost: u32) -> Option<Decision> {
         // No cap, no need to count the keys (a sum over per-core counters).
         if self.sweeper.max_keys == usize::MAX || self.states.len() < self.sweeper.max_keys {
             return None;
         }
-        if self.sweeper.cap_sweep_allowed(now)
-            && let Some(_sweeping) = self.sweeper.try_lock()
-        {
-            self.sweep();
-            if self.states.len() < self.sweeper.max_keys {
-                return None;
-            }
+        if self.sweeper.automatic() && self.sweeper.cap_sweep_allowed(now) {
+            self.upkeep(Upkeep::Request);
         }
         self.sweeper.count_overflow();
         let retry_after = self.sweeper.next_cap_sweep_in(now);
@@ -317,7 +496,7 @@ where
         let found = self
             .states
             .get_or_insert(key, create, |state| self.apply(state, now, cost));
-        self.sweep_if_due();
+        self.after_insertion();
         found
     }
 
@@ -374,29 +553,6 @@ where
             Some(Renewal::Retired) => self.remove_retired(key),
             _ => {}
         }
-    }
-
-    /// The limiter's algorithm.
-    pub(crate) fn algorithm(&self) -> &A {
-        &self.algorithm
-    }
-
-    /// The raw state of `key`, for loom models.
-    #[cfg(turnstile_loom)]
-    pub(crate) fn with_state<Q, R>(&self, key: &Q, f: impl FnOnce(&A::State) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
-    {
-        self.states.get(key, f)
-    }
-
-    /// A broken sweep for a loom mutant: removes forgettable states without retiring
-    /// them first.
-    #[cfg(turnstile_loom)]
-    pub(crate) fn sweep_without_retiring(&self, forgettable: impl Fn(&A::State, u64) -> bool) {
-        let at = self.sweeper.begin(self.epoch.elapsed());
-        self.states.retain(|state| !forgettable(state, at));
     }
 }
 

@@ -19,9 +19,9 @@ fn resolver<K>(quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static) -> Resol
 impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
 where
     A: Reconfigurable + Algorithm<K>,
-    K: Hash + Eq + Send + Sync,
-    C: Clock,
-    S: BuildHasher,
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
 {
     /// Builds a limiter in which each key gets `quota_for(key)`, asked once when the
     /// key's state is created (premium users more, say). The builder's quota is what

@@ -74,21 +74,26 @@ pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Slidin
 pub type PerKeySlidingLog<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<SlidingLogRules, K>, K, C, S>;
 
-impl<K: Hash + Eq> SlidingLog<K> {
+impl<K: Hash + Eq + Send + Sync + 'static> SlidingLog<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock> SlidingLog<K, C> {
+impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingLog<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<SlidingLog<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingLog<K>, C, S> {
+impl<K, C, S> Builder<SlidingLog<K>, C, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> SlidingLog<K, C, S> {
         let rules = SlidingLogRules::new(&self.quota);

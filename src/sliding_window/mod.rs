@@ -69,7 +69,7 @@ use std::hash::{BuildHasher, Hash};
 pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<SlidingWindowRules, K, C, S>;
 
-impl<K: Hash + Eq> SlidingWindowCounter<K> {
+impl<K: Hash + Eq + Send + Sync + 'static> SlidingWindowCounter<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     ///
     /// # Errors
@@ -80,7 +80,7 @@ impl<K: Hash + Eq> SlidingWindowCounter<K> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> SlidingWindowCounter<K, C> {
+impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingWindowCounter<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     ///
     /// # Errors
@@ -90,7 +90,12 @@ impl<K: Hash + Eq, C: Clock> SlidingWindowCounter<K, C> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<SlidingWindowCounter<K>, C, S> {
+impl<K, C, S> Builder<SlidingWindowCounter<K>, C, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
     /// Builds the limiter; its epoch is now.
     ///
     /// # Errors

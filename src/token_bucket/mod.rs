@@ -55,21 +55,26 @@ pub type TokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<TokenBucketRules, K>, K, C, S>;
 
-impl<K: Hash + Eq> TokenBucket<K> {
+impl<K: Hash + Eq + Send + Sync + 'static> TokenBucket<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock> TokenBucket<K, C> {
+impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> TokenBucket<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<TokenBucket<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<TokenBucket<K>, C, S> {
+impl<K, C, S> Builder<TokenBucket<K>, C, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
     /// Builds the limiter; its epoch (the refill grid's origin) is now.
     pub fn build(self) -> TokenBucket<K, C, S> {
         let rules = TokenBucketRules::new(&self.quota);

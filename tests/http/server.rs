@@ -110,7 +110,10 @@ pub fn status_of(raw: &str) -> Option<u16> {
 }
 
 /// A token bucket on `clock`.
-pub fn bucket<K: Hash + Eq, C: Clock + Clone>(quota: Quota, clock: &C) -> Arc<TokenBucket<K, C>> {
+pub fn bucket<K: Hash + Eq + Send + Sync + 'static, C: Clock + Clone + 'static>(
+    quota: Quota,
+    clock: &C,
+) -> Arc<TokenBucket<K, C>> {
     Arc::new(TokenBucket::with_clock(quota, clock.clone()))
 }
 
