@@ -105,6 +105,16 @@ pub(crate) enum Upkeep {
 }
 
 /// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size.
+/// Never under loom: its models sweep on demand, and a counter kept across their
+/// executions would make them nondeterministic.
+#[cfg(turnstile_loom)]
+#[inline]
+pub(crate) fn sampled() -> bool {
+    false
+}
+
+/// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size.
+#[cfg(not(turnstile_loom))]
 #[inline]
 pub(crate) fn sampled() -> bool {
     thread_local! {

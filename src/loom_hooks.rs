@@ -114,3 +114,34 @@ pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: 
     <W as Algorithm<()>>::retire_if_forgettable(rules, word, at)
         == crate::algorithm::Retirement::Retired
 }
+
+/// The sweeper thread's handshake alone: what a request and the thread share.
+pub struct SweepSignal(crate::keyed::Signal);
+
+impl SweepSignal {
+    /// No request yet.
+    pub fn new() -> Self {
+        Self(crate::keyed::Signal::default())
+    }
+
+    /// A request asks for a sweep.
+    pub fn request(&self) {
+        self.0.request();
+    }
+
+    /// The thread waits for a request and takes it; `false` once told to stop.
+    pub fn wait(&self) -> bool {
+        self.0.wait()
+    }
+
+    /// The limiter is being dropped.
+    pub fn stop(&self) {
+        self.0.stop();
+    }
+}
+
+impl Default for SweepSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -102,3 +102,48 @@ fn mutant_11_retiring_with_relaxed_is_rejected() {
         )
     });
 }
+
+/// The sweeper thread's handshake: a request for a sweep made while the thread is
+/// busy or not yet waiting is not lost — the thread takes it and sweeps, and a stop
+/// then ends it.
+fn a_sweep_request_is_never_lost() {
+    use loom::sync::atomic::{AtomicU32, Ordering};
+    use turnstile::loom_hooks::SweepSignal;
+
+    let signal = Arc::new(SweepSignal::new());
+    let swept = Arc::new(AtomicU32::new(0));
+    let thread = {
+        let (signal, swept) = (signal.clone(), swept.clone());
+        thread::spawn(move || {
+            while signal.wait() {
+                // SeqCst: a plain counter the model reads; ordering is not under test.
+                swept.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    signal.request();
+    // The request is seen: wait for the sweep it asked for, then stop the thread.
+    while swept.load(Ordering::SeqCst) == 0 {
+        thread::yield_now();
+    }
+    signal.stop();
+    thread.join().unwrap();
+}
+
+#[test]
+fn model_12_a_sweep_request_is_never_lost() {
+    check(
+        "12 sweep request handshake",
+        Some(3),
+        a_sweep_request_is_never_lost,
+    );
+}
+
+#[test]
+#[should_panic(expected = "Model exceeded maximum number of branches")]
+fn mutant_12_waiting_before_looking_is_rejected() {
+    use turnstile::loom_hooks::{Mutant, with_mutant};
+    check("12 mutant: wait first", Some(3), || {
+        with_mutant(Mutant::WaitFirst, a_sweep_request_is_never_lost)
+    });
+}

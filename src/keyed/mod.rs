@@ -6,6 +6,8 @@ mod maintenance;
 mod reconfigure;
 
 use maintenance::Maintenance;
+#[cfg(turnstile_loom)]
+pub(crate) use maintenance::Signal;
 
 use crate::algorithm::{Algorithm, Blocked, Renewal, Retirement};
 use crate::builder::{Builder, DefaultHasher};
