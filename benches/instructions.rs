@@ -7,8 +7,8 @@
 //! benchmark (turnstile, turnstile-recent, mutex-per-key, global-lock, governor, and
 //! the floors floor-stack, floor-cas, floor-clock, floor-lookup) or one of turnstile's
 //! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log); MIX is
-//! allowed or denied. Keys are the uniform pattern (1,000 keys, all stored before
-//! counting).
+//! allowed, denied or churn. Keys are the uniform pattern (1,000 keys, all stored
+//! before counting), or with churn a new key for every check.
 
 mod common;
 
@@ -28,9 +28,20 @@ fn measured<T: Contender>(contender: &T, keys: &[u64], checks: u64) -> u64 {
     admitted
 }
 
-/// Builds the contender, stores its keys, then runs the counted checks.
+/// The counted part under churn: `checks` checks, every one a key never seen before.
+#[inline(never)]
+fn measured_churn<T: Contender>(contender: &T, checks: u64) -> u64 {
+    let base = Pattern::churn_base(0);
+    (0..checks)
+        .map(|i| u64::from(contender.check(black_box(base + i))))
+        .sum()
+}
+
+/// Builds the contender, stores its keys, then runs the counted checks (with `churn`,
+/// stores nothing: every check brings a new key).
 struct Count {
     checks: u64,
+    churn: bool,
 }
 
 impl Visit for Count {
@@ -38,6 +49,9 @@ impl Visit for Count {
 
     fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> u64 {
         let contender = make();
+        if self.churn {
+            return measured_churn(&contender, self.checks);
+        }
         prepopulate(&contender, Pattern::Uniform);
         let keys = Pattern::Uniform.keys(0);
         measured(&contender, &keys, self.checks)
@@ -57,11 +71,12 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    let churn = mix == "churn";
     let mix = match mix {
-        "allowed" => Mix::Allowed,
+        "allowed" | "churn" => Mix::Allowed,
         "denied" => Mix::Denied,
         other => {
-            eprintln!("unknown mix {other}: allowed or denied");
+            eprintln!("unknown mix {other}: allowed, denied or churn");
             return ExitCode::FAILURE;
         }
     };
@@ -69,13 +84,19 @@ fn main() -> ExitCode {
         eprintln!("CHECKS must be a whole number, got {checks}");
         return ExitCode::FAILURE;
     };
-    let count = Count { checks };
+    let count = Count { checks, churn };
+    let pattern = if churn {
+        Pattern::Churn
+    } else {
+        Pattern::Uniform
+    };
     let admitted = match name {
         "token-bucket" | "gcra" | "fixed-window" | "sliding-window" | "sliding-log" => {
             with_algorithm(name, mix, count)
         }
-        _ => with_contender(name, mix, Pattern::Uniform, count),
+        _ => with_contender(name, mix, pattern, count),
     };
-    println!("{name} {}: {admitted} of {checks} admitted", mix.name());
+    let mix = if churn { "churn" } else { mix.name() };
+    println!("{name} {mix}: {admitted} of {checks} admitted");
     ExitCode::SUCCESS
 }

@@ -455,8 +455,7 @@ where
     /// by the overflow policy at once.
     #[cold]
     fn admit_new_key(&self, now: u64, cost: u32) -> Option<Decision> {
-        // No cap, no need to count the keys (a sum over per-core counters).
-        if self.sweeper.max_keys == usize::MAX || self.states.len() < self.sweeper.max_keys {
+        if self.states.len() < self.sweeper.max_keys {
             return None;
         }
         if self.sweeper.automatic() && self.sweeper.cap_sweep_allowed(now) {
@@ -491,7 +490,10 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        if let Some(decision) = self.admit_new_key(now, cost) {
+        // No cap, no need to count the keys (a sum over per-core counters).
+        if self.sweeper.max_keys != usize::MAX
+            && let Some(decision) = self.admit_new_key(now, cost)
+        {
             return Ok(decision);
         }
         let create = |key: &K| self.algorithm.create(key);

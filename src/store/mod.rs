@@ -58,7 +58,8 @@ pub(crate) trait Store<K, V, S> {
         Q: ?Sized + Hash + Eq;
 
     /// Calls `f` with the value of `key`, storing `value(owned key)` first if the key
-    /// is absent.
+    /// is absent. For a key the caller has just missed: `value` is made before the
+    /// store looks again, and dropped unused if another thread stored one first.
     fn get_or_insert<Q, R>(
         &self,
         key: &Q,
