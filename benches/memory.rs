@@ -6,7 +6,10 @@
 //! Then key churn: 10,000,000 distinct keys streamed through, each seen once, with a
 //! simulated clock advancing 10 µs per key, under the churn quota (10 tokens, one per
 //! millisecond). turnstile forgets idle keys on its own; governor never does. Writes
-//! `churn_memory.csv` with the peak number of keys and the peak heap.
+//! `churn_memory.csv` with the peak number of keys, the peak heap and the growth of
+//! the peak resident set. The heap is counted per thread (allocation-counter), so
+//! where turnstile's sweeper thread frees what the streaming thread allocated, only
+//! the resident set tells the process's peak.
 //!
 //! Last, the pause a sweep costs: `evict_idle()` over 1,000,000 keys, once when none
 //! can be forgotten and once when all can. Writes `sweep.csv`.
@@ -47,6 +50,16 @@ fn rss_bytes() -> u64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Peak resident set size of this process in bytes (Linux `VmHWM`).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
         .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
@@ -132,7 +145,8 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
 /// Streams `STREAM_KEYS` distinct keys through `limiter`, one check each, the clock
 /// advancing `STREAM_STEP` per key. Returns the peak key count (sampled every 1024
 /// keys), the peak heap and the heap at the end.
-fn stream(limiter: &str) -> (usize, u64, i64) {
+fn stream(limiter: &str) -> (usize, u64, i64, u64) {
+    let rss_before = rss_bytes();
     let (capacity, every) = Mix::Allowed.quota(Pattern::Churn);
     let mut peak_keys = 0;
     let info = match limiter {
@@ -172,7 +186,8 @@ fn stream(limiter: &str) -> (usize, u64, i64) {
         }
         other => panic!("unknown limiter {other}"),
     };
-    (peak_keys, info.bytes_max, info.bytes_current)
+    let peak_rss = peak_rss_bytes().saturating_sub(rss_before);
+    (peak_keys, info.bytes_max, info.bytes_current, peak_rss)
 }
 
 /// The time `evict_idle()` takes over `SWEEP_KEYS` keys of which none, then all, can
@@ -224,8 +239,8 @@ fn main() {
         return;
     }
     if let Some(pos) = args.iter().position(|a| a == "--stream") {
-        let (peak_keys, peak_heap, end_heap) = stream(&args[pos + 1]);
-        println!("{peak_keys} {peak_heap} {end_heap}");
+        let (peak_keys, peak_heap, end_heap, peak_rss) = stream(&args[pos + 1]);
+        println!("{peak_keys} {peak_heap} {end_heap} {peak_rss}");
         return;
     }
     let _ = full_mode(); // same figures in both modes: the measurement is exact
@@ -257,7 +272,9 @@ fn main() {
     std::fs::write(&path, csv).expect("write memory.csv");
     eprintln!("wrote {}", path.display());
 
-    let mut csv = String::from("limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes\n");
+    let mut csv = String::from(
+        "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes,peak_rss_growth_bytes\n",
+    );
     println!("{}", csv.trim_end());
     for limiter in ["turnstile", "governor"] {
         let output = Command::new(&exe)
