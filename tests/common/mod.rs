@@ -1,8 +1,10 @@
 //! Shared by the integration tests: a plain reference model of the token bucket and
 //! constructors for every implementation under test; `schedule` has the random
-//! schedules and the driver the other algorithms' reference-model tests share.
+//! schedules and the driver the other algorithms' reference-model tests share;
+//! `keyed` has every algorithm's model with per-key quotas and reconfiguration.
 #![allow(dead_code)]
 
+pub mod keyed;
 pub mod schedule;
 
 use std::collections::HashMap;

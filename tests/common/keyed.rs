@@ -1,0 +1,799 @@
+//! A plain reference model of a keyed limiter in which each key has its own quota:
+//! one key's state under one quota is a [`KeyModel`] (one per algorithm, each written
+//! as its reference model in the algorithm's own test file is); [`Keyed`] adds the
+//! keys, the resolver their quotas come from, reconfiguration, and the watermark that
+//! forgetting raises. It never forgets a key.
+//!
+//! The rules, as the semantics contract states them:
+//! - Every request's reading is raised to the watermark; `evict_idle()` at reading
+//!   `now` raises the watermark to `now − margin`. Forgetting changes nothing else.
+//! - A key's quota comes from the resolver current when its state is created (its
+//!   first acquire). A peek of an unknown key answers the full allowance of its
+//!   current quota and creates nothing; a refund on an unknown key does nothing.
+//! - Reconfiguring changes nothing at once. At a key's next acquire, peek or refund
+//!   (at reading `r`), the key moves straight to the quota the current resolver gives
+//!   it: to an equal quota, by keeping its state exactly as it is; to another, by
+//!   taking what it has left under its old quota at `r' = max(r, its own latest
+//!   time)` — a brand-new key if that is the whole old allowance, otherwise a fresh
+//!   state under the new quota from which all but that much (at most the new
+//!   allowance) is taken at `r'`. Then the operation proceeds at `r`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+use turnstile::{Decision, Quota};
+
+/// `nanos` as a `Duration`: a reading far behind a key's own time can owe a wait
+/// beyond u64 nanoseconds.
+fn wait(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let secs = u64::try_from(nanos / NANOS_PER_SEC).expect("a wait within Duration");
+    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
+}
+
+/// One key's state under one quota, for one algorithm.
+pub trait KeyModel: Clone + std::fmt::Debug {
+    /// The state of a key seen for the first time.
+    fn new(quota: Quota) -> Self;
+
+    /// One request for `cost` at reading `now` (ns since the epoch).
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision;
+
+    /// What the key has left at `now`.
+    fn peek(&self, now: u64) -> u32;
+
+    /// `cost` given back at `now`.
+    fn refund(&mut self, now: u64, cost: u32);
+
+    /// When a request at `now` would count if admitted, in the terms of the
+    /// algorithm's limit (a grid point, a window, an instant): see [`Self::check`].
+    fn counts_at(&self, now: u64) -> u128;
+
+    /// Whether `admitted` — `(counts_at, cost)` of requests admitted under `quota`,
+    /// with no refund and no change of quota in between — respects the algorithm's
+    /// limit. Anything admitted before them only leaves less room, so the limit holds
+    /// for them alone.
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String>;
+
+    /// The key's own latest time: a reading older than it counts as no time elapsed.
+    /// Only for the algorithms whose quotas can change.
+    fn latest(&self) -> u64 {
+        unreachable!("{self:?} cannot be reconfigured")
+    }
+
+    /// A fresh state under `quota` from which `taken` is taken at `at`. Only for the
+    /// algorithms whose quotas can change.
+    fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
+        unreachable!("{quota:?}, {at}, {taken}: cannot be reconfigured")
+    }
+}
+
+/// `(counts_at, cost)` of admitted requests.
+pub type Admitted = [(u128, u128)];
+
+/// The quota each key gets: one for even keys, one for odd keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolver {
+    pub even: Quota,
+    pub odd: Quota,
+}
+
+impl Resolver {
+    /// Every key gets `quota`.
+    pub fn every(quota: Quota) -> Self {
+        Self {
+            even: quota,
+            odd: quota,
+        }
+    }
+
+    pub fn of(&self, key: u64) -> Quota {
+        if key % 2 == 0 { self.even } else { self.odd }
+    }
+}
+
+/// A key: its quota, its state under it, and what it admitted since its quota last
+/// changed or it last got a refund (for the limit check).
+#[derive(Clone, Debug)]
+struct Key<S> {
+    quota: Quota,
+    state: S,
+    admitted: Vec<(u128, u128)>,
+}
+
+impl<S: KeyModel> Key<S> {
+    fn new(quota: Quota) -> Self {
+        Self {
+            quota,
+            state: S::new(quota),
+            admitted: vec![],
+        }
+    }
+}
+
+/// What a key admitted under one quota, with no refund in between.
+#[derive(Clone, Debug)]
+struct Stretch {
+    key: u64,
+    quota: Quota,
+    admitted: Vec<(u128, u128)>,
+}
+
+/// Keys, each under its own quota, with reconfiguration and the watermark.
+#[derive(Clone, Debug)]
+pub struct Keyed<S> {
+    resolver: Resolver,
+    margin: u64,
+    watermark: u64,
+    keys: HashMap<u64, Key<S>>,
+    /// Finished stretches of admissions (a quota change or a refund ended them); the
+    /// ones still open are in `keys`.
+    stretches: Vec<Stretch>,
+}
+
+impl<S: KeyModel> Keyed<S> {
+    /// Every key under `resolver` until reconfigured; forgetting with `margin`.
+    pub fn new(resolver: Resolver, margin: Duration) -> Self {
+        Self {
+            resolver,
+            margin: u64::try_from(margin.as_nanos()).expect("a margin within u64 ns"),
+            watermark: 0,
+            keys: HashMap::new(),
+            stretches: vec![],
+        }
+    }
+
+    /// `now` raised to the watermark.
+    fn reading(&self, now: u64) -> u64 {
+        now.max(self.watermark)
+    }
+
+    /// Ends `key`'s current stretch of admissions.
+    fn end_stretch(&mut self, key: u64) {
+        if let Some(k) = self.keys.get_mut(&key) {
+            let admitted = std::mem::take(&mut k.admitted);
+            self.stretches.push(Stretch {
+                key,
+                quota: k.quota,
+                admitted,
+            });
+        }
+    }
+
+    /// Moves `key`, if it has state, to the quota the current resolver gives it, at
+    /// reading `r`.
+    fn move_to_current_quota(&mut self, key: u64, r: u64) {
+        let quota = self.resolver.of(key);
+        let Some(k) = self.keys.get(&key) else {
+            return;
+        };
+        if k.quota == quota {
+            return; // the same quota: the state stays exactly as it is
+        }
+        let at = r.max(k.state.latest());
+        let left = k.state.peek(at);
+        let whole = k.quota.capacity();
+        self.end_stretch(key);
+        if left == whole {
+            self.keys.remove(&key); // as good as new: a brand-new key from now on
+        } else {
+            let kept = left.min(quota.capacity());
+            let state = S::carrying(quota, at, quota.capacity() - kept);
+            let admitted = vec![];
+            self.keys.insert(
+                key,
+                Key {
+                    quota,
+                    state,
+                    admitted,
+                },
+            );
+        }
+    }
+
+    pub fn acquire(&mut self, key: u64, now: u64, cost: u32) -> Decision {
+        let r = self.reading(now);
+        self.move_to_current_quota(key, r);
+        let quota = self.resolver.of(key);
+        let k = self.keys.entry(key).or_insert_with(|| Key::new(quota));
+        let counts_at = k.state.counts_at(r);
+        let decision = k.state.acquire(r, cost);
+        if decision.is_allowed() && cost > 0 {
+            k.admitted.push((counts_at, cost.into()));
+        }
+        decision
+    }
+
+    pub fn peek(&mut self, key: u64, now: u64) -> u32 {
+        let r = self.reading(now);
+        self.move_to_current_quota(key, r);
+        match self.keys.get(&key) {
+            Some(k) => k.state.peek(r),
+            None => self.resolver.of(key).capacity(),
+        }
+    }
+
+    pub fn refund(&mut self, key: u64, now: u64, cost: u32) {
+        let r = self.reading(now);
+        self.move_to_current_quota(key, r);
+        self.end_stretch(key);
+        if let Some(k) = self.keys.get_mut(&key) {
+            k.state.refund(r, cost);
+        }
+    }
+
+    /// Where keys' quotas come from now.
+    pub fn resolver(&self) -> Resolver {
+        self.resolver
+    }
+
+    /// From now on every key gets its quota from `resolver`.
+    pub fn reconfigure(&mut self, resolver: Resolver) {
+        self.resolver = resolver;
+    }
+
+    /// A sweep at reading `now`: it only raises the watermark.
+    pub fn evict_idle(&mut self, now: u64) {
+        self.watermark = self.watermark.max(now.saturating_sub(self.margin));
+    }
+
+    /// Every stretch of admissions, each under its quota, respects its algorithm's
+    /// limit.
+    pub fn check_limits(&self) -> Result<(), String> {
+        let open = self
+            .keys
+            .iter()
+            .map(|(&key, k)| (key, k.quota, &k.admitted));
+        let done = self.stretches.iter().map(|s| (s.key, s.quota, &s.admitted));
+        for (key, quota, admitted) in done.chain(open) {
+            S::check(quota, admitted).map_err(|e| format!("key {key} under {quota:?}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn nanos(quota: Quota) -> u128 {
+    quota.refill_every().as_nanos()
+}
+
+/// The token bucket of the design notes (as `common::Reference`): tokens and the grid
+/// index of the last refill. A new key is full.
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    capacity: u128,
+    interval: u128,
+    tokens: u128,
+    last: u128,
+}
+
+impl Bucket {
+    /// Tokens and refill index at `now`: whole grid points passed since the last
+    /// refill add one token each, up to the capacity; a reading before the last
+    /// refill counts as the last refill.
+    fn refilled(&self, now: u64) -> (u128, u128) {
+        let index = (u128::from(now) / self.interval).max(self.last);
+        (
+            (self.tokens + (index - self.last)).min(self.capacity),
+            index,
+        )
+    }
+}
+
+impl KeyModel for Bucket {
+    fn new(quota: Quota) -> Self {
+        Self {
+            capacity: quota.capacity().into(),
+            interval: nanos(quota),
+            tokens: quota.capacity().into(),
+            last: 0,
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision {
+        let (tokens, index) = self.refilled(now);
+        let cost = u128::from(cost);
+        if cost > self.capacity {
+            return Decision::ExceedsCapacity {
+                remaining: tokens as u32,
+                capacity: self.capacity as u32,
+            };
+        }
+        self.last = index;
+        if tokens >= cost {
+            self.tokens = tokens - cost;
+            Decision::Allowed {
+                remaining: self.tokens as u32,
+            }
+        } else {
+            self.tokens = tokens;
+            // The missing tokens arrive at the next (cost − tokens) grid points.
+            let ready_at = (index + (cost - tokens)) * self.interval;
+            Decision::Denied {
+                remaining: tokens as u32,
+                retry_after: wait(ready_at - u128::from(now)),
+            }
+        }
+    }
+
+    fn peek(&self, now: u64) -> u32 {
+        self.refilled(now).0 as u32
+    }
+
+    /// Tokens back into a bucket that is missing some, capped at the capacity; a full
+    /// bucket is left as it is.
+    fn refund(&mut self, now: u64, cost: u32) {
+        let (tokens, index) = self.refilled(now);
+        if tokens < self.capacity {
+            self.tokens = (tokens + u128::from(cost)).min(self.capacity);
+            self.last = index;
+        }
+    }
+
+    /// The grid index the request is refilled to.
+    fn counts_at(&self, now: u64) -> u128 {
+        self.refilled(now).1
+    }
+
+    /// From grid index `a` to `b`, at most the capacity plus one token per grid point
+    /// passed.
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
+        span_bound(admitted, |a, b| u128::from(quota.capacity()) + b - a)
+    }
+
+    fn latest(&self) -> u64 {
+        (self.last * self.interval) as u64
+    }
+
+    fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
+        let mut bucket = Self::new(quota);
+        bucket.tokens -= u128::from(taken);
+        bucket.last = u128::from(at) / bucket.interval;
+        bucket
+    }
+}
+
+/// Every `[a, b]` spanned by admissions holds at most `bound(a, b)` of them.
+fn span_bound(admitted: &Admitted, bound: impl Fn(u128, u128) -> u128) -> Result<(), String> {
+    let mut sorted = admitted.to_vec();
+    sorted.sort_unstable();
+    for (i, &(a, _)) in sorted.iter().enumerate() {
+        let mut total = 0;
+        for &(b, cost) in &sorted[i..] {
+            total += cost;
+            if total > bound(a, b) {
+                return Err(format!("{total} admitted in [{a}, {b}]"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The fixed window (as in tests/fixed_window.rs): the key's window and how much was
+/// admitted in it. A new key is window 0, empty.
+#[derive(Clone, Debug)]
+pub struct Window {
+    limit: u128,
+    window: u128,
+    index: u128,
+    count: u128,
+}
+
+impl Window {
+    /// The key's window and count at `now`: a later window starts empty; an earlier
+    /// reading sees the key's own window.
+    fn at(&self, now: u64) -> (u128, u128) {
+        let current = u128::from(now) / self.window;
+        if self.index >= current {
+            (self.index, self.count)
+        } else {
+            (current, 0)
+        }
+    }
+}
+
+impl KeyModel for Window {
+    fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.capacity().into(),
+            window: u128::from(quota.capacity()) * nanos(quota),
+            index: 0,
+            count: 0,
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision {
+        let (index, count) = self.at(now);
+        let (cost, remaining) = (u128::from(cost), (self.limit - count) as u32);
+        if cost > self.limit {
+            Decision::ExceedsCapacity {
+                remaining,
+                capacity: self.limit as u32,
+            }
+        } else if count + cost > self.limit {
+            Decision::Denied {
+                remaining,
+                retry_after: wait((index + 1) * self.window - u128::from(now)),
+            }
+        } else {
+            if cost > 0 {
+                (self.index, self.count) = (index, count + cost);
+            }
+            Decision::Allowed {
+                remaining: (self.limit - count - cost) as u32,
+            }
+        }
+    }
+
+    fn peek(&self, now: u64) -> u32 {
+        (self.limit - self.at(now).1) as u32
+    }
+
+    /// Admissions of the window seen at `now` given back, at most its count.
+    fn refund(&mut self, now: u64, cost: u32) {
+        let (index, count) = self.at(now);
+        if count > 0 {
+            (self.index, self.count) = (index, count - count.min(cost.into()));
+        }
+    }
+
+    /// The window the request counts in.
+    fn counts_at(&self, now: u64) -> u128 {
+        self.at(now).0
+    }
+
+    /// No window holds more than the limit.
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
+        per_window(u128::from(quota.capacity()), admitted)
+    }
+
+    fn latest(&self) -> u64 {
+        (self.index * self.window) as u64
+    }
+
+    fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
+        let mut window = Self::new(quota);
+        (window.index, window.count) = (u128::from(at) / window.window, taken.into());
+        window
+    }
+}
+
+/// No window (the first of each pair) holds more than `limit`.
+fn per_window(limit: u128, admitted: &Admitted) -> Result<(), String> {
+    let mut windows: HashMap<u128, u128> = HashMap::new();
+    for &(window, cost) in admitted {
+        *windows.entry(window).or_default() += cost;
+    }
+    match windows.into_iter().find(|&(_, total)| total > limit) {
+        Some((window, total)) => Err(format!("{total} admitted in window {window}")),
+        None => Ok(()),
+    }
+}
+
+/// The sliding log (as in tests/sliding_log.rs): every admitted request, kept forever,
+/// with the reading it was admitted at; a request at `s` counts while `t − window <
+/// s`. A reading older than the key's newest admission counts as that admission.
+#[derive(Clone, Debug)]
+pub struct Log {
+    limit: u128,
+    window: u128,
+    admitted: Vec<(u128, u128)>,
+    newest: u128,
+}
+
+impl Log {
+    fn reading(&self, now: u64) -> u128 {
+        u128::from(now).max(self.newest)
+    }
+
+    fn counted(&self, t: u128) -> u128 {
+        let live = self.admitted.iter().filter(|&&(s, _)| t - s < self.window);
+        live.map(|(_, cost)| cost).sum()
+    }
+}
+
+impl KeyModel for Log {
+    fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.capacity().into(),
+            window: u128::from(quota.capacity()) * nanos(quota),
+            admitted: vec![],
+            newest: 0,
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision {
+        let t = self.reading(now);
+        let room = self.limit - self.counted(t);
+        let cost = u128::from(cost);
+        if cost > self.limit {
+            return Decision::ExceedsCapacity {
+                remaining: room as u32,
+                capacity: self.limit as u32,
+            };
+        }
+        if cost > room {
+            // The count only falls when an admission leaves: try each such instant.
+            let leaving = self.admitted.iter().map(|&(s, _)| s + self.window);
+            let ready = leaving
+                .filter(|&at| at > t)
+                .find(|&at| self.limit - self.counted(at) >= cost)
+                .expect("every admission leaves");
+            return Decision::Denied {
+                remaining: room as u32,
+                retry_after: wait(ready - u128::from(now)),
+            };
+        }
+        if cost > 0 {
+            self.admitted.push((t, cost));
+            self.newest = t;
+        }
+        Decision::Allowed {
+            remaining: (room - cost) as u32,
+        }
+    }
+
+    fn peek(&self, now: u64) -> u32 {
+        (self.limit - self.counted(self.reading(now))) as u32
+    }
+
+    /// The oldest admissions still in the window at the reading given back first.
+    fn refund(&mut self, now: u64, cost: u32) {
+        let t = self.reading(now);
+        let mut left = u128::from(cost);
+        for (s, taken) in &mut self.admitted {
+            if t - *s < self.window {
+                let back = left.min(*taken);
+                *taken -= back;
+                left -= back;
+            }
+        }
+    }
+
+    /// The instant the request is recorded at.
+    fn counts_at(&self, now: u64) -> u128 {
+        self.reading(now)
+    }
+
+    /// No window of the quota's length, wherever it lies, holds more than the limit.
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
+        let limit = u128::from(quota.capacity());
+        let window = limit * nanos(quota);
+        // The busiest windows end at an admission: check the window ending at each.
+        for &(end, _) in admitted {
+            let in_window: u128 = admitted
+                .iter()
+                .filter(|&&(s, _)| s <= end && end - s < window)
+                .map(|(_, cost)| cost)
+                .sum();
+            if in_window > limit {
+                return Err(format!("{in_window} admitted in the window ending {end}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn latest(&self) -> u64 {
+        self.newest as u64
+    }
+
+    fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
+        let mut log = Self::new(quota);
+        if taken > 0 {
+            log.admitted.push((at.into(), taken.into()));
+        }
+        log.newest = at.into();
+        log
+    }
+}
+
+/// The sliding window counter (as in tests/sliding_window.rs): every admitted request
+/// with the reading it was admitted at; the fixed windows' counts are sums over them,
+/// the weighted comparison one exact rational inequality, and a denial's wait found by
+/// trying each later grid point in turn.
+#[derive(Clone, Debug)]
+pub struct Counter {
+    limit: u128,
+    interval: u128,
+    admitted: Vec<(u128, u128)>,
+}
+
+impl Counter {
+    fn window(&self) -> u128 {
+        self.limit * self.interval
+    }
+
+    /// A reading older than the window of the key's last admission counts as that
+    /// window's start.
+    fn reading(&self, now: u64) -> u128 {
+        let now = u128::from(now);
+        match self.admitted.last() {
+            Some(&(last, _)) => now.max(last / self.window() * self.window()),
+            None => now,
+        }
+    }
+
+    /// Requests the key could take at reading `t`: ⌊limit − previous × (limit − q) /
+    /// limit − current⌋, or none, where q is the whole intervals elapsed in t's window.
+    fn room(&self, t: u128) -> u128 {
+        let window = t / self.window();
+        let in_window = |w: u128| -> u128 {
+            let admitted = self.admitted.iter();
+            admitted
+                .filter(|(at, _)| at / self.window() == w)
+                .map(|(_, cost)| cost)
+                .sum()
+        };
+        let previous = if window == 0 {
+            0
+        } else {
+            in_window(window - 1)
+        };
+        let current = in_window(window);
+        let q = (t - window * self.window()) / self.interval;
+        let scaled = (self.limit * self.limit) as i128
+            - (previous * (self.limit - q)) as i128
+            - (current * self.limit) as i128;
+        if scaled <= 0 {
+            0
+        } else {
+            scaled as u128 / self.limit
+        }
+    }
+}
+
+impl KeyModel for Counter {
+    fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.capacity().into(),
+            interval: nanos(quota),
+            admitted: vec![],
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision {
+        let t = self.reading(now);
+        let room = self.room(t);
+        let cost = u128::from(cost);
+        if cost > self.limit {
+            return Decision::ExceedsCapacity {
+                remaining: room as u32,
+                capacity: self.limit as u32,
+            };
+        }
+        if cost > room {
+            let mut grid = t / self.interval + 1;
+            while self.room(grid * self.interval) < cost {
+                grid += 1;
+            }
+            return Decision::Denied {
+                remaining: room as u32,
+                retry_after: wait(grid * self.interval - u128::from(now)),
+            };
+        }
+        if cost > 0 {
+            self.admitted.push((t, cost));
+        }
+        Decision::Allowed {
+            remaining: (room - cost) as u32,
+        }
+    }
+
+    fn peek(&self, now: u64) -> u32 {
+        self.room(self.reading(now)) as u32
+    }
+
+    /// Admissions of the reading's window given back, newest first, at most what the
+    /// window holds; emptied admissions stay as markers of the key's last window.
+    fn refund(&mut self, now: u64, cost: u32) {
+        let t = self.reading(now);
+        let window = self.window();
+        let mut left = u128::from(cost);
+        for (at, taken) in self.admitted.iter_mut().rev() {
+            if *at / window == t / window {
+                let back = left.min(*taken);
+                *taken -= back;
+                left -= back;
+            }
+        }
+    }
+
+    /// The fixed window the request counts in.
+    fn counts_at(&self, now: u64) -> u128 {
+        self.reading(now) / self.window()
+    }
+
+    /// No fixed window holds more than the limit (the weighted previous window only
+    /// leaves less room).
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
+        per_window(u128::from(quota.capacity()), admitted)
+    }
+}
+
+/// GCRA (as in tests/gcra.rs): a theoretical arrival time; readings past the limiter's
+/// end (u64::MAX − 1 − capacity × interval) count as the end.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    capacity: u128,
+    interval: u128,
+    end: u128,
+    tat: u128,
+}
+
+impl Arrival {
+    fn t(&self, now: u64) -> u128 {
+        u128::from(now).min(self.end)
+    }
+
+    /// Tokens at reading `t`, in nanoseconds of refill: capacity × interval less the
+    /// debt (TAT − t), which a reading before the last admission can push below 0.
+    fn refill_ns(&self, t: u128) -> i128 {
+        (self.capacity * self.interval) as i128 - (self.tat as i128 - t as i128).max(0)
+    }
+
+    fn whole_tokens(&self, refill_ns: i128) -> u32 {
+        (refill_ns.max(0) as u128 / self.interval) as u32
+    }
+}
+
+impl KeyModel for Arrival {
+    fn new(quota: Quota) -> Self {
+        let capacity = u128::from(quota.capacity());
+        let interval = nanos(quota);
+        Self {
+            capacity,
+            interval,
+            end: u128::from(u64::MAX) - 1 - capacity * interval,
+            tat: 0,
+        }
+    }
+
+    fn acquire(&mut self, now: u64, cost: u32) -> Decision {
+        let t = self.t(now);
+        let refill_ns = self.refill_ns(t);
+        let remaining = self.whole_tokens(refill_ns);
+        let needed = (u128::from(cost) * self.interval) as i128;
+        if u128::from(cost) > self.capacity {
+            Decision::ExceedsCapacity {
+                remaining,
+                capacity: self.capacity as u32,
+            }
+        } else if needed > refill_ns.max(0) {
+            // Tokens never count below zero (so a zero cost passes), but the wait
+            // counts the whole debt.
+            Decision::Denied {
+                remaining,
+                retry_after: wait((needed - refill_ns) as u128),
+            }
+        } else {
+            if cost > 0 {
+                self.tat = self.tat.max(t) + needed as u128;
+            }
+            Decision::Allowed {
+                remaining: remaining - cost,
+            }
+        }
+    }
+
+    fn peek(&self, now: u64) -> u32 {
+        self.whole_tokens(self.refill_ns(self.t(now)))
+    }
+
+    /// TAT moved `cost` emission intervals earlier, but not before the reading.
+    fn refund(&mut self, now: u64, cost: u32) {
+        let t = self.t(now);
+        if self.tat > t {
+            let given_back = u128::from(cost) * self.interval;
+            self.tat = self.tat.saturating_sub(given_back).max(t);
+        }
+    }
+
+    /// The reading, as GCRA takes it.
+    fn counts_at(&self, now: u64) -> u128 {
+        self.t(now)
+    }
+
+    /// In any `[a, b]`, at most the capacity plus one per whole interval in it.
+    fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
+        let (capacity, interval) = (u128::from(quota.capacity()), nanos(quota));
+        span_bound(admitted, |a, b| capacity + (b - a) / interval)
+    }
+}
