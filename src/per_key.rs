@@ -20,9 +20,10 @@
 //! 3. **Otherwise the key keeps what it had left**, capped at what the new quota
 //!    holds; the rest counts as used under the new quota. Both are taken at the
 //!    request's reading raised to the key's own latest time (a token bucket's last
-//!    refill, a fixed window's start, a sliding log's newest admission): a reading
-//!    that lags behind the key's own history reads what that history left, never an
-//!    allowance invented by going back in time. For a token bucket: its tokens,
+//!    refill, a fixed window's start, a sliding log's newest admission), and the new
+//!    state starts at that instant: a reading that lags behind the key's own history
+//!    reads what that history left, never an allowance invented by going back in
+//!    time. For a token bucket: its tokens,
 //!    capped at the new capacity, refilling from then on at the new rate on the new
 //!    grid. For a sliding log, the kept-back requests are recorded at that reading,
 //!    so they leave the window no earlier than the originals would: across a move
@@ -92,9 +93,13 @@ impl<A: Reconfigurable> Entry<A> {
         };
         let left = old.left(frozen, at);
         if left < old.fresh_available(|| (), at) {
-            // A fresh state is never blocked, and taking at most its whole allowance
-            // is never refused.
+            // Stamp the state at `at` (take one and give it back there), so that a
+            // reading before `at` counts as `at`, as it did for the old state; then
+            // take all but what the key keeps. A fresh state is never blocked, and
+            // taking at most its whole allowance is never refused.
             let whole = rules.available(&state, at).unwrap_or(0);
+            let _ = rules.acquire(&state, at, 1);
+            let _ = rules.refund(&state, at, 1);
             let _ = rules.acquire(&state, at, whole - left.min(whole));
         }
         Self {

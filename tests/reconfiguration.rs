@@ -13,8 +13,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::Duration;
 use turnstile::{
-    Decision, FixedWindow, Gcra, ManualClock, Quota, RateLimiter, SlidingLog, SlidingWindowCounter,
-    TokenBucket,
+    Decision, FixedWindow, Gcra, ManualClock, Quota, SlidingLog, SlidingWindowCounter, TokenBucket,
 };
 
 fn quota(capacity: u32, every: Duration) -> Quota {
@@ -51,7 +50,7 @@ trait Reconfigurable: Limiter + Send + Sync + 'static {
 mod under_test {
     use super::{Decision, Limiter, Quota, Reconfigurable, Resolver};
     use turnstile::{
-        Gcra, ManualClock, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket, RateLimiter,
+        Gcra, ManualClock, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket,
         SlidingWindowCounter,
     };
 
