@@ -37,16 +37,16 @@ pub enum Retirement {
     Moving,
 }
 
-/// What [`Algorithm::renew`] found for an outdated state.
-pub enum Renewal<S> {
-    /// Nothing to replace: the state is current now (or was already, or is gone).
+/// What [`Algorithm::renew`] did with an outdated state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Nothing left to do: the state is current now (moved in place, swapped for its
+    /// successor, or moved by another thread), or must be resolved again.
     Current,
     /// Another thread is moving the key: yield and look again.
     Moving,
     /// The state is retired: remove it and look again.
     Retired,
-    /// The state is frozen for this thread: store this successor in its place.
-    Replace(S),
 }
 
 /// One algorithm's rules, and how they create and step a key's state. Keys of type
@@ -86,14 +86,16 @@ pub trait Algorithm<K>: Send + Sync {
     fn resolve(&self, key: &K) -> Self::Resolved;
 
     /// Moves an [`Outdated`](Blocked::Outdated) state to what `resolved` says, at
-    /// `now`: in place when that changes no rule, else by freezing it and returning
-    /// its successor.
+    /// `now`: in place when that changes no rule, else by freezing it and handing its
+    /// successor to `swap`, which replaces the state in the map (`false` if it could
+    /// not, and then the state is thawed as it was).
     fn renew(
         &self,
         state: &Self::State,
         resolved: &Self::Resolved,
         now: u64,
-    ) -> Renewal<Self::State>;
+        swap: impl FnOnce(Self::State) -> bool,
+    ) -> Renewal;
 }
 
 /// Rules that hold every [`Quota`] and whose keys can move from one quota to another:
@@ -116,4 +118,8 @@ pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
 
     /// What the frozen state had left at `now`.
     fn left(&self, frozen: &Self::Frozen, now: u64) -> u32;
+
+    /// Undoes [`freeze`](Self::freeze): `state` holds `frozen` again and requests may
+    /// change it. Only the thread that froze it may thaw it.
+    fn thaw(&self, state: &Self::State, frozen: Self::Frozen);
 }

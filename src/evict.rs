@@ -48,22 +48,23 @@
 //! [`MIN_SWEEP_KEYS`] keys). An insertion that finds it due only asks the limiter's own
 //! sweeper thread for it (started lazily with the first request for a sweep, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
-//! per-request bound is zero keys visited.** Insertions look at the map's size on one
-//! in [`SIZE_SAMPLE`] insertions per thread (papaya sums per-core counters to count),
-//! so a sweep is asked for at most that many insertions per thread late.
+//! per-request bound is zero keys visited.** Insertions look at the map's size on about
+//! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; papaya sums per-core
+//! counters to count), so a sweep is asked for a few dozen insertions late.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
-//! overloaded, the thread starved of CPU): an insertion that finds the map at four
-//! times its size after the last sweep, with the requested sweep not finished, sweeps
-//! itself (or waits for the sweep running). A thread that keeps up never lets that
-//! happen (measured in results/ANALYSIS.md); if the OS refuses to start the thread,
-//! insertions sweep themselves when a sweep is due, as a limiter without one must.
+//! overloaded, the thread starved of CPU before it began): an insertion that finds the
+//! map at four times what the last sweep kept, with the requested sweep not begun,
+//! sweeps itself; while a sweep is running no request sweeps or waits. If the OS
+//! refuses to start the thread, an insertion that finds a sweep due sweeps itself, as
+//! a limiter without a thread must. Measured in results/ANALYSIS.md ("After the
+//! sweeper thread").
 //!
 //! With `manual_eviction()` there is no thread and no request ever sweeps: only
 //! `evict_idle()` (on any thread, or [`BackgroundSweeper`] on a period) forgets keys.
-//! At the `max_keys` cap, a new key asks for a sweep (at most once per margin) and is
-//! answered at once by the [`Overflow`] policy; once the sweep has made room, new keys
-//! are stored again. The cap is approximate: threads inserting at once may each pass
+//! At the `max_keys` cap, a new key is answered at once by the [`Overflow`] policy;
+//! with automatic sweeps it first asks the thread for a sweep (at most once per
+//! margin), and once the sweep has made room new keys are stored again. The cap is approximate: threads inserting at once may each pass
 //! the check, so the map can exceed `max_keys` by at most the number of threads
 //! inserting concurrently. A sweep costs about 50 ns per key kept and 500 ns per key
 //! forgotten on a 2-core EPYC VM.
@@ -87,7 +88,8 @@ pub struct KeyStats {
 /// A map smaller than this is not swept automatically.
 pub const MIN_SWEEP_KEYS: usize = 1024;
 
-/// Insertions look at the map's size once in this many, per thread.
+/// Insertions look at the map's size about once in this many (a per-thread random
+/// draw).
 pub const SIZE_SAMPLE: u32 = 64;
 
 /// `next_sweep` while a requested sweep has not finished: no insertion asks again.
@@ -113,17 +115,27 @@ pub(crate) fn sampled() -> bool {
     false
 }
 
-/// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size.
+/// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size:
+/// a per-thread xorshift draw, so that no limiter is left out by phase (a thread that
+/// inserts into two limiters in turn would starve one of them with a counter) and a
+/// short-lived thread samples as often as a long-lived one.
 #[cfg(not(turnstile_loom))]
 #[inline]
 pub(crate) fn sampled() -> bool {
     thread_local! {
-        static INSERTIONS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        static STATE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
-    INSERTIONS.with(|n| {
-        let next = n.get().wrapping_add(1);
-        n.set(next);
-        next % SIZE_SAMPLE == 0
+    STATE.with(|state| {
+        let mut x = state.get();
+        if x == 0 {
+            // Seeded from this thread's slot address: distinct per thread, never 0.
+            x = (state as *const _ as usize as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        state.set(x);
+        x % SIZE_SAMPLE == 0
     })
 }
 

@@ -16,7 +16,9 @@
 //! 2. **A key with its whole allowance** (one that carries no information, like a
 //!    new key) starts afresh under the new quota, exactly as if it had been
 //!    forgotten: so forgetting idle keys never changes a decision, reconfigured or
-//!    not.
+//!    not. Like any new key it has no history: a later reading that lags behind the
+//!    move is not raised to it (a forgotten key's readings are raised to the sweep's
+//!    watermark instead, which bounds that lag by the eviction margin).
 //! 3. **Otherwise the key keeps what it had left**, capped at what the new quota
 //!    holds; the rest counts as used under the new quota. Both are taken at the
 //!    request's reading raised to the key's own latest time (a token bucket's last
@@ -35,10 +37,13 @@
 //! slow delays only its own caller. Then, only if the rules differ, the key's state is
 //! frozen by a compare-and-set to a *moving* marker (distinct from the *retired*
 //! marker of forgetting, so a sweep always knows what it may remove), and the entry
-//! is replaced by its successor in one atomic step of the map. A request that meets
-//! the moving marker yields and looks again; it waits only between two steps of the
-//! moving thread, with no user code in between. Requests to other keys, and to keys
-//! already moved, never wait. Model-checked: loom models 8 and 9.
+//! is replaced by its successor in one atomic step of the map (the owned key is made
+//! before the freeze, so only the map's hashing of it runs in between). A mover that
+//! finds a newer configuration published after it resolved thaws the key and resolves
+//! again, so no key moves to a quota that was not current when it was frozen. A
+//! request that meets the moving marker yields and looks again; it waits only between
+//! two steps of the moving thread. Requests to other keys, and to keys already moved,
+//! never wait. Model-checked: loom models 8, 9 and 10.
 
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
@@ -87,7 +92,8 @@ impl<A: Reconfigurable> Entry<A> {
         let state = rules.create(&());
         let at = now.max(old.moment(frozen));
         #[cfg(turnstile_loom)]
-        let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtReading) {
+        let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtRawReading)
+        {
             true => now,
             false => at,
         };
@@ -227,7 +233,13 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         self.resolve_now(key)
     }
 
-    fn renew(&self, entry: &Entry<A>, resolved: &(u64, Quota), now: u64) -> Renewal<Entry<A>> {
+    fn renew(
+        &self,
+        entry: &Entry<A>,
+        resolved: &(u64, Quota),
+        now: u64,
+        swap: impl FnOnce(Entry<A>) -> bool,
+    ) -> Renewal {
         let &(configuration, quota) = resolved;
         // Relaxed: as in `Entry::current`.
         let found = entry.configuration.load(Ordering::Relaxed);
@@ -239,7 +251,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         let rules = A::for_quota(&quota);
         #[cfg(turnstile_loom)]
         let same = rules == entry.rules
-            && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtReading);
+            && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveUnchangedRules);
         #[cfg(not(turnstile_loom))]
         let same = rules == entry.rules;
         if same {
@@ -253,15 +265,26 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             );
             return Renewal::Current;
         }
-        match entry.rules.freeze(&entry.state) {
-            Ok(frozen) => {
-                let moved = Entry::carried(configuration, rules, &entry.rules, &frozen, now);
-                Renewal::Replace(moved)
-            }
-            Err(Blocked::Retired) => Renewal::Retired,
-            Err(Blocked::Moving) => Renewal::Moving,
+        let frozen = match entry.rules.freeze(&entry.state) {
+            Ok(frozen) => frozen,
+            Err(Blocked::Retired) => return Renewal::Retired,
+            Err(Blocked::Moving) => return Renewal::Moving,
             // Inner rules have one quota: never outdated.
-            Err(Blocked::Outdated) => Renewal::Current,
+            Err(Blocked::Outdated) => return Renewal::Current,
+        };
+        if self.configuration() != configuration {
+            // A newer configuration came while this thread resolved: moving to the
+            // quota it resolved would apply one no longer current. Undo; the request
+            // resolves again.
+            entry.rules.thaw(&entry.state, frozen);
+            return Renewal::Current;
         }
+        let successor = Entry::carried(configuration, rules, &entry.rules, &frozen, now);
+        if !swap(successor) {
+            // Only the mover replaces a frozen entry, so this does not happen; if it
+            // did, the key must not stay frozen.
+            entry.rules.thaw(&entry.state, frozen);
+        }
+        Renewal::Current
     }
 }

@@ -33,8 +33,10 @@ pub mod mutants {
         /// first, so a take on the old state can be lost.
         MoveWithoutFreezing,
         /// Moving a key reads its allowance at the mover's reading, however far that
-        /// lags the key's own history, and moves it even when its rules are unchanged.
-        MoveAtReading,
+        /// lags the key's own history.
+        MoveAtRawReading,
+        /// Moving a key rebuilds its state even when its rules are unchanged.
+        MoveUnchangedRules,
         /// Moving a key freezes it with the retired marker, as forgetting does, and
         /// "retired but outdated" counts as "being moved": neither a sweep nor a request
         /// removes such an entry.

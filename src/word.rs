@@ -186,7 +186,13 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
     fn resolve(&self, _key: &K) {}
 
     /// Never asked: one quota for every key is never outdated.
-    fn renew(&self, _word: &AtomicU64, _resolved: &(), _now: u64) -> Renewal<AtomicU64> {
+    fn renew(
+        &self,
+        _word: &AtomicU64,
+        _resolved: &(),
+        _now: u64,
+        _swap: impl FnOnce(AtomicU64) -> bool,
+    ) -> Renewal {
         Renewal::Current
     }
 }
@@ -223,5 +229,11 @@ impl<W: MovableWord> Reconfigurable for W {
 
     fn left(&self, frozen: &u64, now: u64) -> u32 {
         WordAlgorithm::available(self, *frozen, now)
+    }
+
+    fn thaw(&self, word: &AtomicU64, frozen: u64) {
+        // Relaxed: the word guards no other memory, and while it is MOVED only this
+        // thread writes it; a request that met MOVED looks again and finds this.
+        word.store(frozen, Ordering::Relaxed);
     }
 }

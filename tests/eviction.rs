@@ -302,6 +302,40 @@ fn at_the_cap_new_keys_are_denied_and_counted_until_room_is_made() {
     assert_eq!(limiter.stats().evicted, 100);
 }
 
+/// One thread inserting into two limiters in turn (a policy's two checks on every
+/// new client): both keep their maps near their active sets.
+#[test]
+fn limiters_sharing_a_thread_are_each_swept() {
+    const KEYS: u32 = 100_000;
+    const STEP_NS: u64 = 1_000;
+    let interval = ms(1);
+    let clock = ManualClock::new();
+    let make = || {
+        TokenBucket::<u32>::builder(Quota::new(1, interval).unwrap())
+            .clock(clock.clone())
+            .eviction_margin(Duration::ZERO)
+            .build()
+    };
+    let (first, second) = (make(), make());
+    let mut largest = [0, 0];
+    for key in 0..KEYS {
+        assert!(first.try_acquire(&key));
+        assert!(second.try_acquire(&key));
+        clock.advance(Duration::from_nanos(STEP_NS));
+        largest[0] = largest[0].max(first.len());
+        largest[1] = largest[1].max(second.len());
+    }
+    let active = (interval.as_nanos() as u64 / STEP_NS + 1) as usize;
+    // Four times what the last sweep kept, plus the insertions until one of them
+    // draws the size sample (one in SIZE_SAMPLE on average; 16 times that is a
+    // margin the draw practically never exceeds).
+    let bound = 8 * active.max(512) + 16 * SIZE_SAMPLE as usize;
+    assert!(
+        largest.iter().all(|&n| n <= bound),
+        "maps reached {largest:?} keys; bound {bound}"
+    );
+}
+
 #[test]
 fn the_sweeper_thread_makes_room_at_the_cap_with_no_call_from_the_user() {
     let clock = ManualClock::new();

@@ -4,7 +4,8 @@
 //!   either taken or left — a move that replaces the entry without freezing its
 //!   state first, so a concurrent take is lost, is rejected;
 //! - model 9: a reading that lags the key's own history, met by a move, invents no
-//!   allowance — a move at the mover's raw reading is rejected;
+//!   allowance — a move at the mover's raw reading is rejected — and a move to the same
+//!   quota changes nothing — a move that rebuilds unchanged rules is rejected;
 //! - model 10: a sweep that retires a key and meets it again after a
 //!   reconfiguration leaves nothing stuck — a move that shares forgetting's retired
 //!   marker (so "retired and outdated" reads as "being moved") livelocks and is
@@ -105,9 +106,54 @@ fn model_9_a_move_at_a_lagging_reading_invents_no_allowance() {
 #[should_panic(expected = "lagging move:")]
 fn mutant_9_moving_at_the_raw_reading_is_rejected() {
     check("9 mutant: move at the raw reading", Some(3), || {
-        with_mutant(Mutant::MoveAtReading, || {
-            lagging_readings_invent_nothing(quota(1))
+        with_mutant(Mutant::MoveAtRawReading, || {
+            lagging_readings_invent_nothing(quota(2))
         })
+    });
+}
+
+/// A key drained at 50 ns (2 tokens, one per 10 ns) is peeked at 65 ns while the
+/// limiter is set to the same quota, then asked at a lagging 55 ns: denied, as without
+/// the reconfiguration (at 55 ns its last refill, at 50, has given nothing back yet).
+fn an_unchanged_quota_changes_nothing() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(2))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    clock.set(Duration::from_nanos(50));
+    assert!(limiter.acquire(&KEY, 2).is_allowed());
+    let limiter = Arc::new(limiter);
+    let asker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(65));
+            limiter.peek(&KEY);
+            clock.set(Duration::from_nanos(55));
+            limiter.try_acquire(&KEY)
+        })
+    };
+    limiter.set_quota(quota(2));
+    let admitted = asker.join().unwrap();
+    assert!(!admitted, "unchanged quota: a lagging request was admitted");
+}
+
+#[test]
+fn model_9_an_unchanged_quota_changes_nothing() {
+    check(
+        "9 unchanged quota",
+        Some(3),
+        an_unchanged_quota_changes_nothing,
+    );
+}
+
+#[test]
+#[should_panic(expected = "unchanged quota:")]
+fn mutant_9_rebuilding_unchanged_rules_is_rejected() {
+    check("9 mutant: rebuild unchanged rules", Some(3), || {
+        with_mutant(
+            Mutant::MoveUnchangedRules,
+            an_unchanged_quota_changes_nothing,
+        )
     });
 }
 

@@ -2,9 +2,12 @@
 //!
 //! Started lazily, by the first insertion that finds a sweep due; named
 //! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
-//! progress ends early); never started for a limiter built with `manual_eviction()`,
-//! nor under `--cfg turnstile_loom`, where sweeps happen only on demand. A request
-//! that finds a sweep due only asks for one — it visits no key.
+//! progress then passes over the remaining keys without looking at them); never
+//! started for a limiter built with `manual_eviction()`, nor under
+//! `--cfg turnstile_loom`, where sweeps happen only on demand. A request that finds a
+//! sweep due only asks for one — it visits no key. If the OS refuses to start the
+//! thread, or a sweep panicked and ended it, `request` says so and the caller sweeps
+//! itself.
 //!
 //! The handshake: a request sets `requested` under the mutex and notifies; the thread
 //! checks the flag under the same mutex before it waits, so a request made before it
@@ -104,11 +107,11 @@ impl Maintenance {
     /// A thread that runs `sweep` whenever a sweep is requested, until `sweep` returns
     /// `false` (the limiter is gone).
     #[cfg(not(turnstile_loom))]
-    pub(crate) fn on_thread(mut sweep: impl FnMut(&Signal) -> bool + Send + 'static) -> Self {
+    pub(crate) fn on_thread(mut sweep: impl FnMut() -> bool + Send + 'static) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             std::thread::Builder::new()
                 .name("turnstile-sweeper".into())
-                .spawn(move || while signal.wait() && sweep(&signal) {})
+                .spawn(move || while signal.wait() && sweep() {})
         });
         Self {
             start: Mutex::new(Some(start)),
@@ -124,6 +127,10 @@ impl Maintenance {
             .thread
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        #[cfg(not(turnstile_loom))]
+        if thread.as_ref().is_some_and(|t| t.is_finished()) {
+            return false; // ended by a panic in a sweep: nobody to ask any more
+        }
         if thread.is_none() {
             let start = self
                 .start

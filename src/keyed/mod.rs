@@ -30,7 +30,9 @@ use std::sync::Arc;
 /// Keys are created on their first request and forgotten once their state carries no
 /// information ([`crate::evict`]): memory follows the active keys, never a throttled
 /// key's allowance, and no request pays for forgetting — the limiter's own sweeper
-/// thread does, started when first needed and joined when the limiter is dropped.
+/// thread does, started when first needed and joined when the limiter is dropped. So
+/// building one needs keys, hashers and clocks that can be shared with that thread:
+/// `Send + Sync + 'static` (every key type in std and the usual hashers are).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
@@ -57,8 +59,9 @@ where
 
 impl<A: Algorithm<K>, K, C, S> Drop for KeyedLimiter<A, K, C, S> {
     fn drop(&mut self) {
-        // Joined here, on the dropping thread, so the thread never holds the last
-        // reference and the limiter's memory is freed here.
+        // Joined here, on the dropping thread, so the limiter's own sweeper thread
+        // never holds the last reference (a `BackgroundSweeper` from
+        // `sweep_in_background` may, mid-sweep, and then frees the limiter itself).
         self.core.maintenance.stop();
     }
 }
@@ -133,7 +136,7 @@ where
     if !automatic {
         return Maintenance::manual();
     }
-    Maintenance::on_thread(move |_signal| match core.upgrade() {
+    Maintenance::on_thread(move || match core.upgrade() {
         Some(core) => {
             let _sweeping = core.sweeper.lock();
             core.sweep();
@@ -416,9 +419,9 @@ where
         forgotten
     }
 
-    /// After an insertion: on one in `SIZE_SAMPLE` per thread, look at the map's size
-    /// and ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits
-    /// no key unless the thread has fallen behind by a factor of two.
+    /// After an insertion: on about one in `SIZE_SAMPLE`, look at the map's size and
+    /// ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits no key
+    /// unless the thread has fallen behind by a factor of two and is not sweeping.
     #[inline]
     fn after_insertion(&self) {
         if evict::sampled() {
@@ -441,12 +444,11 @@ where
         }
     }
 
-    /// Sweeps on this thread, or waits for the sweep already running.
+    /// Sweeps on this thread, unless a sweep is running already (no request waits
+    /// for another's sweep).
     fn sweep_here(&self) {
         if let Some(_sweeping) = self.sweeper.try_lock() {
             self.sweep();
-        } else {
-            drop(self.sweeper.lock());
         }
     }
 
@@ -539,23 +541,19 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let resolved = self.algorithm.resolve(&key.to_key());
-        let now = self.sweeper.reading(now);
+        let owned = key.to_key();
+        let resolved = self.algorithm.resolve(&owned);
+        // The owned key is made before anything is frozen: between the freeze and the
+        // swap only the map runs (hashing and comparing the key).
         let renewal = self.states.get(key, |state| {
-            match self.algorithm.renew(state, &resolved, now) {
-                Renewal::Replace(successor) => {
-                    // Frozen by this thread, so nobody else replaces or removes it.
-                    let swapped = self.states.swap(key, state, successor);
-                    debug_assert!(swapped, "a frozen entry is only replaced by its mover");
-                    Renewal::Current
-                }
-                other => other,
-            }
+            let now = self.sweeper.reading(now);
+            let swap = |successor| self.states.swap(owned, state, successor);
+            self.algorithm.renew(state, &resolved, now, swap)
         });
         match renewal {
             Some(Renewal::Moving) => yield_now(),
             Some(Renewal::Retired) => self.remove_retired(key),
-            _ => {}
+            Some(Renewal::Current) | None => {}
         }
     }
 }

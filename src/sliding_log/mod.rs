@@ -175,7 +175,13 @@ impl<K> Algorithm<K> for SlidingLogRules {
     fn resolve(&self, _key: &K) {}
 
     /// Never asked: one quota for every key is never outdated.
-    fn renew(&self, _log: &Mutex<Log>, _resolved: &(), _now: u64) -> Renewal<Mutex<Log>> {
+    fn renew(
+        &self,
+        _log: &Mutex<Log>,
+        _resolved: &(),
+        _now: u64,
+        _swap: impl FnOnce(Mutex<Log>) -> bool,
+    ) -> Renewal {
         Renewal::Current
     }
 }
@@ -202,5 +208,10 @@ impl Reconfigurable for SlidingLogRules {
 
     fn left(&self, frozen: &Log, now: u64) -> u32 {
         frozen.available(self, now)
+    }
+
+    /// Puts the entries back: the log taken out was live.
+    fn thaw(&self, log: &Mutex<Log>, frozen: Log) {
+        *lock(log) = frozen;
     }
 }

@@ -114,15 +114,11 @@ where
             .retain(|_, v| !rejected.iter().any(|r| Arc::ptr_eq(r, v)));
     }
 
-    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>,
-    {
+    fn swap(&self, key: K, current: &V, new: V) -> bool {
         let mut map = self.map.lock().unwrap();
-        let found = map.get(key).is_some_and(|v| std::ptr::eq(&**v, current));
+        let found = map.get(&key).is_some_and(|v| std::ptr::eq(&**v, current));
         if found {
-            map.insert(key.to_key(), Arc::new(new));
+            map.insert(key, Arc::new(new));
         }
         found
     }

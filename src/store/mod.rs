@@ -36,7 +36,7 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 /// - **stable values**: a value is never moved, replaced or freed while an `f` that
 ///   received it runs — even if its entry is removed meanwhile — so a thread that
 ///   found a value may still use it; protocols that forget keys must account for
-///   that (see `keyed.rs`).
+///   that (see `evict.rs`).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one atomic step.
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
@@ -80,10 +80,7 @@ pub(crate) trait Store<K, V, S> {
     fn retain(&self, keep: impl FnMut(&V) -> bool);
 
     /// Stores `new` as `key`'s value if its value is `current` itself; whether it did.
-    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>;
+    fn swap(&self, key: K, current: &V, new: V) -> bool;
 
     /// Number of keys stored.
     fn len(&self) -> usize;

@@ -77,11 +77,7 @@ where
         self.map.pin().retain(|_, v| keep(v));
     }
 
-    fn swap<Q>(&self, key: &Q, current: &V, new: V) -> bool
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>,
-    {
+    fn swap(&self, key: K, current: &V, new: V) -> bool {
         let mut new = Some(new);
         // papaya calls the closure again only for a different value found, or with a
         // cached answer for the same one, so `new` is taken at most once per value seen.
@@ -95,7 +91,7 @@ where
             }
         };
         matches!(
-            self.map.pin().compute(key.to_key(), compute),
+            self.map.pin().compute(key, compute),
             Compute::Updated { .. }
         )
     }
