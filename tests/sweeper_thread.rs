@@ -1,0 +1,65 @@
+//! The limiter's own sweeper thread: started only when a sweep is first due, named,
+//! never started under `manual_eviction()`, and gone once the limiter is dropped.
+//! (One test in its own binary, so no other test's limiters start threads meanwhile.)
+
+use std::time::Duration;
+use turnstile::{ManualClock, Quota, TokenBucket};
+
+/// Threads of this process named like the sweeper (Linux truncates names to 15 bytes).
+fn sweeper_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "turnstile-sweep")
+        .count()
+}
+
+fn limiter(manual: bool) -> TokenBucket<u64, ManualClock> {
+    let builder = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_millis(1)).unwrap())
+        .clock(ManualClock::new());
+    if manual {
+        builder.manual_eviction().build()
+    } else {
+        builder.build()
+    }
+}
+
+#[test]
+fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
+    assert_eq!(sweeper_threads(), 0);
+
+    let few = limiter(false);
+    for key in 0..100 {
+        assert!(few.try_acquire(&key));
+    }
+    assert_eq!(sweeper_threads(), 0, "no sweep due yet: no thread");
+
+    let manual = limiter(true);
+    for key in 0..50_000 {
+        assert!(manual.try_acquire(&key));
+    }
+    assert_eq!(sweeper_threads(), 0, "manual eviction never starts one");
+
+    let many = limiter(false);
+    for key in 0..50_000 {
+        assert!(many.try_acquire(&key));
+    }
+    // The thread names itself as it starts: wait for that (a hang detector, not a
+    // timing assertion).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sweeper_threads() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sweeper thread started"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        sweeper_threads(),
+        1,
+        "one thread for the one limiter that needed it"
+    );
+
+    drop(many);
+    assert_eq!(sweeper_threads(), 0, "dropping the limiter joined it");
+}
