@@ -3,79 +3,12 @@
 
 mod common;
 
+use common::keyed::{Keyed, Window};
 use common::ms;
-use common::schedule::{self, Model, TEN_YEARS, agrees, case, small_quota, wait};
+use common::schedule::{self, TEN_YEARS, agrees, case, small_quota};
 use proptest::prelude::*;
-use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::{Decision, FixedWindow, ManualClock, Quota};
-
-/// The fixed window as plainly as possible: per key, the window of its last admitted
-/// request and how much was admitted in it, in u128 so nothing overflows.
-#[derive(Clone)]
-struct Reference {
-    limit: u128,
-    window: u128,
-    keys: HashMap<u32, (u128, u128)>,
-}
-
-impl Reference {
-    fn new(quota: Quota) -> Self {
-        Self {
-            limit: quota.capacity().into(),
-            window: u128::from(quota.capacity()) * quota.refill_every().as_nanos(),
-            keys: HashMap::new(),
-        }
-    }
-
-    /// The key's window and count at `now`: a later window starts empty; an earlier
-    /// reading sees the key's own window.
-    fn at(&self, key: u32, now: u64) -> (u128, u128) {
-        let current = u128::from(now) / self.window;
-        match self.keys.get(&key) {
-            Some(&(window, count)) if window >= current => (window, count),
-            _ => (current, 0),
-        }
-    }
-}
-
-impl Model for Reference {
-    fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let (window, count) = self.at(key, now);
-        let (cost, remaining) = (u128::from(cost), (self.limit - count) as u32);
-        if cost > self.limit {
-            Decision::ExceedsCapacity {
-                remaining,
-                capacity: self.limit as u32,
-            }
-        } else if count + cost > self.limit {
-            Decision::Denied {
-                remaining,
-                retry_after: wait((window + 1) * self.window - u128::from(now)),
-            }
-        } else {
-            if cost > 0 {
-                self.keys.insert(key, (window, count + cost));
-            }
-            Decision::Allowed {
-                remaining: (self.limit - count - cost) as u32,
-            }
-        }
-    }
-
-    fn peek(&self, key: u32, now: u64) -> u32 {
-        (self.limit - self.at(key, now).1) as u32
-    }
-
-    /// Admissions of the key's window as seen at `now` given back, at most its count.
-    fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let (window, count) = self.at(key, now);
-        if count > 0 {
-            self.keys
-                .insert(key, (window, count - count.min(cost.into())));
-        }
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
@@ -91,7 +24,7 @@ proptest! {
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .build();
-        let mut model = Reference::new(quota);
+        let mut model = Keyed::<Window>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
 
@@ -99,14 +32,14 @@ proptest! {
     fn matches_the_reference_model((quota, start, steps) in case(small_quota(6), true)) {
         let clock = ManualClock::new();
         let limiter = FixedWindow::<u32, _>::with_clock(quota, clock.clone());
-        agrees(&clock, &limiter, &mut Reference::new(quota), start, &steps)?;
+        agrees(&clock, &limiter, &mut Keyed::<Window>::plain(quota), start, &steps)?;
     }
 
     #[test]
     fn a_lagging_reading_admits_no_more_than_the_latest_one(
         (quota, start, steps) in case(small_quota(6), true)
     ) {
-        schedule::lagging_readings_admit_no_more(&mut Reference::new(quota), start, &steps)?;
+        schedule::lagging_readings_admit_no_more(&mut Keyed::<Window>::plain(quota), start, &steps)?;
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::keyed::{Arrival, Keyed};
 use common::ms;
 use common::schedule::{
     self, Model, Step, TEN_YEARS, agrees, case, interval_ns, schedule, small_quota, wait,
@@ -12,85 +13,6 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::{Decision, Gcra, ManualClock, Quota, QuotaError, TokenBucket};
-
-/// GCRA as it is usually written: a theoretical arrival time per key, u128 so
-/// nothing overflows; readings past the limiter's end (u64::MAX − 1 − capacity ×
-/// interval) count as the end.
-#[derive(Clone)]
-struct Reference {
-    capacity: u128,
-    interval: u128,
-    end: u128,
-    tat: HashMap<u32, u128>,
-}
-
-impl Reference {
-    fn new(quota: Quota) -> Self {
-        let capacity = u128::from(quota.capacity());
-        let interval = quota.refill_every().as_nanos();
-        Self {
-            capacity,
-            interval,
-            end: u128::from(u64::MAX) - 1 - capacity * interval,
-            tat: HashMap::new(),
-        }
-    }
-
-    /// Tokens at reading `t`, in nanoseconds of refill: capacity × interval less the
-    /// debt (TAT − t), which a reading before the last admission can push below 0.
-    fn refill_ns(&self, key: u32, t: u128) -> i128 {
-        let tat = self.tat.get(&key).copied().unwrap_or(0);
-        (self.capacity * self.interval) as i128 - (tat as i128 - t as i128).max(0)
-    }
-
-    fn whole_tokens(&self, refill_ns: i128) -> u32 {
-        (refill_ns.max(0) as u128 / self.interval) as u32
-    }
-}
-
-impl Model for Reference {
-    fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let t = u128::from(now).min(self.end);
-        let refill_ns = self.refill_ns(key, t);
-        let remaining = self.whole_tokens(refill_ns);
-        let needed = (u128::from(cost) * self.interval) as i128;
-        if u128::from(cost) > self.capacity {
-            Decision::ExceedsCapacity {
-                remaining,
-                capacity: self.capacity as u32,
-            }
-        } else if needed > refill_ns.max(0) {
-            // Tokens never count below zero (so a zero cost passes), but the wait
-            // counts the whole debt.
-            Decision::Denied {
-                remaining,
-                retry_after: wait((needed - refill_ns) as u128),
-            }
-        } else {
-            if cost > 0 {
-                let tat = self.tat.entry(key).or_insert(0);
-                *tat = (*tat).max(t) + needed as u128;
-            }
-            Decision::Allowed {
-                remaining: remaining - cost,
-            }
-        }
-    }
-
-    fn peek(&self, key: u32, now: u64) -> u32 {
-        let t = u128::from(now).min(self.end);
-        self.whole_tokens(self.refill_ns(key, t))
-    }
-
-    /// TAT moved `cost` emission intervals earlier, but not before the reading.
-    fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let t = u128::from(now).min(self.end);
-        let given_back = u128::from(cost) * self.interval;
-        if let Some(tat) = self.tat.get_mut(&key).filter(|tat| **tat > t) {
-            *tat = tat.saturating_sub(given_back).max(t);
-        }
-    }
-}
 
 /// A token bucket refilled continuously: per key, its tokens (in nanoseconds of
 /// refill, so fractions are exact) and when they were counted. A new key is full;
@@ -191,7 +113,7 @@ proptest! {
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .build().unwrap();
-        let mut model = Reference::new(quota);
+        let mut model = Keyed::<Arrival>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
 
@@ -199,14 +121,14 @@ proptest! {
     fn matches_the_reference_model((quota, start, steps) in case(quota(), true)) {
         let clock = ManualClock::new();
         let limiter = Gcra::<u32, _>::with_clock(quota, clock.clone()).unwrap();
-        agrees(&clock, &limiter, &mut Reference::new(quota), start, &steps)?;
+        agrees(&clock, &limiter, &mut Keyed::<Arrival>::plain(quota), start, &steps)?;
     }
 
     #[test]
     fn a_lagging_reading_admits_no_more_than_the_latest_one(
         (quota, start, steps) in case(quota(), true)
     ) {
-        schedule::lagging_readings_admit_no_more(&mut Reference::new(quota), start, &steps)?;
+        schedule::lagging_readings_admit_no_more(&mut Keyed::<Arrival>::plain(quota), start, &steps)?;
     }
 
     /// The requirement: the same decisions as a token bucket with continuous

@@ -4,101 +4,13 @@
 
 mod common;
 
+use common::keyed::{Keyed, Log};
 use common::ms;
-use common::schedule::{
-    self, Model, Step, TEN_YEARS, agrees, case, schedule, small_quota, wait, window_ns,
-};
+use common::schedule::{self, Step, TEN_YEARS, agrees, case, schedule, small_quota, window_ns};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::{Decision, ManualClock, Quota, SlidingLog};
-
-/// The sliding log from its definition: every admitted request, kept forever, with
-/// the reading it was admitted at; a request at `s` counts while `t − window < s`.
-#[derive(Clone)]
-struct Reference {
-    limit: u128,
-    window: u128,
-    admitted: HashMap<u32, Vec<(u128, u128)>>,
-    /// The reading of each key's latest admission.
-    newest: HashMap<u32, u128>,
-}
-
-impl Reference {
-    fn new(quota: Quota) -> Self {
-        Self {
-            limit: quota.capacity().into(),
-            window: u128::from(quota.capacity()) * quota.refill_every().as_nanos(),
-            admitted: HashMap::new(),
-            newest: HashMap::new(),
-        }
-    }
-
-    /// A reading older than the key's newest admission counts as that admission.
-    fn reading(&self, key: u32, now: u64) -> u128 {
-        u128::from(now).max(self.newest.get(&key).copied().unwrap_or(0))
-    }
-
-    fn counted(&self, key: u32, t: u128) -> u128 {
-        let admitted = self.admitted.get(&key).map_or(&[][..], |a| &a[..]);
-        admitted
-            .iter()
-            .filter(|&&(s, _)| t - s < self.window)
-            .map(|(_, cost)| cost)
-            .sum()
-    }
-}
-
-impl Model for Reference {
-    fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let t = self.reading(key, now);
-        let room = self.limit - self.counted(key, t);
-        let cost = u128::from(cost);
-        if cost > self.limit {
-            return Decision::ExceedsCapacity {
-                remaining: room as u32,
-                capacity: self.limit as u32,
-            };
-        }
-        if cost > room {
-            // The count only falls when an admission leaves: try each such instant.
-            let leaving = self.admitted[&key].iter().map(|&(s, _)| s + self.window);
-            let ready = leaving
-                .filter(|&at| at > t)
-                .find(|&at| self.limit - self.counted(key, at) >= cost)
-                .expect("every admission leaves");
-            return Decision::Denied {
-                remaining: room as u32,
-                retry_after: wait(ready - u128::from(now)),
-            };
-        }
-        if cost > 0 {
-            self.admitted.entry(key).or_default().push((t, cost));
-            self.newest.insert(key, t);
-        }
-        Decision::Allowed {
-            remaining: (room - cost) as u32,
-        }
-    }
-
-    fn peek(&self, key: u32, now: u64) -> u32 {
-        (self.limit - self.counted(key, self.reading(key, now))) as u32
-    }
-
-    /// The oldest admissions still in the window at the reading given back first.
-    fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let t = self.reading(key, now);
-        let window = self.window;
-        let mut left = u128::from(cost);
-        for (s, taken) in self.admitted.entry(key).or_default().iter_mut() {
-            if t - *s < window {
-                let back = left.min(*taken);
-                *taken -= back;
-                left -= back;
-            }
-        }
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
@@ -114,7 +26,7 @@ proptest! {
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .build();
-        let mut model = Reference::new(quota);
+        let mut model = Keyed::<Log>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
 
@@ -122,14 +34,14 @@ proptest! {
     fn matches_the_reference_model((quota, start, steps) in case(small_quota(6), true)) {
         let clock = ManualClock::new();
         let limiter = SlidingLog::<u32, _>::with_clock(quota, clock.clone());
-        agrees(&clock, &limiter, &mut Reference::new(quota), start, &steps)?;
+        agrees(&clock, &limiter, &mut Keyed::<Log>::plain(quota), start, &steps)?;
     }
 
     #[test]
     fn a_lagging_reading_admits_no_more_than_the_latest_one(
         (quota, start, steps) in case(small_quota(6), true)
     ) {
-        schedule::lagging_readings_admit_no_more(&mut Reference::new(quota), start, &steps)?;
+        schedule::lagging_readings_admit_no_more(&mut Keyed::<Log>::plain(quota), start, &steps)?;
     }
 
     /// The log's promise, checked on what the limiter admitted: no window of length

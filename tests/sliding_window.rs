@@ -4,128 +4,14 @@
 
 mod common;
 
+use common::keyed::{Counter, Keyed};
 use common::ms;
 use common::schedule::{
-    self, Model, Step, TEN_YEARS, agrees, case, interval_ns, schedule, small_quota, wait, window_ns,
+    self, Step, TEN_YEARS, agrees, case, interval_ns, schedule, small_quota, window_ns,
 };
 use proptest::prelude::*;
-use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::{Decision, ManualClock, Quota, QuotaError, SlidingWindowCounter};
-
-/// The sliding window counter from its definition, as plainly as possible: every
-/// admitted request is kept with the reading it was admitted at; the counts of the
-/// fixed windows are sums over them; the weighted comparison is one exact rational
-/// inequality; and a denial's wait is found by trying each later grid point in turn.
-#[derive(Clone)]
-struct Reference {
-    limit: u128,
-    interval: u128,
-    admitted: HashMap<u32, Vec<(u128, u128)>>,
-}
-
-impl Reference {
-    fn new(quota: Quota) -> Self {
-        Self {
-            limit: quota.capacity().into(),
-            interval: quota.refill_every().as_nanos(),
-            admitted: HashMap::new(),
-        }
-    }
-
-    fn window(&self) -> u128 {
-        self.limit * self.interval
-    }
-
-    /// The reading a request at `now` counts at: one older than the window of the
-    /// key's last admission counts as that window's start.
-    fn reading(&self, key: u32, now: u64) -> u128 {
-        let now = u128::from(now);
-        match self.admitted.get(&key).and_then(|a| a.last()) {
-            Some(&(last, _)) => now.max(last / self.window() * self.window()),
-            None => now,
-        }
-    }
-
-    /// Requests the key could take at reading `t`: ⌊limit − previous × (limit − q) /
-    /// limit − current⌋, or none, where q is the whole intervals elapsed in t's window.
-    fn room(&self, key: u32, t: u128) -> u128 {
-        let window = t / self.window();
-        let in_window = |w: u128| -> u128 {
-            let admitted = self.admitted.get(&key).map_or(&[][..], |a| &a[..]);
-            admitted
-                .iter()
-                .filter(|(at, _)| at / self.window() == w)
-                .map(|(_, cost)| cost)
-                .sum()
-        };
-        let previous = if window == 0 {
-            0
-        } else {
-            in_window(window - 1)
-        };
-        let current = in_window(window);
-        let q = (t - window * self.window()) / self.interval;
-        // limit × (limit − previous × (limit − q) / limit − current), floored, over limit.
-        let scaled = (self.limit * self.limit) as i128
-            - (previous * (self.limit - q)) as i128
-            - (current * self.limit) as i128;
-        if scaled <= 0 {
-            0
-        } else {
-            scaled as u128 / self.limit
-        }
-    }
-}
-
-impl Model for Reference {
-    fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let t = self.reading(key, now);
-        let room = self.room(key, t);
-        let cost = u128::from(cost);
-        if cost > self.limit {
-            return Decision::ExceedsCapacity {
-                remaining: room as u32,
-                capacity: self.limit as u32,
-            };
-        }
-        if cost > room {
-            let mut grid = t / self.interval + 1;
-            while self.room(key, grid * self.interval) < cost {
-                grid += 1;
-            }
-            return Decision::Denied {
-                remaining: room as u32,
-                retry_after: wait(grid * self.interval - u128::from(now)),
-            };
-        }
-        if cost > 0 {
-            self.admitted.entry(key).or_default().push((t, cost));
-        }
-        Decision::Allowed {
-            remaining: (room - cost) as u32,
-        }
-    }
-
-    fn peek(&self, key: u32, now: u64) -> u32 {
-        self.room(key, self.reading(key, now)) as u32
-    }
-
-    /// Admissions of the reading's window given back, newest first, at most what the
-    /// window holds; emptied admissions stay as markers of the key's last window.
-    fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let t = self.reading(key, now);
-        let window = self.window();
-        let mut left = u128::from(cost);
-        for (at, taken) in self.admitted.entry(key).or_default().iter_mut().rev() {
-            if *at / window == t / window {
-                let back = left.min(*taken);
-                *taken -= back;
-                left -= back;
-            }
-        }
-    }
-}
 
 /// What the counter did on one key over a schedule with a non-decreasing clock.
 struct Run {
@@ -184,7 +70,7 @@ proptest! {
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .build().unwrap();
-        let mut model = Reference::new(quota);
+        let mut model = Keyed::<Counter>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
 
@@ -192,14 +78,14 @@ proptest! {
     fn matches_the_reference_model((quota, start, steps) in case(quota(6), true)) {
         let clock = ManualClock::new();
         let limiter = SlidingWindowCounter::<u32, _>::with_clock(quota, clock.clone()).unwrap();
-        agrees(&clock, &limiter, &mut Reference::new(quota), start, &steps)?;
+        agrees(&clock, &limiter, &mut Keyed::<Counter>::plain(quota), start, &steps)?;
     }
 
     #[test]
     fn a_lagging_reading_admits_no_more_than_the_latest_one(
         (quota, start, steps) in case(quota(6), true)
     ) {
-        schedule::lagging_readings_admit_no_more(&mut Reference::new(quota), start, &steps)?;
+        schedule::lagging_readings_admit_no_more(&mut Keyed::<Counter>::plain(quota), start, &steps)?;
     }
 
     /// The stated over-admission bound: in any span of d <= window nanoseconds, at

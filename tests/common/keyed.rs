@@ -1,8 +1,8 @@
-//! A plain reference model of a keyed limiter in which each key has its own quota:
-//! one key's state under one quota is a [`KeyModel`] (one per algorithm, each written
-//! as its reference model in the algorithm's own test file is); [`Keyed`] adds the
-//! keys, the resolver their quotas come from, reconfiguration, and the watermark that
-//! forgetting raises. It never forgets a key.
+//! The plain reference models of the keyed limiters: one key's state under one quota
+//! is a [`KeyModel`] (one per algorithm: the fixed window, sliding log, sliding window
+//! counter and GCRA tests compare their limiters with these, through
+//! [`Keyed::plain`]); [`Keyed`] adds the keys, the resolver their quotas come from,
+//! reconfiguration, and the watermark that forgetting raises. It never forgets a key.
 //!
 //! The rules, as the semantics contract states them:
 //! - Every request's reading is raised to the watermark; `evict_idle()` at reading
@@ -131,6 +131,12 @@ pub struct Keyed<S> {
 }
 
 impl<S: KeyModel> Keyed<S> {
+    /// Every key under `quota`, never reconfigured, no margin: the plain model of one
+    /// algorithm that the algorithm's own tests compare against.
+    pub fn plain(quota: Quota) -> Self {
+        Self::new(Resolver::every(quota), Duration::ZERO)
+    }
+
     /// Every key under `resolver` until reconfigured; forgetting with `margin`.
     pub fn new(resolver: Resolver, margin: Duration) -> Self {
         Self {
@@ -795,5 +801,31 @@ impl KeyModel for Arrival {
     fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
         let (capacity, interval) = (u128::from(quota.capacity()), nanos(quota));
         span_bound(admitted, |a, b| capacity + (b - a) / interval)
+    }
+}
+
+/// The schedule driver's view: keys are `u32`, and a limiter never reconfigured never
+/// moves a key, so a peek needs no `&mut`.
+impl<S: KeyModel> super::schedule::Model for Keyed<S> {
+    fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
+        Keyed::acquire(self, key.into(), now, cost)
+    }
+
+    fn peek(&self, key: u32, now: u64) -> u32 {
+        let key = u64::from(key);
+        assert_eq!(
+            self.keys.get(&key).map(|k| k.quota),
+            self.keys.get(&key).map(|_| self.resolver.of(key)),
+            "the schedule driver's models are never reconfigured"
+        );
+        let r = self.reading(now);
+        match self.keys.get(&key) {
+            Some(k) => k.state.peek(r),
+            None => self.resolver.of(key).capacity(),
+        }
+    }
+
+    fn refund(&mut self, key: u32, now: u64, cost: u32) {
+        Keyed::refund(self, key.into(), now, cost)
     }
 }
