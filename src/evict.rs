@@ -54,8 +54,9 @@
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU before it began): an insertion that finds the
-//! map at four times what the last sweep kept, with the requested sweep not begun,
-//! sweeps itself; while a sweep is running no request sweeps or waits. If the OS
+//! map at four times what the last sweep kept sweeps itself, or waits for the sweep
+//! running — so a starved thread slows insertions down rather than letting memory
+//! grow without bound; while the thread keeps up, no request sweeps or waits. If the OS
 //! refuses to start the thread, an insertion that finds a sweep due sweeps itself, as
 //! a limiter without a thread must. Measured in results/ANALYSIS.md ("After the
 //! sweeper thread").

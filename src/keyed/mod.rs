@@ -444,11 +444,14 @@ where
         }
     }
 
-    /// Sweeps on this thread, unless a sweep is running already (no request waits
-    /// for another's sweep).
+    /// Sweeps on this thread, or waits for the sweep already running: the map has
+    /// outgrown its bound, and memory must stay bounded even when the sweeper thread
+    /// cannot keep up.
     fn sweep_here(&self) {
         if let Some(_sweeping) = self.sweeper.try_lock() {
             self.sweep();
+        } else {
+            drop(self.sweeper.lock());
         }
     }
 
