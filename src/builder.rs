@@ -95,17 +95,19 @@ impl<L, C, S> Builder<L, C, S> {
         self
     }
 
-    /// Never sweeps on its own; only `evict_idle()` (and the `max_keys` cap) forget
-    /// keys. By default an insertion that doubles the map since the last sweep sweeps.
+    /// Never sweeps on its own and never starts the sweeper thread; only
+    /// `evict_idle()` forgets keys (call it from a thread of yours, or use
+    /// `sweep_in_background`). By default an insertion that finds a sweep due asks the
+    /// limiter's own sweeper thread for one (see [`crate::evict`]).
     pub fn manual_eviction(mut self) -> Self {
         self.forgetting.automatic = false;
         self
     }
 
-    /// Holds at most about `max_keys` keys (see [`Overflow`] and the crate docs on
-    /// eviction for how far concurrency can exceed it). At the cap, a new key first
-    /// triggers a sweep (at most once per margin); if nothing can be forgotten,
-    /// `overflow` decides.
+    /// Holds at most about `max_keys` keys (see [`Overflow`] and [`crate::evict`] for
+    /// how far concurrency can exceed it). At the cap, a new key is answered at once
+    /// by `overflow`; with automatic sweeps it first asks the sweeper thread for room
+    /// (at most once per margin), and new keys are stored again once it has made some.
     pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
         self.forgetting.max_keys = Some((max_keys, overflow));
         self

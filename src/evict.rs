@@ -44,7 +44,7 @@
 //! retires with Relaxed; loom rejects both.
 //!
 //! # When sweeping happens — and why no request pays for it
-//! A sweep is due when the map has doubled since the last one (at least
+//! A sweep is due when the map holds twice the keys the last sweep kept (at least
 //! [`MIN_SWEEP_KEYS`] keys). An insertion that finds it due only asks the limiter's own
 //! sweeper thread for it (started lazily with the first request for a sweep, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
@@ -53,7 +53,7 @@
 //! counters to count), so a sweep is asked for a few dozen insertions late.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
-//! overloaded, the thread starved of CPU before it began): an insertion that finds the
+//! overloaded, the thread starved of CPU): an insertion that finds the
 //! map at four times what the last sweep kept sweeps itself, or waits for the sweep
 //! running — so a starved thread slows insertions down rather than letting memory
 //! grow without bound; while the thread keeps up, no request sweeps or waits. If the OS
@@ -65,9 +65,9 @@
 //! `evict_idle()` (on any thread, or [`BackgroundSweeper`] on a period) forgets keys.
 //! At the `max_keys` cap, a new key is answered at once by the [`Overflow`] policy;
 //! with automatic sweeps it first asks the thread for a sweep (at most once per
-//! margin), and once the sweep has made room new keys are stored again. The cap is approximate: threads inserting at once may each pass
-//! the check, so the map can exceed `max_keys` by at most the number of threads
-//! inserting concurrently. A sweep costs about 50 ns per key kept and 500 ns per key
+//! margin), and once the sweep has made room new keys are stored again. The cap is
+//! approximate: threads inserting at once may each pass the check, so the map can
+//! exceed `max_keys` by at most the number of threads inserting concurrently. A sweep costs about 50 ns per key kept and 500 ns per key
 //! forgotten on a 2-core EPYC VM.
 
 use crate::Quota;

@@ -232,7 +232,7 @@ where
     }
 
     /// Also sweeps every `period` on a thread of its own, whether or not the map has
-    /// grown (the limiter's own sweeper runs only when it has doubled). The thread
+    /// grown (the limiter's own sweeper runs only when a sweep is due). The thread
     /// holds the limiter weakly: it ends when the returned handle is dropped, or
     /// with the limiter.
     ///
@@ -420,8 +420,8 @@ where
     }
 
     /// After an insertion: on about one in `SIZE_SAMPLE`, look at the map's size and
-    /// ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits no key
-    /// unless the thread has fallen behind by a factor of two and is not sweeping.
+    /// ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits no key,
+    /// and waits for none, unless the thread has fallen four times behind.
     #[inline]
     fn after_insertion(&self) {
         if evict::sampled() {
@@ -488,7 +488,7 @@ where
 
     /// The first request of a key with no state: make room if the map is at its cap,
     /// store the key's state (exactly once, however many threads race), apply the
-    /// request, and sweep if the map has doubled since the last sweep.
+    /// request, and ask for a sweep if one is due.
     #[cold]
     fn acquire_new<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
     where
