@@ -41,6 +41,9 @@ pub struct ChurnMemory {
     pub peak_keys: u64,
     pub peak_heap: u64,
     pub end_heap: u64,
+    /// Growth of the process's peak resident set: unlike the heap counter, which
+    /// counts per thread, it sees memory freed by turnstile's sweeper thread.
+    pub peak_rss: u64,
 }
 
 /// How long one sweep over many keys holds up the call that runs it.
@@ -181,6 +184,7 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             peak_keys: f[2].parse().unwrap_or(0),
             peak_heap: f[3].parse().unwrap_or(0),
             end_heap: f[4].parse().unwrap_or(0),
+            peak_rss: f.get(5).and_then(|v| v.parse().ok()).unwrap_or(0),
         })?,
         sweeps: read_csv(&scratch.join("sweep.csv"), |f| SweepPause {
             keys: f[0].parse().unwrap_or(0),
