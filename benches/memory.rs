@@ -101,7 +101,7 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
         ),
         "sliding-log" => measure(keys, || SlidingLog::<K>::new(small), admit),
         "turnstile" => measure(keys, || TokenBucket::<K>::new(quota), admit),
-        // Told how many keys to expect, papaya sizes its table once instead of growing
+        // Told how many keys to expect, the map sizes its table once instead of growing
         // it by doubling; governor has no such setting.
         "turnstile-presized" => measure(
             keys,

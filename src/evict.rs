@@ -49,8 +49,8 @@
 //! sweeper thread for it (started lazily with the first request for a sweep, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
-//! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; papaya sums per-core
-//! counters to count), so a sweep is asked for a few dozen insertions late.
+//! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
+//! per-thread cells), so a sweep is asked for a few dozen insertions late.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the

@@ -20,7 +20,7 @@ pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};
 pub fn word<W, K, C, S, Q>(limiter: &KeyedLimiter<W, K, C, S>, key: &Q) -> (Option<u64>, W)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64> + Copy,
-    K: Hash + Eq + Borrow<Q>,
+    K: Hash + Eq + Clone + Borrow<Q>,
     C: Clock,
     S: BuildHasher,
     Q: ?Sized + Hash + Eq,
@@ -36,7 +36,7 @@ pub fn token_bucket_word<K, C, S, Q>(
     key: &Q,
 ) -> (Option<u64>, TokenBucketRules)
 where
-    K: Hash + Eq + Borrow<Q>,
+    K: Hash + Eq + Clone + Borrow<Q>,
     C: Clock,
     S: BuildHasher,
     Q: ?Sized + Hash + Eq,
@@ -49,7 +49,7 @@ where
 pub fn sweep_without_retiring<W, K, C, S>(limiter: &KeyedLimiter<W, K, C, S>)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     C: Clock,
     S: BuildHasher,
 {

@@ -2,7 +2,7 @@
 //!
 //! Normal builds use `std`'s; builds with `--cfg turnstile_loom` use loom's, so the
 //! model checker in `loom-tests/` sees every atomic access turnstile makes. The cfg is
-//! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
+//! turnstile's own (not `loom`), so dependencies such as scc keep their std atomics.
 
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};

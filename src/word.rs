@@ -209,7 +209,8 @@ impl<W: MovableWord> Reconfigurable for W {
         // modification order (every read-modify-write does), so the value frozen is
         // the last any request stored, and none can store after it. The successor
         // reaches other threads through the map's own publication of the new entry
-        // (papaya's Release insert and Acquire lookup), not through this word.
+        // (the index's Release store of a bucket's bitmap and the Acquire load of a
+        // lookup), not through this word.
         #[cfg(turnstile_loom)]
         {
             use crate::sync::mutants::{Mutant, active};

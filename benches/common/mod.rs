@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use governor::DefaultKeyedRateLimiter;
-use papaya::HashMap as PapayaMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use rayon::prelude::*;
+use scc::HashIndex;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -43,23 +43,22 @@ impl Contender for DefaultKeyedRateLimiter<u64> {
     }
 }
 
-/// The floor under every keyed limiter: a clock reading, a pinned papaya lookup on a
-/// map built like turnstile's, and one compare-and-set on the value found. No rate
+/// The words of the floors: the map turnstile's store uses, built the same way (boxed
+/// words in an `scc::HashIndex`).
+type Words = HashIndex<u64, Box<AtomicU64>, foldhash::fast::RandomState>;
+
+/// The floor under every keyed limiter: a clock reading, a lock-free lookup in a map
+/// built like turnstile's, and one compare-and-set on the value found. No rate
 /// limiting logic at all.
 pub struct FloorStack {
     clock: QuantaClock,
-    words: PapayaMap<u64, AtomicU64, foldhash::fast::RandomState>,
+    words: Words,
 }
 
-impl Contender for FloorStack {
+impl FloorStack {
+    /// One compare-and-set on `word`.
     #[inline]
-    fn check(&self, key: u64) -> bool {
-        let now = self.clock.now();
-        let words = self.words.pin();
-        let word = match words.get(&key) {
-            Some(word) => word,
-            None => words.get_or_insert(key, AtomicU64::new(0)),
-        };
+    fn step(word: &AtomicU64, now: u64) -> bool {
         let current = word.load(Ordering::Relaxed);
         word.compare_exchange(
             current,
@@ -68,6 +67,22 @@ impl Contender for FloorStack {
             Ordering::Relaxed,
         )
         .is_ok()
+    }
+}
+
+impl Contender for FloorStack {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let now = self.clock.now();
+        if let Some(done) = self.words.peek_with(&key, |_, word| Self::step(word, now)) {
+            return done;
+        }
+        // A new key: insert, then look again, as the store does (keys are never
+        // removed here, so the second look finds it).
+        let _ = self.words.insert_sync(key, Box::new(AtomicU64::new(0)));
+        self.words
+            .peek_with(&key, |_, word| Self::step(word, now))
+            .unwrap_or(false)
     }
 }
 
@@ -97,17 +112,16 @@ impl Contender for FloorClock {
     }
 }
 
-/// The floor's second part alone: a pinned lookup in a papaya map built like
-/// turnstile's (every key stored beforehand), and a load of the word found.
-pub struct FloorLookup(PapayaMap<u64, AtomicU64, foldhash::fast::RandomState>);
+/// The floor's second part alone: a lock-free lookup in a map built like turnstile's
+/// (every key stored beforehand), and a load of the word found.
+pub struct FloorLookup(Words);
 
 impl Contender for FloorLookup {
     #[inline]
     fn check(&self, key: u64) -> bool {
         self.0
-            .pin()
-            .get(&key)
-            .is_some_and(|word| word.load(Ordering::Relaxed) == 0)
+            .peek_with(&key, |_, word| word.load(Ordering::Relaxed) == 0)
+            .unwrap_or(false)
     }
 }
 
@@ -206,19 +220,13 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
         }),
         "floor-stack" => visitor.visit(|| FloorStack {
             clock: QuantaClock::new(),
-            words: PapayaMap::builder()
-                .capacity(expected_keys)
-                .hasher(Default::default())
-                .build(),
+            words: Words::with_capacity_and_hasher(expected_keys, Default::default()),
         }),
         "floor-clock" => visitor.visit(|| FloorClock(QuantaClock::new())),
         "floor-lookup" => visitor.visit(|| {
-            let words = PapayaMap::builder()
-                .capacity(expected_keys)
-                .hasher(Default::default())
-                .build();
+            let words = Words::with_capacity_and_hasher(expected_keys, Default::default());
             for key in 0..expected_keys as u64 {
-                words.pin().insert(key, AtomicU64::new(0));
+                let _ = words.insert_sync(key, Box::new(AtomicU64::new(0)));
             }
             FloorLookup(words)
         }),

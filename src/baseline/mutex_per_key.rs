@@ -10,16 +10,16 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
-/// A token bucket with the same papaya map as [`TokenBucket`](crate::TokenBucket) but
+/// A token bucket with the same map as [`TokenBucket`](crate::TokenBucket) but
 /// a `Mutex` around each key's state word instead of a compare-and-set loop.
-pub struct MutexPerKey<K, C = QuantaClock, S = DefaultHasher> {
+pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
     words: KeyMap<K, Mutex<u64>, S>,
     layout: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
 
-impl<K: Hash + Eq> MutexPerKey<K> {
+impl<K: Hash + Eq + Clone> MutexPerKey<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
@@ -31,14 +31,14 @@ impl<K: Hash + Eq> MutexPerKey<K> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> MutexPerKey<K, C> {
+impl<K: Hash + Eq + Clone, C: Clock> MutexPerKey<K, C> {
     /// A limiter on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<MutexPerKey<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
+impl<K: Hash + Eq + Clone, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
@@ -52,7 +52,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
 
 impl<K, C, S> RateLimiter<K> for MutexPerKey<K, C, S>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     C: Clock,
     S: BuildHasher,
 {
@@ -63,12 +63,21 @@ where
     {
         let now = self.epoch.elapsed();
         let fresh = |_: &K| Mutex::new(self.layout.full());
-        self.words.get_or_insert(key, fresh, |word| {
+        let step = |word: &Mutex<u64>| {
             let mut word = lock(word);
             let (new, decision) = state::acquire(&self.layout, *word, now, cost);
             *word = new;
             decision
-        })
+        };
+        // Keys are never removed here, so the second look always finds one.
+        loop {
+            if let Some(decision) = self.words.get(key, step) {
+                return decision;
+            }
+            if let Some(decision) = self.words.get_or_insert(key, fresh, step) {
+                return decision;
+            }
+        }
     }
 
     fn peek<Q>(&self, key: &Q) -> u32

@@ -33,10 +33,10 @@ use std::hash::{BuildHasher, Hash};
 /// share that grows with the span), [`SlidingLog`](crate::SlidingLog) (exact) or
 /// [`TokenBucket`](crate::TokenBucket).
 ///
-/// Memory: one 8-byte word per key (window index and count, layout in the crate's
-/// README), plus the key and papaya's entry overhead. Every [`Quota`] fits;
-/// it is lock-free and allocation-free per check like `TokenBucket`, sharing its
-/// compare-and-set loop.
+/// Memory: one boxed 8-byte word per key (window index and count, layout in the
+/// crate's README), plus the key and a pointer in the map's slot. Every [`Quota`]
+/// fits; it is lock-free and allocation-free per check like `TokenBucket`, sharing
+/// its compare-and-set loop.
 ///
 /// ```
 /// use turnstile::{FixedWindow, ManualClock, Quota};
@@ -60,14 +60,14 @@ pub type FixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<FixedWindowRules, K>, K, C, S>;
 
-impl<K: Hash + Eq + Send + Sync + 'static> FixedWindow<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> FixedWindow<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> FixedWindow<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + 'static> FixedWindow<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<FixedWindow<K>, C>::with_clock(quota, clock).build()
@@ -76,7 +76,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> FixedWindow<K, C>
 
 impl<K, C, S> Builder<FixedWindow<K>, C, S>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {

@@ -53,8 +53,8 @@ use std::hash::{BuildHasher, Hash};
 /// [`QuotaError::Unsupported`], a full refill longer than 2^63 ns (292 years), so
 /// every accepted limiter is exact for at least 292 years.
 ///
-/// Memory: one 8-byte word per key, plus the key and papaya's entry overhead.
-/// Lock-free and allocation-free per check, sharing `TokenBucket`'s compare-and-set
+/// Memory: one boxed 8-byte word per key, plus the key and a pointer in the map's
+/// slot. Lock-free and allocation-free per check, sharing `TokenBucket`'s compare-and-set
 /// loop.
 ///
 /// ```
@@ -70,7 +70,7 @@ use std::hash::{BuildHasher, Hash};
 /// ```
 pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K, C, S>;
 
-impl<K: Hash + Eq + Send + Sync + 'static> Gcra<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Gcra<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     ///
     /// # Errors
@@ -80,7 +80,7 @@ impl<K: Hash + Eq + Send + Sync + 'static> Gcra<K> {
     }
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> Gcra<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + 'static> Gcra<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     ///
     /// # Errors
@@ -92,7 +92,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> Gcra<K, C> {
 
 impl<K, C, S> Builder<Gcra<K>, C, S>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {

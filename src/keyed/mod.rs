@@ -32,10 +32,13 @@ use std::sync::Arc;
 /// key's allowance, and no request pays for forgetting — the limiter's own sweeper
 /// thread does, started when first needed and joined when the limiter is dropped. So
 /// building one needs keys, hashers and clocks that can be shared with that thread:
-/// `Send + Sync + 'static` (every key type in std and the usual hashers are).
+/// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
+/// are also `Clone`, as governor's are: moving a key to a new quota replaces its
+/// entry under the map's bucket lock, which copies the key.
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
+    S: BuildHasher,
 {
     /// Everything, shared with the sweeper thread (which holds it weakly).
     core: Arc<Core<A, K, C, S>>,
@@ -45,6 +48,7 @@ where
 struct Core<A, K, C, S>
 where
     A: Algorithm<K>,
+    S: BuildHasher,
 {
     states: KeyMap<K, A::State, S>,
     algorithm: A,
@@ -57,7 +61,7 @@ where
     quota: Quota,
 }
 
-impl<A: Algorithm<K>, K, C, S> Drop for KeyedLimiter<A, K, C, S> {
+impl<A: Algorithm<K>, K, C, S: BuildHasher> Drop for KeyedLimiter<A, K, C, S> {
     fn drop(&mut self) {
         // Joined here, on the dropping thread, so the limiter's own sweeper thread
         // never holds the last reference (a `BackgroundSweeper` from
@@ -82,7 +86,7 @@ impl SharedAllowance {
     }
 }
 
-impl<A: Algorithm<K>, K: Hash + Eq> KeyedLimiter<A, K> {
+impl<A: Algorithm<K>, K: Hash + Eq + Clone> KeyedLimiter<A, K> {
     /// A builder for the clock, the hasher, the expected number of keys and how keys
     /// are forgotten.
     pub fn builder(quota: Quota) -> Builder<Self> {
@@ -100,7 +104,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
     ) -> Result<KeyedLimiter<A, K, C, S>, E>
     where
         A: Algorithm<K> + 'static,
-        K: Hash + Eq + Send + Sync + 'static,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
         C: 'static,
         S: Send + Sync + 'static,
         R: Algorithm<()> + 'static,
@@ -129,7 +133,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
 fn maintenance<A, K, C, S>(automatic: bool, core: std::sync::Weak<Core<A, K, C, S>>) -> Maintenance
 where
     A: Algorithm<K> + 'static,
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
@@ -148,7 +152,7 @@ where
 
 /// No thread under loom: sweeps happen on demand.
 #[cfg(turnstile_loom)]
-fn maintenance<A: Algorithm<K>, K, C, S>(
+fn maintenance<A: Algorithm<K>, K, C, S: BuildHasher>(
     _: bool,
     _: std::sync::Weak<Core<A, K, C, S>>,
 ) -> Maintenance {
@@ -158,7 +162,7 @@ fn maintenance<A: Algorithm<K>, K, C, S>(
 impl<A, K, C, S> KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     C: Clock,
     S: BuildHasher,
 {
@@ -286,7 +290,7 @@ where
 impl<A, K, C, S> Core<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     C: Clock,
     S: BuildHasher,
 {
@@ -506,7 +510,9 @@ where
             .states
             .get_or_insert(key, create, |state| self.apply(state, now, cost));
         self.after_insertion();
-        found
+        // Gone before we could use it (forgotten at once): the next look finds the key
+        // absent or fresh, as after meeting a retired state.
+        found.unwrap_or(Err(Blocked::Retired))
     }
 
     /// Clears what kept a request from `key`'s state, so that the next look finds it
@@ -564,7 +570,7 @@ where
 impl<A, K, C, S> RateLimiter<K> for KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     C: Clock,
     S: BuildHasher,
 {

@@ -19,7 +19,7 @@ fn resolver<K>(quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static) -> Resol
 impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
 where
     A: Reconfigurable + Algorithm<K>,
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
@@ -54,7 +54,7 @@ where
 impl<A, K, C, S> KeyedLimiter<PerKey<A, K>, K, C, S>
 where
     A: Reconfigurable + Algorithm<K>,
-    K: Hash + Eq + Send + Sync,
+    K: Hash + Eq + Clone + Send + Sync,
     C: Clock,
     S: BuildHasher,
 {

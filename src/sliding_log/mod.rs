@@ -74,14 +74,14 @@ pub type SlidingLog<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<Slidin
 pub type PerKeySlidingLog<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<SlidingLogRules, K>, K, C, S>;
 
-impl<K: Hash + Eq + Send + Sync + 'static> SlidingLog<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> SlidingLog<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingLog<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + 'static> SlidingLog<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<SlidingLog<K>, C>::with_clock(quota, clock).build()
@@ -90,7 +90,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingLog<K, C> 
 
 impl<K, C, S> Builder<SlidingLog<K>, C, S>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {

@@ -44,8 +44,8 @@ use std::hash::{BuildHasher, Hash};
 ///   (at worst `limit`, right after a boundary, when the previous window's requests
 ///   all came at its start), and deny what the log would admit.
 ///
-/// Memory: one 8-byte word per key (window index and two counts, layout in the
-/// crate's README), plus the key and papaya's entry overhead. Lock-free and
+/// Memory: one boxed 8-byte word per key (window index and two counts, layout in the
+/// crate's README), plus the key and a pointer in the map's slot. Lock-free and
 /// allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// Two counts beside the window index do not fit every quota: the constructors
@@ -69,7 +69,7 @@ use std::hash::{BuildHasher, Hash};
 pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<SlidingWindowRules, K, C, S>;
 
-impl<K: Hash + Eq + Send + Sync + 'static> SlidingWindowCounter<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> SlidingWindowCounter<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     ///
     /// # Errors
@@ -80,7 +80,7 @@ impl<K: Hash + Eq + Send + Sync + 'static> SlidingWindowCounter<K> {
     }
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingWindowCounter<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + 'static> SlidingWindowCounter<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     ///
     /// # Errors
@@ -92,7 +92,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> SlidingWindowCoun
 
 impl<K, C, S> Builder<SlidingWindowCounter<K>, C, S>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {

@@ -4,7 +4,7 @@
 //! Every closure runs outside the lock, on a snapshot that other threads may replace
 //! or remove meanwhile; a removal re-checks under the lock that it removes the value
 //! its predicate saw, and retries otherwise; `retain` calls `keep` twice for every
-//! entry and follows the second answer (papaya may call it twice during a resize).
+//! entry and follows the second answer (the contract allows a map that asks twice).
 //! So loom explores every interleaving the contract permits, not just the ones a lock
 //! around each call would allow.
 
@@ -23,7 +23,7 @@ pub(crate) struct LoomStore<K, V, S> {
 
 impl<K, V, S> LoomStore<K, V, S>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     S: BuildHasher,
 {
     /// The value stored for `key` now.
@@ -38,7 +38,7 @@ where
 
 impl<K, V, S> Store<K, V, S> for LoomStore<K, V, S>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Clone,
     S: BuildHasher,
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
@@ -61,21 +61,18 @@ where
         key: &Q,
         value: impl FnOnce(&K) -> V,
         f: impl FnOnce(&V) -> R,
-    ) -> R
+    ) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let stored = match self.snapshot(key) {
-            Some(found) => found,
-            None => {
-                // Made unlocked; dropped unused if another thread stored one first.
-                let key = key.to_key();
-                let value = Arc::new(value(&key));
-                self.map.lock().unwrap().entry(key).or_insert(value).clone()
-            }
-        };
-        f(&stored)
+        // Made unlocked; dropped unused if another thread stored one first.
+        let owned = key.to_key();
+        let value = Arc::new(value(&owned));
+        self.map.lock().unwrap().entry(owned).or_insert(value);
+        // Looked up again under a lock of its own, as the normal store does: the entry
+        // may be removed in between.
+        self.snapshot(key).map(|stored| f(&stored))
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool

@@ -1,26 +1,31 @@
 //! The keyed store: where each key's state lives, behind a small contract.
 //!
-//! Limiters use only this contract, so the same limiter code runs on papaya in normal
-//! builds and on a small loom-aware store under `--cfg turnstile_loom`. papaya is not
-//! loom-aware (it uses std atomics internally), so loom checks turnstile's protocols
-//! against this contract, and papaya's own guarantees — linearizable get and
-//! insert-if-absent, values never moved while a guard is held — cover the rest.
+//! Limiters use only this contract, so the same limiter code runs on an
+//! `scc::HashIndex` in normal builds and on a small loom-aware store under
+//! `--cfg turnstile_loom`. scc is not loom-aware (it uses std atomics internally), so
+//! loom checks turnstile's protocols against this contract, and the index's own
+//! guarantees — insert-if-absent under a bucket lock, lock-free lookups that see
+//! every completed insertion and removal (Release stores of a bucket's bitmaps,
+//! Acquire loads in the lookup), removed entries kept until no reader can hold them —
+//! cover the rest.
 
 use crate::KeyRef;
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+#[cfg(not(turnstile_loom))]
+mod count;
 #[cfg(turnstile_loom)]
 mod loom;
 #[cfg(not(turnstile_loom))]
-mod papaya;
+mod scc;
 
-/// The store limiters use: papaya normally, the loom-aware one under loom.
+/// The store limiters use: the scc one normally, the loom-aware one under loom.
 #[cfg(turnstile_loom)]
 pub(crate) type KeyMap<K, V, S> = loom::LoomStore<K, V, S>;
-/// The store limiters use: papaya normally, the loom-aware one under loom.
+/// The store limiters use: the scc one normally, the loom-aware one under loom.
 #[cfg(not(turnstile_loom))]
-pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
+pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 
 /// A concurrent map from keys to per-key state.
 ///
@@ -29,7 +34,9 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 /// - **get-or-insert, exactly once**: `get_or_insert(key, value, f)` stores `value`
 ///   if the key is absent and calls `f` with the key's value. However many threads
 ///   race on an absent key, exactly one value is stored and every racer's `f` sees
-///   that same value; the losers' `value`s are dropped unused.
+///   that same value; the losers' `value`s are dropped unused. It looks the value up
+///   after storing it, so it answers `None` (without calling `f`) when the entry was
+///   removed in between; the caller looks again.
 /// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
 ///   holds for the value stored at that moment; an entry is never replaced in place,
 ///   so a later insert stores a new value.
@@ -40,7 +47,7 @@ pub(crate) type KeyMap<K, V, S> = papaya::PapayaStore<K, V, S>;
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one atomic step.
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
-///   pass, possibly more than once for one entry (papaya does during a resize), and
+///   pass, possibly more than once for one entry (papaya, the map before scc, did during a resize), and
 ///   removes the entries it rejects — not necessarily at the last call; entries
 ///   inserted or removed during the pass may or may not be seen.
 /// - Closures (`f`, `value`, `pred`, `keep`) run outside any lock, may run more than
@@ -65,7 +72,7 @@ pub(crate) trait Store<K, V, S> {
         key: &Q,
         value: impl FnOnce(&K) -> V,
         f: impl FnOnce(&V) -> R,
-    ) -> R
+    ) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;

@@ -15,8 +15,8 @@ use std::hash::{BuildHasher, Hash};
 /// token per refill interval, on a refill grid shared by all keys.
 ///
 /// Each key's whole state — token count and last refill — is one `AtomicU64` (layout
-/// documented in the crate's README), updated by a compare-and-set loop inside a
-/// lock-free papaya map. Once a key exists, a request takes one clock reading, one map
+/// documented in the crate's README), updated by a compare-and-set loop, found through
+/// a lock-free map lookup. Once a key exists, a request takes one clock reading, one map
 /// lookup and usually one CAS: no lock, no allocation. A denial that changes nothing
 /// writes nothing, so under attack the key's cache line stays shared between cores.
 ///
@@ -31,9 +31,10 @@ use std::hash::{BuildHasher, Hash};
 ///   them. A denial changes nothing; its `retry_after` is the exact wait.
 /// - A clock reading older than the key's last refill counts as no time elapsed.
 ///
-/// Memory: one 8-byte word per key, plus the key and papaya's entry overhead. A key
-/// is forgotten once its bucket has been full for the eviction margin (a full bucket
-/// carries no information on the shared grid), so memory follows the active keys.
+/// Memory: one boxed 8-byte word per key, plus the key and a pointer in the map's
+/// slot. A key is forgotten once its bucket has been full for the eviction margin (a
+/// full bucket carries no information on the shared grid), so memory follows the
+/// active keys.
 ///
 /// ```
 /// use turnstile::{Quota, TokenBucket};
@@ -55,14 +56,14 @@ pub type TokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
     KeyedLimiter<PerKey<TokenBucketRules, K>, K, C, S>;
 
-impl<K: Hash + Eq + Send + Sync + 'static> TokenBucket<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> TokenBucket<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
     }
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> TokenBucket<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + 'static> TokenBucket<K, C> {
     /// A limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<TokenBucket<K>, C>::with_clock(quota, clock).build()
@@ -71,7 +72,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, C: Clock + 'static> TokenBucket<K, C>
 
 impl<K, C, S> Builder<TokenBucket<K>, C, S>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {

@@ -110,7 +110,7 @@ pub fn status_of(raw: &str) -> Option<u16> {
 }
 
 /// A token bucket on `clock`.
-pub fn bucket<K: Hash + Eq + Send + Sync + 'static, C: Clock + Clone + 'static>(
+pub fn bucket<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + Clone + 'static>(
     quota: Quota,
     clock: &C,
 ) -> Arc<TokenBucket<K, C>> {
