@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    Contender, LIMITERS, Mix, Pattern, Visit, full_mode, out_dir, prepopulate, with_contender,
+    Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, out_dir, prepopulate,
+    with_contender,
 };
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
@@ -112,16 +113,20 @@ fn main() {
     let mut csv = String::from("limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n");
     println!("{}", csv.trim_end());
     // `TURNSTILE_BENCH_PATTERNS=churn` and `TURNSTILE_BENCH_LIMITERS=turnstile,governor`
-    // narrow a run to what is being compared.
-    let chosen = |var: &str, name: &str| {
-        std::env::var(var).map_or(true, |list| list.split(',').any(|n| n == name))
+    // narrow a run to what is being compared; the floors run only when named there.
+    let named = |var: &str, name: &str| {
+        std::env::var(var).is_ok_and(|list| list.split(',').any(|n| n == name))
     };
+    let chosen = |var: &str, name: &str| std::env::var(var).is_err() || named(var, name);
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
             continue;
         }
-        for name in LIMITERS {
-            if !chosen("TURNSTILE_BENCH_LIMITERS", name) {
+        let floors = FLOORS
+            .into_iter()
+            .filter(|&floor| named("TURNSTILE_BENCH_LIMITERS", floor));
+        for name in LIMITERS.into_iter().chain(floors) {
+            if !chosen("TURNSTILE_BENCH_LIMITERS", name) || !applies(name, pattern, Mix::Allowed) {
                 continue;
             }
             let run = Run {

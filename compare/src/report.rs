@@ -489,10 +489,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          Throughput is aggregate checks per second across all threads (criterion median); \
          ratios in parentheses are each contender's throughput ÷ turnstile's. \
          `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
-         `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a pinned \
-         papaya lookup + one CAS with no limiting logic; `floor-cas` is one CAS on a \
+         `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a \
+         lock-free lookup in the map turnstile's store uses (an `scc::HashIndex` of boxed \
+         words) + one CAS with no limiting logic; `floor-cas` is one CAS on a \
          pre-resolved word; `floor-clock` (one clock reading) and `floor-lookup` (one \
-         pinned lookup) are its other parts alone, measured once (uniform allowed). \
+         lookup) are its other parts alone, measured once (uniform allowed). \
          Allowed mix: a burst of ~537 million per key; denied mix: one \
          token an hour, taken before measuring. The machine is shared: compare ratios \
          within this run, not across runs.\n\n\
@@ -519,9 +520,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          quota 10 tokens + 1 per ms. turnstile forgets idle keys by itself (default 1 s margin); \
          governor keeps every key until `retain_recent` is called.\n\n{}\n\
          ## Sweep pause\n\n\
-         An automatic sweep runs inside the insertion that doubles the map; papaya offers \
-         no resumable partial pass, so that call pays for the whole map once (amortised \
-         over the insertions that doubled it). `evict_idle()` over a map of token buckets:\n\n{}",
+         Automatic sweeps run on the limiter's own sweeper thread, so no request pays \
+         this pause; an insertion waits at most while the sweeper holds its bucket (32 \
+         entries). `evict_idle()` over a map of token buckets:\n\n{}",
         if full { " -- --full" } else { "" },
         machine.line(),
         if full { "full" } else { "quick" },

@@ -50,9 +50,12 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   pass, possibly more than once for one entry (papaya, the map before scc, did during a resize), and
 ///   removes the entries it rejects — not necessarily at the last call; entries
 ///   inserted or removed during the pass may or may not be seen.
-/// - Closures (`f`, `value`, `pred`, `keep`) run outside any lock, may run more than
-///   once, and may see a value that is replaced or removed before the call returns;
-///   `remove_if` removes only if `pred` held for the value it removes.
+/// - Closures may run more than once, and may see a value that is replaced or removed
+///   before the call returns; `remove_if` removes only if `pred` held for the value it
+///   removes. `f` and `value` run outside any lock of the map; `pred` and `keep` may
+///   run under one (scc holds the bucket's lock), so they must be short and must not
+///   call the store. The loom store runs every closure unlocked, which permits more
+///   interleavings, not fewer.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.

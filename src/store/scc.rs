@@ -59,6 +59,9 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
+        // One guard for the insertion and the look that follows: the insertion's own
+        // guard then nests in it, and only the outermost one takes a full barrier.
+        let guard = Guard::new();
         // The caller has just missed the key: insert without looking first. If another
         // thread stored it meanwhile, ours is dropped unused.
         let owned = key.to_key();
@@ -69,7 +72,6 @@ where
         // Then the stored state, read without holding the bucket's lock, so `f` (the
         // CAS loop) never runs under it. It may be gone already (retired by a sweep);
         // the caller looks again.
-        let guard = Guard::new();
         self.map.peek(key, &guard).map(|stored| f(stored))
     }
 
