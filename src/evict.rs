@@ -53,7 +53,8 @@
 //! per-thread cells), so a sweep is asked for a few dozen insertions late. The sweeper
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
 //! an insertion into the bucket being swept waits while the sweeper looks at those
-//! entries — microseconds, whatever the size of the map; lookups never wait.
+//! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
+//! whatever the size of the map; lookups never wait.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the

@@ -73,10 +73,11 @@
 //! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
 //! a deliberately broken variant that the checker must reject. Keys live in an
 //! `scc::HashIndex`, which is not loom-aware; the limiters use it only through a
-//! small internal store contract (get; get-or-insert, exactly once; remove-if;
-//! swap by identity; retain; values stable while in use; closures outside any lock
-//! and possibly run more than once). Under `--cfg turnstile_loom` a loom-aware store
-//! implements that contract exactly as weakly as it is written, so loom checks
+//! small internal store contract (get, which may miss a key being swapped; a locked
+//! get, which never does; get-or-insert, exactly once; remove-if; swap by identity;
+//! retain; values stable while in use; closures possibly run more than once, and
+//! those of a plain get outside any lock). Under `--cfg turnstile_loom` a loom-aware
+//! store implements that contract exactly as weakly as it is written, so loom checks
 //! turnstile's own protocols against it, and the index's guarantees cover the map
 //! itself.
 

@@ -9,7 +9,10 @@
 //! - model 10: a sweep that retires a key and meets it again after a
 //!   reconfiguration leaves nothing stuck — a move that shares forgetting's retired
 //!   marker (so "retired and outdated" reads as "being moved") livelocks and is
-//!   rejected.
+//!   rejected;
+//! - model 13: a peek racing with a move sees the key's own allowance — the store's
+//!   lock-free lookup may miss a key while a swap replaces its entry, and a peek that
+//!   trusts that miss (answering "a new key: full") is rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -201,5 +204,49 @@ fn mutant_10_one_marker_for_forgetting_and_moving_is_rejected() {
             Mutant::SharedMarker,
             a_sweep_meeting_a_move_leaves_nothing_stuck,
         )
+    });
+}
+
+/// A key drained at 50 ns (2 tokens, one per 10 ns) is moved to a larger capacity at
+/// the same rate by a request, the clock standing still, while another thread peeks
+/// at it: the key has nothing before, during and after the move, so the request is
+/// denied and the peek answers 0.
+fn a_peek_during_a_move_sees_the_key() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(2))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    clock.set(Duration::from_nanos(50));
+    assert!(limiter.acquire(&KEY, 2).is_allowed());
+    // Published now; the key moves on its next request (or peek).
+    limiter.set_quota(quota(3));
+    let limiter = Arc::new(limiter);
+    let peeker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || limiter.peek(&KEY))
+    };
+    let admitted = limiter.try_acquire(&KEY);
+    let seen = peeker.join().unwrap();
+    assert!(
+        !admitted,
+        "a request to a drained key was admitted by its move"
+    );
+    assert_eq!(seen, 0, "peek during a move: {seen} seen on a drained key");
+}
+
+#[test]
+fn model_13_a_peek_during_a_move_sees_the_key() {
+    check(
+        "13 peek during a move",
+        Some(3),
+        a_peek_during_a_move_sees_the_key,
+    );
+}
+
+#[test]
+#[should_panic(expected = "peek during a move:")]
+fn mutant_13_trusting_the_first_miss_is_rejected() {
+    check("13 mutant: trust the first miss", Some(3), || {
+        with_mutant(Mutant::TrustFirstMiss, a_peek_during_a_move_sees_the_key)
     });
 }

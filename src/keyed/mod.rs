@@ -325,11 +325,10 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
+        let available =
+            |state: &A::State| self.algorithm.available(state, self.sweeper.reading(now));
         loop {
-            let found = self.states.get(key, |state| {
-                self.algorithm.available(state, self.sweeper.reading(now))
-            });
-            match found {
+            match self.get_settled(key, available) {
                 Some(Ok(available)) => return available,
                 // No state, or a retired one: the key is as good as new.
                 None | Some(Err(Blocked::Retired)) => {
@@ -350,17 +349,36 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
+        let refund = |state: &A::State| {
+            self.algorithm
+                .refund(state, self.sweeper.reading(now), cost)
+        };
         loop {
-            let found = self.states.get(key, |state| {
-                self.algorithm
-                    .refund(state, self.sweeper.reading(now), cost)
-            });
-            match found {
+            match self.get_settled(key, refund) {
                 // No state, or a retired one, was full: nothing to give back.
                 None | Some(Ok(())) | Some(Err(Blocked::Retired)) => return,
                 Some(Err(blocked)) => self.unblock(key, blocked, now),
             }
         }
+    }
+
+    /// `f` on `key`'s state, for a caller that takes a miss to mean "no state": a miss
+    /// of the lock-free lookup is looked at again under the map's lock, since a
+    /// lock-free lookup can miss a key whose entry a move is replacing (see the store
+    /// contract). Loom model 13 checks it, with a mutant that trusts the first miss.
+    fn get_settled<Q, R>(&self, key: &Q, f: impl Fn(&A::State) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        if let Some(found) = self.states.get(key, &f) {
+            return Some(found);
+        }
+        #[cfg(turnstile_loom)]
+        if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+            return None;
+        }
+        self.states.get_locked(key, f)
     }
 
     /// Number of keys that have state.
@@ -459,26 +477,22 @@ where
         }
     }
 
-    /// For a key with no state: `None` if it may be stored, or the answer if the map is
-    /// at its cap. At the cap, asks for a sweep (at most once per margin) and answers
-    /// by the overflow policy at once.
+    /// The answer to a new key at the cap: asks for a sweep (at most once per margin)
+    /// and answers by the overflow policy at once.
     #[cold]
-    fn admit_new_key(&self, now: u64, cost: u32) -> Option<Decision> {
-        if self.states.len() < self.sweeper.max_keys {
-            return None;
-        }
+    fn overflow(&self, now: u64, cost: u32) -> Decision {
         if self.sweeper.automatic() && self.sweeper.cap_sweep_allowed(now) {
             self.upkeep(Upkeep::Request);
         }
         self.sweeper.count_overflow();
         let retry_after = self.sweeper.next_cap_sweep_in(now);
-        Some(match &self.overflow {
+        match &self.overflow {
             Some(shared) => match (shared.0)(self.sweeper.reading(now), cost) {
                 Decision::Overflow { .. } => Decision::Overflow { retry_after },
                 decision => decision,
             },
             None => Decision::Overflow { retry_after },
-        })
+        }
     }
 
     /// One request applied to the state found for a key. A reading older than the
@@ -499,11 +513,15 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        // No cap, no need to count the keys (a sum over per-core counters).
-        if self.sweeper.max_keys != usize::MAX
-            && let Some(decision) = self.admit_new_key(now, cost)
-        {
-            return Ok(decision);
+        // No cap, no need to count the keys (a sum over sixteen cells). At the cap,
+        // the key is looked for under the map's lock before it is refused: the
+        // lock-free lookup that missed it can miss a key whose entry a move is
+        // replacing.
+        if self.sweeper.max_keys != usize::MAX && self.states.len() >= self.sweeper.max_keys {
+            let found = self
+                .states
+                .get_locked(key, |state| self.apply(state, now, cost));
+            return found.unwrap_or_else(|| Ok(self.overflow(now, cost)));
         }
         let create = |key: &K| self.algorithm.create(key);
         let found = self

@@ -4,13 +4,15 @@
 //! Every closure runs outside the lock, on a snapshot that other threads may replace
 //! or remove meanwhile; a removal re-checks under the lock that it removes the value
 //! its predicate saw, and retries otherwise; `retain` calls `keep` twice for every
-//! entry and follows the second answer (the contract allows a map that asks twice).
+//! entry and follows the second answer (the contract allows a map that asks twice); a
+//! swap hides the key from lock-free lookups for a moment, as scc's two-step replace
+//! can.
 //! So loom explores every interleaving the contract permits, not just the ones a lock
 //! around each call would allow.
 
 use super::Store;
 use crate::KeyRef;
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex, MutexGuard, yield_now};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -18,7 +20,15 @@ use std::hash::{BuildHasher, Hash};
 /// Keys and their state under one loom mutex; values are `Arc`s so closures run
 /// unlocked.
 pub(crate) struct LoomStore<K, V, S> {
-    map: Mutex<HashMap<K, Arc<V>, S>>,
+    map: Mutex<Entries<K, V, S>>,
+}
+
+/// What the mutex guards.
+struct Entries<K, V, S> {
+    map: HashMap<K, Arc<V>, S>,
+    /// Addresses of successors a `swap` has stored but not finished with: a lock-free
+    /// `get` misses their keys until it has, as scc's lookup can.
+    hidden: Vec<usize>,
 }
 
 impl<K, V, S> LoomStore<K, V, S>
@@ -26,13 +36,39 @@ where
     K: Hash + Eq + Clone,
     S: BuildHasher,
 {
-    /// The value stored for `key` now.
+    /// The entries, for a locked operation: it waits while a swap is under way, as
+    /// scc's locked operations wait for the bucket lock a swap holds.
+    fn locked(&self) -> MutexGuard<'_, Entries<K, V, S>> {
+        loop {
+            let entries = self.map.lock().unwrap();
+            if entries.hidden.is_empty() {
+                return entries;
+            }
+            drop(entries);
+            yield_now();
+        }
+    }
+
+    /// The value stored for `key` now, as a locked lookup sees it.
     fn snapshot<Q>(&self, key: &Q) -> Option<Arc<V>>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        self.map.lock().unwrap().get(key).cloned()
+        self.locked().map.get(key).cloned()
+    }
+
+    /// The value stored for `key` now, as a lock-free lookup sees it: nothing while a
+    /// swap is replacing it.
+    fn visible<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let entries = self.map.lock().unwrap();
+        let found = entries.map.get(key)?;
+        let address = Arc::as_ptr(found) as usize;
+        (!entries.hidden.contains(&address)).then(|| Arc::clone(found))
     }
 }
 
@@ -44,11 +80,22 @@ where
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
         let map = HashMap::with_capacity_and_hasher(expected_keys, hasher);
         Self {
-            map: Mutex::new(map),
+            map: Mutex::new(Entries {
+                map,
+                hidden: Vec::new(),
+            }),
         }
     }
 
     fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.visible(key).map(|v| f(&v))
+    }
+
+    fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
@@ -69,10 +116,10 @@ where
         // Made unlocked; dropped unused if another thread stored one first.
         let owned = key.to_key();
         let value = Arc::new(value(&owned));
-        self.map.lock().unwrap().entry(owned).or_insert(value);
-        // Looked up again under a lock of its own, as the normal store does: the entry
-        // may be removed in between.
-        self.snapshot(key).map(|stored| f(&stored))
+        self.locked().map.entry(owned).or_insert(value);
+        // Looked up again without the insertion's lock, as the normal store does: the
+        // entry may be removed, or being swapped, in between.
+        self.visible(key).map(|stored| f(&stored))
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
@@ -87,9 +134,9 @@ where
             if !pred(&seen) {
                 return false;
             }
-            let mut map = self.map.lock().unwrap();
-            if map.get(key).is_some_and(|v| Arc::ptr_eq(v, &seen)) {
-                map.remove(key);
+            let mut entries = self.locked();
+            if entries.map.get(key).is_some_and(|v| Arc::ptr_eq(v, &seen)) {
+                entries.map.remove(key);
                 return true;
             }
             // Replaced or removed since `pred` saw it: try again with what is there.
@@ -97,7 +144,7 @@ where
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        let values: Vec<Arc<V>> = self.map.lock().unwrap().values().cloned().collect();
+        let values: Vec<Arc<V>> = self.locked().map.values().cloned().collect();
         let rejected: Vec<Arc<V>> = values
             .into_iter()
             .filter(|v| {
@@ -105,22 +152,30 @@ where
                 !keep(v)
             })
             .collect();
-        self.map
-            .lock()
-            .unwrap()
+        self.locked()
+            .map
             .retain(|_, v| !rejected.iter().any(|r| Arc::ptr_eq(r, v)));
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
-        let mut map = self.map.lock().unwrap();
-        let found = map.get(&key).is_some_and(|v| std::ptr::eq(&**v, current));
-        if found {
-            map.insert(key, Arc::new(new));
+        let mut entries = self.locked();
+        let found = (entries.map.get(&key)).is_some_and(|v| std::ptr::eq(&**v, current));
+        if !found {
+            return false;
         }
-        found
+        // Two steps, as scc's `update` under its bucket lock: the successor is stored,
+        // then the old entry marked removed; a lock-free look in between misses the
+        // key, and locked operations wait until the second step.
+        let successor = Arc::new(new);
+        let address = Arc::as_ptr(&successor) as usize;
+        entries.map.insert(key, successor);
+        entries.hidden.push(address);
+        drop(entries);
+        self.map.lock().unwrap().hidden.retain(|&a| a != address);
+        true
     }
 
     fn len(&self) -> usize {
-        self.map.lock().unwrap().len()
+        self.locked().map.len()
     }
 }

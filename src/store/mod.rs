@@ -30,13 +30,22 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 /// A concurrent map from keys to per-key state.
 ///
 /// # Contract
-/// - **get**: `get(key, f)` calls `f` with the key's value if the key is present.
+/// - **get**: `get(key, f)` calls `f` with the key's value if the key is present. It
+///   takes no lock, and may miss a key whose entry a `swap` is replacing at that
+///   moment (scc inserts the successor and marks the old entry removed as two steps
+///   that a lock-free reader can straddle); never one present throughout.
+/// - **get-locked**: `get_locked(key, f)` looks under the map's lock for the key, so
+///   it never misses a present key, swapped or not; `f` runs under that lock. For the
+///   cold paths where a miss means something (a peek's fresh answer, a refund's
+///   no-op, a refusal at the key cap).
 /// - **get-or-insert, exactly once**: `get_or_insert(key, value, f)` stores `value`
-///   if the key is absent and calls `f` with the key's value. However many threads
-///   race on an absent key, exactly one value is stored and every racer's `f` sees
-///   that same value; the losers' `value`s are dropped unused. It looks the value up
-///   after storing it, so it answers `None` (without calling `f`) when the entry was
-///   removed in between; the caller looks again.
+///   if the key is absent (under the map's lock, so it never misses a present key)
+///   and calls `f` with the key's value. However many threads race on an absent key,
+///   exactly one value is stored; the losers' `value`s are dropped unused. It looks
+///   the value up after storing it, so `f` sees the key's value as of that look (the
+///   one stored, unless a sweep removed it and a later request stored another), or it
+///   answers `None` (without calling `f`) when the entry is gone; the caller looks
+///   again.
 /// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
 ///   holds for the value stored at that moment; an entry is never replaced in place,
 ///   so a later insert stores a new value.
@@ -45,17 +54,18 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   found a value may still use it; protocols that forget keys must account for
 ///   that (see `evict.rs`).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
-///   stored is `current` itself (the same value, by address), in one atomic step.
+///   stored is `current` itself (the same value, by address), in one step for every
+///   locked operation (a lock-free `get` may miss the key meanwhile, see above).
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
-///   pass, possibly more than once for one entry (papaya, the map before scc, did during a resize), and
+///   pass, possibly more than once for one entry (scc's own docs allow it), and
 ///   removes the entries it rejects — not necessarily at the last call; entries
 ///   inserted or removed during the pass may or may not be seen.
 /// - Closures may run more than once, and may see a value that is replaced or removed
 ///   before the call returns; `remove_if` removes only if `pred` held for the value it
-///   removes. `f` and `value` run outside any lock of the map; `pred` and `keep` may
-///   run under one (scc holds the bucket's lock), so they must be short and must not
-///   call the store. The loom store runs every closure unlocked, which permits more
-///   interleavings, not fewer.
+///   removes. `value` and the `f` of `get` and `get_or_insert` run outside any lock of
+///   the map; `pred`, `keep` and `get_locked`'s `f` may run under one (scc holds the
+///   bucket's lock), so they must be short and must not call the store. The loom
+///   store runs every closure unlocked, which permits more interleavings, not fewer.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.
@@ -63,6 +73,13 @@ pub(crate) trait Store<K, V, S> {
 
     /// Calls `f` with the value of `key`, if present.
     fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq;
+
+    /// Calls `f` with the value of `key`, if present, looking under the map's lock for
+    /// the key: never misses a key that a `swap` is replacing.
+    fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq;

@@ -1,7 +1,8 @@
 //! The store of normal builds: an `scc::HashIndex` of boxed states.
 //!
-//! Why this map (measured in results/ANALYSIS.md, "The store"): its lookups are
-//! lock-free and write no shared memory, like papaya's, at fewer instructions; its
+//! Why this map (measured in results/ANALYSIS.md, "The store"): its lookups take no
+//! lock and write no shared memory, like papaya's (during a resize a lookup may move
+//! one bucket of the old table, if it can lock it without waiting); its
 //! buckets hold entries inline, so an insertion takes one bucket lock and growing the
 //! table rehashes keys in place instead of following a pointer per entry — under key
 //! churn it inserts several times faster than papaya, about as fast as a locked map.
@@ -48,6 +49,16 @@ where
         self.map.peek_with(key, |_, value| f(value))
     }
 
+    fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        // A shared lock on the key's bucket: `swap` holds it exclusively from inserting
+        // the successor to marking the old entry removed.
+        self.map.read_sync(key, |_, value| f(value))
+    }
+
     #[inline]
     fn get_or_insert<Q, R>(
         &self,
@@ -59,13 +70,15 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
+        // The caller has just missed the key: insert without looking first. If another
+        // thread stored it meanwhile, ours is dropped unused. The value is made (user
+        // code, for per-key quotas) before any guard is held: a guard held meanwhile
+        // would keep every removed state in the map from being freed.
+        let owned = key.to_key();
+        let value = Box::new(value(&owned));
         // One guard for the insertion and the look that follows: the insertion's own
         // guard then nests in it, and only the outermost one takes a full barrier.
         let guard = Guard::new();
-        // The caller has just missed the key: insert without looking first. If another
-        // thread stored it meanwhile, ours is dropped unused.
-        let owned = key.to_key();
-        let value = Box::new(value(&owned));
         if self.map.insert_sync(owned, value).is_ok() {
             self.keys.add(1);
         }
@@ -88,18 +101,24 @@ where
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        let mut removed = 0;
         self.map.retain_sync(|_, value| {
             let kept = keep(value);
-            removed += isize::from(!kept);
+            if !kept {
+                // Counted as it goes (the index removes the entry as soon as this
+                // returns), so a long pass frees room at a key cap while it runs, and a
+                // pass cut short by a panic leaves the count right.
+                self.keys.add(-1);
+            }
             kept
         });
-        self.keys.add(-removed);
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
         // Under the bucket's lock: the entry is the one the caller saw (by address),
-        // and the new one takes its place in one step (readers see one or the other).
+        // and the new one takes its place before the lock is released, so every locked
+        // operation sees one or the other. A lock-free `get` can straddle the two
+        // steps (insert the successor, mark the old entry removed) and miss the key;
+        // see the contract.
         match self.map.entry_sync(key) {
             Entry::Occupied(mut entry) if std::ptr::eq(&**entry.get(), current) => {
                 entry.update(Box::new(new));
