@@ -83,6 +83,10 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly: the feature labels on the optional
+// modules (`doc(cfg(...))`) need the `doc_cfg` gate there. CI builds the docs the
+// same way (.ci/run).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
 pub mod baseline;

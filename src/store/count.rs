@@ -51,3 +51,40 @@ fn stripe() -> usize {
     }
     STRIPE.with(|stripe| *stripe)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::KeyCount;
+
+    #[test]
+    fn counts_what_threads_add_and_remove() {
+        let count = KeyCount::new();
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let count = &count;
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        count.add(1);
+                    }
+                    // Half the threads remove some of what others added.
+                    if t % 2 == 0 {
+                        count.add(-300);
+                    }
+                });
+            }
+        });
+        assert_eq!(count.get(), 8 * 1000 - 4 * 300);
+    }
+
+    #[test]
+    fn never_reads_below_zero() {
+        let count = KeyCount::new();
+        // A removal counted before the insertion it undoes.
+        count.add(-1);
+        assert_eq!(count.get(), 0);
+        count.add(1);
+        assert_eq!(count.get(), 0);
+        count.add(1);
+        assert_eq!(count.get(), 1);
+    }
+}
