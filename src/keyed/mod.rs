@@ -34,7 +34,9 @@ use std::sync::Arc;
 /// building one needs keys, hashers and clocks that can be shared with that thread:
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
 /// are also `Clone`, as governor's are: moving a key to a new quota replaces its
-/// entry under the map's bucket lock, which copies the key.
+/// entry under the map's bucket lock, which copies the key. A key type's `Hash` and
+/// `Drop` must not panic: the map (`scc::HashIndex`) guarantees its own consistency
+/// only then (a panicking `Eq`, resolver or clock is fine).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
