@@ -54,7 +54,10 @@
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
 //! an insertion into the bucket being swept waits while the sweeper looks at those
 //! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
-//! whatever the size of the map; lookups never wait.
+//! whatever the size of the map; lookups never wait. A forgotten entry is only marked
+//! removed; its state is freed by the next insertion that finds its bucket's 32 slots
+//! all taken, once no reader can still hold it — so an insertion may free up to 32
+//! forgotten states (about a microsecond), never more.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the
