@@ -54,10 +54,16 @@
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
 //! an insertion into the bucket being swept waits while the sweeper looks at those
 //! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
-//! whatever the size of the map; lookups never wait. A forgotten entry is only marked
-//! removed; its state is freed by the next insertion that finds its bucket's 32 slots
-//! all taken, once no reader can still hold it — so an insertion may free up to 32
-//! forgotten states (about a microsecond), never more.
+//! whatever the size of the map. Lookups of stored keys never wait; a peek or refund
+//! of a key the lock-free lookup did not find looks again under the bucket's lock, and
+//! may wait for it the same way. A forgotten entry is only marked removed; its state
+//! is freed later, by whichever thread next writes its bucket once no reader can
+//! still hold it: an insertion that finds the bucket full frees that bucket's
+//! forgotten states (32, plus any in its overflow chain). One case is not bounded by
+//! a bucket: when the map resizes, the forgotten states left in the outgrown table
+//! are freed together with it, on the thread whose operation finishes moving it —
+//! which can be a request. A map at a steady size does not resize; one that shrinks
+//! after a crowd of keys leaves, or grows into a new one, does.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the

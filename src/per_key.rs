@@ -37,8 +37,9 @@
 //! slow delays only its own caller. Then, only if the rules differ, the key's state is
 //! frozen by a compare-and-set to a *moving* marker (distinct from the *retired*
 //! marker of forgetting, so a sweep always knows what it may remove), and the entry
-//! is replaced by its successor in one atomic step of the map (the owned key is made
-//! before the freeze, so only the map's hashing of it runs in between). A mover that
+//! is replaced by its successor under the map's lock for the key (the owned key is made
+//! before the freeze, so only the map's hashing, comparing and copying of it run in
+//! between; if one of those panics, the key is thawed on the way out). A mover that
 //! finds a newer configuration published after it resolved thaws the key and resolves
 //! again, so no key moves to a quota that was not current when it was frozen. A
 //! request that meets the moving marker yields and looks again; it waits only between
@@ -272,19 +273,47 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             // Inner rules have one quota: never outdated.
             Err(Blocked::Outdated) => return Renewal::Current,
         };
+        // From here to the swap, a panic (a key whose `Eq` or `Clone` panics inside
+        // the map) must not leave the key frozen: every later request would wait for
+        // a mover that is gone. The guard thaws it on the way out.
+        let mut frozen = ThawUnlessMoved {
+            rules: &entry.rules,
+            state: &entry.state,
+            frozen: Some(frozen),
+        };
         if self.configuration() != configuration {
             // A newer configuration came while this thread resolved: moving to the
-            // quota it resolved would apply one no longer current. Undo; the request
-            // resolves again.
-            entry.rules.thaw(&entry.state, frozen);
+            // quota it resolved would apply one no longer current. Undo (the guard
+            // thaws); the request resolves again.
             return Renewal::Current;
         }
-        let successor = Entry::carried(configuration, rules, &entry.rules, &frozen, now);
-        if !swap(successor) {
-            // Only the mover replaces a frozen entry, so this does not happen; if it
-            // did, the key must not stay frozen.
-            entry.rules.thaw(&entry.state, frozen);
+        let Some(seen) = frozen.frozen.as_ref() else {
+            return Renewal::Current;
+        };
+        let successor = Entry::carried(configuration, rules, &entry.rules, seen, now);
+        if swap(successor) {
+            // Replaced: the frozen state is gone with its entry, never to be thawed.
+            frozen.frozen = None;
         }
+        // Otherwise (only the mover replaces a frozen entry, so this does not happen)
+        // the guard thaws it: the key must not stay frozen.
         Renewal::Current
+    }
+}
+
+/// A frozen state that is thawed when this is dropped, unless `frozen` was taken
+/// because the entry was replaced: so an early return or a panic between freezing and
+/// swapping never leaves a key frozen.
+struct ThawUnlessMoved<'a, A: Reconfigurable> {
+    rules: &'a A,
+    state: &'a A::State,
+    frozen: Option<A::Frozen>,
+}
+
+impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
+    fn drop(&mut self) {
+        if let Some(frozen) = self.frozen.take() {
+            self.rules.thaw(self.state, frozen);
+        }
     }
 }

@@ -46,8 +46,9 @@ pub mod mutants {
         /// The sweeper thread waits before it looks at the request flag, so a request
         /// made before it waited is lost.
         WaitFirst,
-        /// A peek or refund takes a miss of the lock-free lookup as "no state", though
-        /// that lookup can miss a key whose entry a move is replacing.
+        /// A peek, a refund or a request at the key cap takes a miss of the lock-free
+        /// lookup as "no state", though that lookup can miss a key whose entry a move
+        /// is replacing.
         TrustFirstMiss,
     }
 

@@ -407,6 +407,84 @@ fn a_panicking_resolver_leaves_a_sliding_log_key_usable() {
     });
 }
 
+/// A key type whose copies panic while `ARMED` is set: the map copies a key only when
+/// it replaces the key's entry, in the middle of a move. Borrowed as `u64`, so that
+/// storing it makes it from a `u64` and copies nothing.
+mod fragile {
+    use std::borrow::Borrow;
+    use std::hash::{Hash, Hasher};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub static ARMED: AtomicBool = AtomicBool::new(false);
+
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct Fragile(pub u64);
+
+    impl Hash for Fragile {
+        fn hash<H: Hasher>(&self, state: &mut H) {
+            self.0.hash(state);
+        }
+    }
+
+    impl Borrow<u64> for Fragile {
+        fn borrow(&self) -> &u64 {
+            &self.0
+        }
+    }
+
+    impl From<u64> for Fragile {
+        fn from(key: u64) -> Self {
+            Fragile(key)
+        }
+    }
+
+    impl Clone for Fragile {
+        fn clone(&self) -> Self {
+            assert!(
+                !ARMED.load(Ordering::SeqCst),
+                "a key that panics when copied"
+            );
+            Fragile(self.0)
+        }
+    }
+}
+
+/// A key's own `Clone` panics while the map replaces its entry, after its state was
+/// frozen for the move. The panic reaches the caller, and the key is thawed, not left
+/// frozen: afterwards every operation on it answers (on a thread of its own, so that a
+/// key stuck for ever fails the test instead of hanging it).
+#[test]
+fn a_key_that_panics_when_copied_mid_move_is_left_usable() {
+    use fragile::{ARMED, Fragile};
+    use std::sync::atomic::Ordering;
+    let limiter = Arc::new(
+        TokenBucket::<Fragile>::builder(quota(2, ms(10)))
+            .clock(ManualClock::new())
+            .build_reconfigurable(),
+    );
+    assert!(limiter.acquire(&1u64, 1).is_allowed());
+    limiter.set_quota(quota(3, ms(10)));
+    ARMED.store(true, Ordering::SeqCst);
+    let moved = catch_unwind(AssertUnwindSafe(|| limiter.acquire(&1u64, 1)));
+    ARMED.store(false, Ordering::SeqCst);
+    assert!(moved.is_err(), "the key's panic reaches the caller");
+    let (answer, answered) = mpsc::channel();
+    let after = Arc::clone(&limiter);
+    thread::spawn(move || {
+        let decision = after.acquire(&1u64, 1);
+        let _ = answer.send((decision, after.peek(&1u64)));
+    });
+    let answers = answered.recv_timeout(secs(10));
+    let Ok((decision, left)) = answers else {
+        panic!("the key stayed frozen: acquire and peek never returned");
+    };
+    // One of two taken before the move; what the key had left (one) carries over to
+    // the larger capacity whole, and the request after the move takes it, the clock
+    // standing still: none left.
+    assert!(decision.is_allowed(), "{decision:?}");
+    assert_eq!(left, 0);
+}
+
 /// One step of a state-machine run. Quotas are indices into the run's [`Setup`], and
 /// clock moves are measured in its intervals and windows, so that a failing run
 /// shrinks step by step whatever its quotas.

@@ -12,7 +12,10 @@
 //!   rejected;
 //! - model 13: a peek racing with a move sees the key's own allowance — the store's
 //!   lock-free lookup may miss a key while a swap replaces its entry, and a peek that
-//!   trusts that miss (answering "a new key: full") is rejected.
+//!   trusts that miss (answering "a new key: full") is rejected;
+//! - model 14: the same miss at the `max_keys` cap: a request for a stored key is
+//!   answered by the key's state — one that trusts the miss and refuses the key as a
+//!   new one (`Overflow`) is rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -20,7 +23,7 @@ use loom::thread;
 use loom_tests::check;
 use std::time::Duration;
 use turnstile::loom_hooks::{Mutant, with_mutant};
-use turnstile::{ManualClock, Quota, TokenBucket};
+use turnstile::{ManualClock, Overflow, Quota, TokenBucket};
 
 const KEY: u64 = 5;
 
@@ -248,5 +251,51 @@ fn model_13_a_peek_during_a_move_sees_the_key() {
 fn mutant_13_trusting_the_first_miss_is_rejected() {
     check("13 mutant: trust the first miss", Some(3), || {
         with_mutant(Mutant::TrustFirstMiss, a_peek_during_a_move_sees_the_key)
+    });
+}
+
+/// A limiter capped at one key holds a key with tokens left, and moves it to a larger
+/// capacity (a request does, the clock standing still) while a second request asks
+/// for the same key: that key is stored, so neither request is refused as a new key
+/// would be at the cap.
+fn a_request_at_the_cap_during_a_move_finds_the_key() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(4))
+        .clock(clock.clone())
+        .max_keys(1, Overflow::Deny)
+        .build_reconfigurable();
+    clock.set(Duration::from_nanos(50));
+    assert!(limiter.acquire(&KEY, 1).is_allowed()); // stored, 3 left; the map is full
+    limiter.set_quota(quota(5));
+    let limiter = Arc::new(limiter);
+    let other = {
+        let limiter = limiter.clone();
+        thread::spawn(move || limiter.acquire(&KEY, 1))
+    };
+    let mover = limiter.acquire(&KEY, 1);
+    let other = other.join().unwrap();
+    assert!(
+        mover.is_allowed() && other.is_allowed(),
+        "request at the cap during a move: {mover:?}, {other:?}"
+    );
+}
+
+#[test]
+fn model_14_a_request_at_the_cap_during_a_move_finds_the_key() {
+    check(
+        "14 request at the cap during a move",
+        Some(3),
+        a_request_at_the_cap_during_a_move_finds_the_key,
+    );
+}
+
+#[test]
+#[should_panic(expected = "request at the cap during a move:")]
+fn mutant_14_trusting_the_miss_at_the_cap_is_rejected() {
+    check("14 mutant: trust the miss at the cap", Some(3), || {
+        with_mutant(
+            Mutant::TrustFirstMiss,
+            a_request_at_the_cap_during_a_move_finds_the_key,
+        )
     });
 }

@@ -36,7 +36,8 @@ use std::sync::Arc;
 /// are also `Clone`, as governor's are: moving a key to a new quota replaces its
 /// entry under the map's bucket lock, which copies the key. A key type's `Hash` and
 /// `Drop` must not panic: the map (`scc::HashIndex`) guarantees its own consistency
-/// only then (a panicking `Eq`, resolver or clock is fine).
+/// only then. A panicking `Eq` or `Clone`, resolver or clock reaches its caller and
+/// leaves the key usable (a move it interrupts thaws the key).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
@@ -520,6 +521,10 @@ where
         // lock-free lookup that missed it can miss a key whose entry a move is
         // replacing.
         if self.sweeper.max_keys != usize::MAX && self.states.len() >= self.sweeper.max_keys {
+            #[cfg(turnstile_loom)]
+            if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+                return Ok(self.overflow(now, cost));
+            }
             let found = self
                 .states
                 .get_locked(key, |state| self.apply(state, now, cost));
@@ -530,8 +535,9 @@ where
             .states
             .get_or_insert(key, create, |state| self.apply(state, now, cost));
         self.after_insertion();
-        // Gone before we could use it (forgotten at once): the next look finds the key
-        // absent or fresh, as after meeting a retired state.
+        // Gone before we could use it (forgotten at once), or hidden for a moment by a
+        // move: the next look finds the key absent, fresh or moved, as after meeting a
+        // retired state.
         found.unwrap_or(Err(Blocked::Retired))
     }
 

@@ -44,8 +44,10 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   exactly one value is stored; the losers' `value`s are dropped unused. It looks
 ///   the value up after storing it, so `f` sees the key's value as of that look (the
 ///   one stored, unless a sweep removed it and a later request stored another), or it
-///   answers `None` (without calling `f`) when the entry is gone; the caller looks
-///   again.
+///   answers `None` (without calling `f`) when that look finds nothing — the entry
+///   gone, or hidden for a moment by a swap, as for `get`; the caller looks again. In
+///   the second case the key existed all along, so `value` (for per-key quotas, the
+///   user's resolver) ran for nothing.
 /// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
 ///   holds for the value stored at that moment; an entry is never replaced in place,
 ///   so a later insert stores a new value.

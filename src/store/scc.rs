@@ -55,7 +55,9 @@ where
         Q: ?Sized + Hash + Eq,
     {
         // A shared lock on the key's bucket: `swap` holds it exclusively from inserting
-        // the successor to marking the old entry removed.
+        // the successor to marking the old entry removed. (scc answers a read of
+        // primitive keys and values without the lock; our values are boxes, never
+        // primitive, so this always locks.)
         self.map.read_sync(key, |_, value| f(value))
     }
 
