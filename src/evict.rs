@@ -59,11 +59,15 @@
 //! may wait for it the same way. A forgotten entry is only marked removed; its state
 //! is freed later, by whichever thread next writes its bucket once no reader can
 //! still hold it: an insertion that finds the bucket full frees that bucket's
-//! forgotten states (32, plus any in its overflow chain). One case is not bounded by
-//! a bucket: when the map resizes, the forgotten states left in the outgrown table
-//! are freed together with it, on the thread whose operation finishes moving it —
-//! which can be a request. A map at a steady size does not resize; one that shrinks
-//! after a crowd of keys leaves, or grows into a new one, does.
+//! forgotten states (32, plus any in its overflow chain). The table never shrinks
+//! (sweeps hold it at the largest size it has had, as DashMap's and papaya's tables
+//! stay): a table shrunk away would be freed with every forgotten state in it at once,
+//! on whichever thread finished moving it — measured, a request stalled 240 ms after a
+//! sweep forgot 1M keys. One case remains: while the map grows past its largest size
+//! so far, the outgrown table's forgotten states are freed with it, on the thread that
+//! finishes moving it, which can be a request. After a crowd of keys has left, the
+//! table keeps its size, and the forgotten states in it are freed as insertions reuse
+//! their buckets.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the

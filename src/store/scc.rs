@@ -103,6 +103,15 @@ where
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+        // Never let a sweep shrink the table. scc frees a removed entry only when its
+        // bucket is next written or when the table holding it is dropped; a table
+        // outgrown or shrunk away is dropped with every removed entry in it, all at
+        // once, on the thread that finishes moving it — a request, as likely as not
+        // (1M forgotten keys: a 240 ms stall, measured in results/ANALYSIS.md). Held
+        // at its largest size, as DashMap's and papaya's tables are, the table only
+        // ever grows, and removed entries are freed a bucket at a time by the
+        // insertions that reuse their slots.
+        self.hold_capacity();
         self.map.retain_sync(|_, value| {
             let kept = keep(value);
             if !kept {
@@ -132,5 +141,51 @@ where
 
     fn len(&self) -> usize {
         self.keys.get()
+    }
+}
+
+impl<K, V, S> SccStore<K, V, S>
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    /// Raises the table's minimum capacity to its capacity now, so that it never
+    /// shrinks below the largest size it has had.
+    fn hold_capacity(&self) {
+        let capacity = self.map.capacity();
+        let minimum = *self.map.capacity_range().start();
+        if capacity > minimum
+            && let Some(reservation) = self.map.reserve(capacity - minimum)
+        {
+            // Kept for the map's whole life: dropping the reservation would lower the
+            // minimum again. Forgetting it leaks nothing (it only borrows the map).
+            std::mem::forget(reservation);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SccStore, Store};
+    use std::sync::atomic::AtomicU64;
+
+    type Words = SccStore<u64, AtomicU64, foldhash::fast::RandomState>;
+
+    #[test]
+    fn a_sweep_that_empties_the_map_leaves_its_table_as_large_as_it_was() {
+        let store = Words::with_hasher(Default::default(), 0);
+        for key in 0..100_000 {
+            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
+        }
+        let grown = store.map.capacity();
+        store.retain(|_| false);
+        assert_eq!(store.len(), 0);
+        assert_eq!(store.map.capacity(), grown, "the table shrank");
+        // And keeps it while keys come back.
+        for key in 100_000..100_100 {
+            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
+        }
+        assert_eq!(store.map.capacity(), grown);
+        assert_eq!(store.len(), 100);
     }
 }
