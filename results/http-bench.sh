@@ -20,16 +20,11 @@ ADDR=127.0.0.1:3917
 URL="http://$ADDR/balance"
 TICKS_PER_SECOND=$(getconf CLK_TCK)
 
-cargo build --release --features tower --example http_server
-SERVER=target/release/examples/http_server
+source results/http-common.sh
 
 # The server's CPU time so far, in clock ticks (utime + stime of /proc/PID/stat).
 cpu_ticks() {
   awk '{print $14 + $15}' "/proc/$1/stat"
-}
-
-median() {
-  tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
 # no-limits: the same server without the layer; generous: the layer and all its

@@ -17,8 +17,7 @@ CONNECTIONS=${CONNECTIONS:-16}
 ADDR=127.0.0.1:3918
 URL="http://$ADDR/balance"
 
-cargo build --release --features tower --example http_server
-SERVER=target/release/examples/http_server
+source results/http-common.sh
 
 SCRIPT=$(mktemp --suffix .lua)
 trap 'rm -f "$SCRIPT"' EXIT
@@ -38,10 +37,6 @@ to_us() {
   awk '{ v = $1; if (v ~ /us$/) { sub(/us$/, "", v); print v }
          else if (v ~ /ms$/) { sub(/ms$/, "", v); print v * 1000 }
          else if (v ~ /s$/) { sub(/s$/, "", v); print v * 1000000 } }'
-}
-
-median() {
-  tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 
 CONFIGS=(one-key unique-keys)

@@ -276,7 +276,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         // From here to the swap, a panic (a key whose `Eq` or `Clone` panics inside
         // the map) must not leave the key frozen: every later request would wait for
         // a mover that is gone. The guard thaws it on the way out.
-        let mut frozen = ThawUnlessMoved {
+        let mut thaw = ThawUnlessMoved {
             rules: &entry.rules,
             state: &entry.state,
             frozen: Some(frozen),
@@ -287,13 +287,13 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             // thaws); the request resolves again.
             return Renewal::Current;
         }
-        let Some(seen) = frozen.frozen.as_ref() else {
+        let Some(frozen) = thaw.frozen.as_ref() else {
             return Renewal::Current;
         };
-        let successor = Entry::carried(configuration, rules, &entry.rules, seen, now);
+        let successor = Entry::carried(configuration, rules, &entry.rules, frozen, now);
         if swap(successor) {
             // Replaced: the frozen state is gone with its entry, never to be thawed.
-            frozen.frozen = None;
+            thaw.frozen = None;
         }
         // Otherwise (only the mover replaces a frozen entry, so this does not happen)
         // the guard thaws it: the key must not stay frozen.
