@@ -139,15 +139,15 @@ fn continuous_sweeping_under_load_admits_exactly_capacity_per_key() {
             Duration::ZERO,
         );
         // Every key is created full and forgotten (by automatic sweeps as the map
-        // doubles, the rest by an explicit pass): forgetting runs in this test.
+        // doubles, the rest by an explicit pass): forgetting runs in this test. The
+        // sweeper thread may forget a key between its insertion and the request's use
+        // of it; the request then creates it again, so a key can be forgotten twice.
         for key in 0..KEYS {
             assert!(limiter.acquire(&key, 0).is_allowed());
         }
         limiter.evict_idle();
-        assert_eq!(
-            (limiter.len(), limiter.stats().evicted),
-            (0, u64::from(KEYS))
-        );
+        assert_eq!(limiter.len(), 0, "every key forgotten");
+        assert!(limiter.stats().evicted >= u64::from(KEYS));
         let allowed: Vec<AtomicU32> = (0..KEYS).map(|_| AtomicU32::new(0)).collect();
         let done = AtomicBool::new(false);
         let barrier = Barrier::new(4);
