@@ -33,6 +33,7 @@ impl RateLimitLayer {
                 exceeds_capacity: StatusCode::TOO_MANY_REQUESTS,
             },
             delay: None,
+            dry_run: false,
         }
     }
 }
@@ -60,6 +61,7 @@ pub struct RateLimitLayerBuilder {
     fallback: Policy<Parts>,
     statuses: Statuses,
     delay: Option<Wait>,
+    dry_run: bool,
 }
 
 impl RateLimitLayerBuilder {
@@ -107,6 +109,17 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Dry run (shadow mode) for every route: each policy is asked and counted, its
+    /// takes and refunds happen as if it were enforced, and the RateLimit fields are
+    /// sent, but no request is refused or delayed — the inner service answers every
+    /// one. What would have been refused shows in the policies' metrics and debug
+    /// events, and in [`Verdict::refused_in_dry_run`](crate::policy::Verdict). See
+    /// [dry run](crate::policy#dry-run).
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
     /// The layer.
     ///
     /// # Errors
@@ -126,11 +139,17 @@ impl RateLimitLayerBuilder {
             }
         }
         let fallback = (Matcher::Predicate(Box::new(|_| true)), self.fallback);
+        let dry_run = self.dry_run;
         let routes = self
             .routes
             .into_iter()
             .chain([fallback])
-            .map(|(matcher, policy)| Route::new(matcher, policy))
+            .map(|(matcher, mut policy)| {
+                if dry_run {
+                    policy.set_dry_run();
+                }
+                Route::new(matcher, policy)
+            })
             .collect();
         Ok(RateLimitLayer {
             routes: Arc::new(Routes {

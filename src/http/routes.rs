@@ -75,11 +75,19 @@ impl Route {
         }
     }
 
-    /// The RateLimit header fields for `verdict`.
+    /// The RateLimit header fields for `verdict`: for a request that goes ahead, what
+    /// its checks would report were the dry-run ones enforced (so a limit tried in dry
+    /// run is announced before it is enforced); for a refused one, the enforced checks'
+    /// report, which its `Retry-After` matches.
     pub(crate) fn fields(&self, verdict: &Verdict) -> RateLimitFields {
+        let reported = if verdict.is_allowed() {
+            verdict.if_enforced()
+        } else {
+            *verdict
+        };
         RateLimitFields {
             policy: self.policy_field.clone(),
-            limit: verdict
+            limit: reported
                 .binding()
                 .and_then(|binding| fields::limit_field(&self.policy, binding)),
         }

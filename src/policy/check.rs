@@ -36,6 +36,7 @@ pub struct Check<L, K, E> {
     extractor: E,
     pub(super) cost: u32,
     missing: MissingKey<K>,
+    dry_run: bool,
     _key: PhantomData<fn(K)>,
 }
 
@@ -57,6 +58,7 @@ where
             extractor,
             cost: 1,
             missing: MissingKey::Reject,
+            dry_run: false,
             _key: PhantomData,
         }
     }
@@ -72,6 +74,16 @@ where
     /// [`MissingKey::Reject`]).
     pub fn on_missing_key(mut self, missing: MissingKey<K>) -> Self {
         self.missing = missing;
+        self
+    }
+
+    /// Runs this check in dry run: it is asked and counted like any other, but never
+    /// refuses a request; what it would have refused shows in
+    /// [`Verdict::refused_in_dry_run`](super::Verdict::refused_in_dry_run) (see
+    /// [dry run](super#dry-run)). Its limiter must be its own: a policy refuses a
+    /// dry-run check that shares its limiter with an enforced check.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
         self
     }
 }
@@ -93,6 +105,16 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     /// The check's name, advertised limit and cost.
     fn describe(&self) -> (&str, Limit, u32);
 
+    /// Whether the check runs in dry run.
+    fn is_dry_run(&self) -> bool;
+
+    /// Puts the check in dry run.
+    fn set_dry_run(&mut self);
+
+    /// The address of the check's limiter: the identity of the allowance it takes
+    /// from.
+    fn limiter_address(&self) -> usize;
+
     /// Takes this check's cost for `request`, then asks `rest` whether to keep it:
     /// `rest` sees what was taken and answers whether the whole request goes ahead.
     /// When it answers no, an allowed take is given back to the same key. Nesting the
@@ -111,6 +133,18 @@ where
 {
     fn describe(&self) -> (&str, Limit, u32) {
         (&self.name, self.limit, self.cost)
+    }
+
+    fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    fn set_dry_run(&mut self) {
+        self.dry_run = true;
+    }
+
+    fn limiter_address(&self) -> usize {
+        Arc::as_ptr(&self.limiter).cast::<()>() as usize
     }
 
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {

@@ -69,6 +69,32 @@
 //!   rest of the policy nested inside (so a key borrowed from the request lives until
 //!   its refund); a check's first request for a new key stores the key, as any
 //!   limiter does.
+//!
+//! # Dry run
+//! To see what a limit would do before enforcing it — nginx's `limit_req_dry_run`,
+//! Envoy's shadow mode — run its check in dry run ([`Check::dry_run`]), a whole
+//! policy ([`PolicyBuilder::dry_run`]), or every route of the HTTP layer. A dry-run
+//! check is asked, takes and gives back like any other, and is counted in metrics and
+//! logs, but never refuses a request:
+//! - **The request goes ahead by its enforced checks alone**
+//!   ([`Verdict::outcome`]); what the policy would have decided with every check
+//!   enforced is [`Verdict::if_enforced`], and the dry-run checks that would have
+//!   refused are [`Verdict::refused_in_dry_run`].
+//! - **Each check keeps its take only if the request goes ahead in its own world**:
+//!   an enforced check when every enforced check passed (the request is served); a
+//!   dry-run check when every check, dry-run ones included, passed (the request
+//!   would have been served). So a dry-run check's keys hold what they would hold
+//!   had it been enforced, given the requests that reached it, and a request the
+//!   dry run would have refused takes nothing from them.
+//! - **A dry-run check never takes allowance an enforced check needs**: it takes only
+//!   from its own limiter, and a policy whose dry-run check shares a limiter with one
+//!   of its enforced checks is refused at build time
+//!   ([`PolicyError::DryRunSharesLimiter`]). (A limiter shared with an enforced check
+//!   of *another* policy cannot be seen from here; give each dry-run check a limiter
+//!   of its own.)
+//! - A dry-run check whose request can never pass (cost above capacity, missing key)
+//!   does not end the evaluation as an enforced one does: the later checks are still
+//!   asked.
 
 mod check;
 mod key;
@@ -84,7 +110,7 @@ use crate::{KeyRef, RateLimiter};
 use check::Evaluate;
 use std::borrow::Borrow;
 use std::fmt;
-use verdict::Tally;
+use verdict::{Passed, Tally};
 
 /// The checks a request of type `R` must pass, taken all or nothing (see the
 /// [module documentation](self) for the exact semantics).
@@ -95,7 +121,10 @@ pub struct Policy<R: ?Sized> {
 impl<R: ?Sized> Policy<R> {
     /// A builder; add checks in the order they are to be asked.
     pub fn builder() -> PolicyBuilder<R> {
-        PolicyBuilder { checks: Vec::new() }
+        PolicyBuilder {
+            checks: Vec::new(),
+            dry_run: false,
+        }
     }
 
     /// A policy with no checks: every request is allowed, and nothing is reported.
@@ -127,6 +156,21 @@ impl<R: ?Sized> Policy<R> {
         let (name, limit, _) = self.checks.get(index)?.describe();
         Some((name, limit))
     }
+
+    /// Whether the check at `index` runs in dry run.
+    pub fn is_dry_run(&self, index: usize) -> bool {
+        self.checks
+            .get(index)
+            .is_some_and(|check| check.is_dry_run())
+    }
+
+    /// Puts every check in dry run (the HTTP layer's dry run).
+    #[cfg(feature = "tower")]
+    pub(crate) fn set_dry_run(&mut self) {
+        for check in self.checks.iter_mut() {
+            check.set_dry_run();
+        }
+    }
 }
 
 impl<R: ?Sized> fmt::Debug for Policy<R> {
@@ -134,34 +178,40 @@ impl<R: ?Sized> fmt::Debug for Policy<R> {
         let mut list = f.debug_list();
         for check in self.checks.iter() {
             let (name, limit, cost) = check.describe();
-            list.entry(&format_args!("{name}: cost {cost} of {limit:?}"));
+            let mode = if check.is_dry_run() { " (dry run)" } else { "" };
+            list.entry(&format_args!("{name}: cost {cost} of {limit:?}{mode}"));
         }
         list.finish()
     }
 }
 
-/// Asks `checks[index..]`; returns whether the request goes ahead, in which case every
-/// check keeps what it took.
+/// Asks `checks[index..]`; returns whether the request goes ahead (by the enforced
+/// checks) and whether it would (by all of them). An enforced check keeps what it took
+/// in the first case, a dry-run check in the second.
 fn take_from<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],
     request: &R,
     index: usize,
     tally: &mut Tally,
-) -> bool {
+) -> Passed {
     let Some(check) = checks.get(index) else {
-        return tally.all_passed();
+        return tally.passed();
     };
-    let mut go_ahead = false;
+    let dry_run = check.is_dry_run();
+    let mut passed = Passed::NEITHER;
     check.take_then(request, &mut |taken| {
-        go_ahead = tally.record(index, taken) && take_from(checks, request, index + 1, tally);
-        go_ahead
+        if tally.record(index, taken, dry_run) {
+            passed = take_from(checks, request, index + 1, tally);
+        }
+        if dry_run { passed.all } else { passed.enforced }
     });
-    go_ahead
+    passed
 }
 
 /// Builds a [`Policy`]; see [`Policy::builder`].
 pub struct PolicyBuilder<R: ?Sized> {
     checks: Vec<Box<dyn Evaluate<R>>>,
+    dry_run: bool,
 }
 
 impl<R: ?Sized> PolicyBuilder<R> {
@@ -177,14 +227,28 @@ impl<R: ?Sized> PolicyBuilder<R> {
         self
     }
 
+    /// Runs every check in dry run: the policy never refuses a request, and its
+    /// verdict's [`if_enforced`](Verdict::if_enforced) says what it would have decided
+    /// (see [dry run](self#dry-run)).
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
     /// The policy.
     ///
     /// # Errors
     /// A check name that is empty, longer than 64 bytes, has a character other than
     /// ASCII letters, digits and `-_.:/`, or repeats another check's name; a cost above
-    /// its check's advertised capacity (such a check could never pass); more than
+    /// its check's advertised capacity (such a check could never pass); a dry-run check
+    /// sharing its limiter with an enforced check; more than
     /// [`PolicyError::MAX_CHECKS`] checks.
-    pub fn build(self) -> Result<Policy<R>, PolicyError> {
+    pub fn build(mut self) -> Result<Policy<R>, PolicyError> {
+        if self.dry_run {
+            for check in self.checks.iter_mut() {
+                check.set_dry_run();
+            }
+        }
         if self.checks.len() > PolicyError::MAX_CHECKS {
             return Err(PolicyError::TooManyChecks {
                 checks: self.checks.len(),
@@ -204,6 +268,16 @@ impl<R: ?Sized> PolicyBuilder<R> {
                     name: name.into(),
                     cost,
                     capacity,
+                });
+            }
+            if check.is_dry_run()
+                && let Some(enforced) = self.checks.iter().find(|other| {
+                    !other.is_dry_run() && other.limiter_address() == check.limiter_address()
+                })
+            {
+                return Err(PolicyError::DryRunSharesLimiter {
+                    name: name.into(),
+                    enforced: enforced.describe().0.into(),
                 });
             }
         }
@@ -244,6 +318,14 @@ pub enum PolicyError {
         /// Its quota's capacity.
         capacity: u32,
     },
+    /// A dry-run check takes from the same limiter as an enforced check, so its takes
+    /// would spend the enforced check's allowance.
+    DryRunSharesLimiter {
+        /// The dry-run check's name.
+        name: String,
+        /// The enforced check's name.
+        enforced: String,
+    },
     /// More than [`PolicyError::MAX_CHECKS`] checks.
     TooManyChecks {
         /// How many were given.
@@ -275,6 +357,12 @@ impl fmt::Display for PolicyError {
                 f,
                 "check {name:?} costs {cost} per request, more than its capacity of \
                  {capacity}: no request could ever pass it"
+            ),
+            PolicyError::DryRunSharesLimiter { name, enforced } => write!(
+                f,
+                "dry-run check {name:?} shares its limiter with enforced check \
+                 {enforced:?}: its takes would spend the enforced check's allowance; give \
+                 it a limiter of its own"
             ),
             PolicyError::TooManyChecks { checks } => write!(
                 f,

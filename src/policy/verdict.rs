@@ -6,9 +6,22 @@ use std::time::Duration;
 
 /// What a policy decided for one request (see [`Policy`](super::Policy) for the
 /// semantics).
+///
+/// A policy with [dry-run](super#dry-run) checks decides twice at once: what its
+/// enforced checks decide ([`outcome`](Verdict::outcome) and everything else here,
+/// which is what refuses the request), and what it would decide were every check
+/// enforced ([`if_enforced`](Verdict::if_enforced)). Without dry-run checks the two
+/// are the same.
 #[must_use = "a verdict that is not checked limits nothing"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
+    enforced: View,
+    if_enforced: View,
+}
+
+/// One reading of a policy's checks: the enforced ones only, or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct View {
     outcome: Outcome,
     binding: Option<Binding>,
     refused: u64,
@@ -57,20 +70,20 @@ impl Verdict {
     /// The outcome.
     #[inline]
     pub fn outcome(&self) -> Outcome {
-        self.outcome
+        self.enforced.outcome
     }
 
     /// Whether every check allowed the request.
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.outcome == Outcome::Allowed
+        self.enforced.outcome == Outcome::Allowed
     }
 
     /// When to try again, for [`Outcome::Denied`] (exact) and [`Outcome::Overflow`]
     /// (a hint); `None` otherwise.
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.outcome {
+        match self.enforced.outcome {
             Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
                 Some(retry_after)
             }
@@ -82,25 +95,99 @@ impl Verdict {
     /// check decided anything (an empty policy, every check skipped, a missing key).
     #[inline]
     pub fn binding(&self) -> Option<Binding> {
-        self.binding
+        self.enforced.binding
     }
 
     /// Units left under the most restrictive check (see [`Verdict::binding`]).
     #[inline]
     pub fn remaining(&self) -> Option<u32> {
-        self.binding.map(|b| b.decision.remaining())
+        self.enforced.binding.map(|b| b.decision.remaining())
     }
 
     /// The positions of the checks that refused the request, in policy order.
     pub fn refused(&self) -> impl Iterator<Item = usize> + use<> {
-        let refused = self.refused;
-        (0..u64::BITS as usize).filter(move |&i| refused & (1 << i) != 0)
+        positions(self.enforced.refused)
+    }
+
+    /// The verdict had every dry-run check been enforced: its outcome, binding and
+    /// refusing checks count the dry-run checks too. The same verdict when the policy
+    /// has no dry-run checks.
+    pub fn if_enforced(&self) -> Verdict {
+        Verdict {
+            enforced: self.if_enforced,
+            if_enforced: self.if_enforced,
+        }
+    }
+
+    /// The positions of the dry-run checks that would have refused the request, in
+    /// policy order: what a dry run is for. Empty when none would have.
+    pub fn refused_in_dry_run(&self) -> impl Iterator<Item = usize> + use<> {
+        positions(self.if_enforced.refused & !self.enforced.refused)
     }
 }
 
-/// The checks' reports so far, in policy order.
+/// The set bits of `mask`, lowest first.
+fn positions(mask: u64) -> impl Iterator<Item = usize> {
+    (0..u64::BITS as usize).filter(move |&i| mask & (1 << i) != 0)
+}
+
+/// The checks' reports so far: the enforced checks' alone, and every check's.
 #[derive(Default)]
 pub(super) struct Tally {
+    enforced: Part,
+    all: Part,
+}
+
+impl Tally {
+    /// Records what check `check` made of the request; returns whether to go on
+    /// asking the later checks: not once an enforced check has found that the request
+    /// can never pass (a dry-run check that finds so is recorded, and the others are
+    /// still asked).
+    pub(super) fn record(&mut self, check: usize, taken: Taken, dry_run: bool) -> bool {
+        let go_on = self.all.record(check, taken);
+        if dry_run {
+            return true;
+        }
+        self.enforced.record(check, taken);
+        go_on
+    }
+
+    /// Whether the request goes ahead (every enforced check let it through so far),
+    /// and whether it would were every check enforced.
+    pub(super) fn passed(&self) -> Passed {
+        Passed {
+            enforced: self.enforced.refused == 0,
+            all: self.all.refused == 0,
+        }
+    }
+
+    pub(super) fn verdict(self) -> Verdict {
+        Verdict {
+            enforced: self.enforced.view(),
+            if_enforced: self.all.view(),
+        }
+    }
+}
+
+/// Whether a request goes ahead: by its enforced checks (what happens), and by all
+/// its checks (what would, were every dry-run check enforced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Passed {
+    pub(super) enforced: bool,
+    pub(super) all: bool,
+}
+
+impl Passed {
+    /// Nothing goes ahead: the evaluation ended early.
+    pub(super) const NEITHER: Passed = Passed {
+        enforced: false,
+        all: false,
+    };
+}
+
+/// One reading's reports so far, in policy order.
+#[derive(Default)]
+struct Part {
     /// The allowed check with the fewest units left.
     tightest: Option<Binding>,
     /// The denied or overflowing check with the longest wait, and that wait.
@@ -111,16 +198,16 @@ pub(super) struct Tally {
     refused: u64,
 }
 
-impl Tally {
-    /// Records what check `check` made of the request; returns whether to go on
-    /// asking the later checks (not once the request can never pass).
-    pub(super) fn record(&mut self, check: usize, taken: Taken) -> bool {
+impl Part {
+    /// Records what check `check` made of the request; returns whether the request
+    /// can still pass.
+    fn record(&mut self, check: usize, taken: Taken) -> bool {
         let binding = |decision| Binding { check, decision };
         match taken {
             Taken::Skipped => true,
             Taken::NoKey => {
                 self.refuse(check);
-                self.never = Some((Outcome::MissingKey, None));
+                self.never.get_or_insert((Outcome::MissingKey, None));
                 false
             }
             Taken::Decided(decision) => match decision {
@@ -143,7 +230,8 @@ impl Tally {
                 }
                 Decision::ExceedsCapacity { .. } => {
                     self.refuse(check);
-                    self.never = Some((Outcome::ExceedsCapacity, Some(binding(decision))));
+                    self.never
+                        .get_or_insert((Outcome::ExceedsCapacity, Some(binding(decision))));
                     false
                 }
             },
@@ -154,12 +242,8 @@ impl Tally {
         self.refused |= 1 << check;
     }
 
-    /// Whether every check so far let the request through.
-    pub(super) fn all_passed(&self) -> bool {
-        self.refused == 0
-    }
-
-    pub(super) fn verdict(self) -> Verdict {
+    /// The outcome, binding and refusing checks these reports add up to.
+    fn view(&self) -> View {
         let (outcome, binding) = if let Some(never) = self.never {
             never
         } else if let Some((binding, retry_after)) = self.longest_wait {
@@ -172,7 +256,7 @@ impl Tally {
         } else {
             (Outcome::Allowed, self.tightest)
         };
-        Verdict {
+        View {
             outcome,
             binding,
             refused: self.refused,

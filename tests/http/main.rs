@@ -5,6 +5,7 @@
 
 mod bad_input;
 mod delay;
+mod dry_run;
 mod fields;
 mod routes;
 mod server;
