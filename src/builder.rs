@@ -31,6 +31,8 @@ pub struct Builder<L, C = QuantaClock, S = DefaultHasher> {
     pub(crate) hasher: S,
     pub(crate) expected_keys: usize,
     pub(crate) forgetting: Settings,
+    /// The name metrics and events report the limiter under; none, none reported.
+    pub(crate) name: Option<std::sync::Arc<str>>,
     limiter: PhantomData<fn() -> L>,
 }
 
@@ -48,6 +50,7 @@ impl<L, C> Builder<L, C> {
             hasher: DefaultHasher::default(),
             expected_keys: 0,
             forgetting: Settings::default(),
+            name: None,
             limiter: PhantomData,
         }
     }
@@ -62,6 +65,7 @@ impl<L, C, S> Builder<L, C, S> {
             hasher: self.hasher,
             expected_keys: self.expected_keys,
             forgetting: self.forgetting,
+            name: self.name,
             limiter: PhantomData,
         }
     }
@@ -74,6 +78,7 @@ impl<L, C, S> Builder<L, C, S> {
             hasher,
             expected_keys: self.expected_keys,
             forgetting: self.forgetting,
+            name: self.name,
             limiter: PhantomData,
         }
     }
@@ -101,6 +106,16 @@ impl<L, C, S> Builder<L, C, S> {
     /// limiter's own sweeper thread for one (see [`crate::evict`]).
     pub fn manual_eviction(mut self) -> Self {
         self.forgetting.automatic = false;
+        self
+    }
+
+    /// Names the limiter in metrics and events (features `metrics`, `tracing`): its
+    /// decisions, keys and sweeps are reported under this name (see
+    /// [`crate::observe`]). An unnamed limiter reports nothing.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
+        self.name = Some(name.into());
         self
     }
 

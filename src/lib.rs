@@ -104,6 +104,9 @@ mod limiter;
 #[cfg(turnstile_loom)]
 #[doc(hidden)]
 pub mod loom_hooks;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+pub mod observe;
 pub mod per_key;
 pub mod policy;
 mod quota;

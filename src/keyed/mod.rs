@@ -62,6 +62,9 @@ where
     /// `Overflow::Shared`.
     overflow: Option<SharedAllowance>,
     quota: Quota,
+    /// Metrics and events, for a named limiter.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observer: Option<Box<crate::observe::LimiterObserver>>,
 }
 
 impl<A: Algorithm<K>, K, C, S: BuildHasher> Drop for KeyedLimiter<A, K, C, S> {
@@ -117,6 +120,10 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
             _ => None,
         };
         let automatic = self.forgetting.automatic;
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let observer = self
+            .name
+            .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name)));
         let core = Arc::new_cyclic(|weak: &std::sync::Weak<Core<A, K, C, S>>| Core {
             states: KeyMap::with_hasher(self.hasher, self.expected_keys),
             algorithm,
@@ -125,6 +132,8 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
             maintenance: maintenance(automatic, weak.clone()),
             overflow,
             quota: self.quota,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer,
         });
         Ok(KeyedLimiter { core })
     }
@@ -306,7 +315,7 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        loop {
+        let decision = loop {
             // The hot path: a known key, one lookup and one compare-and-set. Its only
             // call of `apply`, so it inlines.
             let found = match self.states.get(key, |state| self.apply(state, now, cost)) {
@@ -314,10 +323,15 @@ where
                 None => self.acquire_new(key, now, cost),
             };
             match found {
-                Ok(decision) => return decision,
+                Ok(decision) => break decision,
                 Err(blocked) => self.unblock(key, blocked, now),
             }
+        };
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.decided(key, &decision);
         }
+        decision
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
@@ -416,6 +430,8 @@ where
     /// set, not everything inserted meanwhile.
     fn sweep(&self) -> usize {
         const REFRESH: u32 = 256;
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let started = std::time::Instant::now();
         let mut at = self.sweeper.begin(self.epoch.elapsed());
         let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
         self.states.retain(|state| {
@@ -441,6 +457,10 @@ where
             }
         });
         self.sweeper.end(forgotten, kept);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.swept(forgotten, self.states.len(), started.elapsed());
+        }
         forgotten
     }
 
@@ -450,7 +470,12 @@ where
     #[inline]
     fn after_insertion(&self) {
         if evict::sampled() {
-            self.upkeep(self.sweeper.after_insertion(self.states.len()));
+            let keys = self.states.len();
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            if let Some(observer) = &self.observer {
+                observer.keys(keys);
+            }
+            self.upkeep(self.sweeper.after_insertion(keys));
         }
     }
 

@@ -37,6 +37,9 @@ pub struct Check<L, K, E> {
     pub(super) cost: u32,
     missing: MissingKey<K>,
     dry_run: bool,
+    /// Metrics and events, once the check is in a named policy.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observer: Option<crate::observe::CheckObserver>,
     _key: PhantomData<fn(K)>,
 }
 
@@ -59,6 +62,8 @@ where
             cost: 1,
             missing: MissingKey::Reject,
             dry_run: false,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer: None,
             _key: PhantomData,
         }
     }
@@ -115,6 +120,11 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     /// from.
     fn limiter_address(&self) -> usize;
 
+    /// Reports the check's decisions under policy `policy`, as it is now (dry run or
+    /// not).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    fn observe(&mut self, policy: &std::sync::Arc<str>);
+
     /// Takes this check's cost for `request`, then asks `rest` whether to keep it:
     /// `rest` sees what was taken and answers whether the whole request goes ahead.
     /// When it answers no, an allowed take is given back to the same key. Nesting the
@@ -147,6 +157,15 @@ where
         Arc::as_ptr(&self.limiter).cast::<()>() as usize
     }
 
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    fn observe(&mut self, policy: &std::sync::Arc<str>) {
+        self.observer = Some(crate::observe::CheckObserver::new(
+            policy.clone(),
+            &self.name,
+            self.dry_run,
+        ));
+    }
+
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
         let found = self
             .extractor
@@ -154,11 +173,20 @@ where
         if found.is_some() {
             return;
         }
+        let keyless = |refused: bool| {
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            if let Some(observer) = &self.observer {
+                observer.keyless(refused);
+            }
+            let _ = refused;
+        };
         match &self.missing {
             MissingKey::Reject => {
+                keyless(true);
                 rest(Taken::NoKey);
             }
             MissingKey::Skip => {
+                keyless(false);
                 rest(Taken::Skipped);
             }
             MissingKey::Shared(key) => self.take_from(key.borrow(), rest),
@@ -176,6 +204,10 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let decision = self.limiter.acquire(key, self.cost);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.decided(key, &decision);
+        }
         let go_ahead = rest(Taken::Decided(decision));
         if decision.is_allowed() && !go_ahead {
             self.limiter.refund(key, self.cost);

@@ -116,6 +116,9 @@ use verdict::{Passed, Tally};
 /// [module documentation](self) for the exact semantics).
 pub struct Policy<R: ?Sized> {
     checks: Box<[Box<dyn Evaluate<R>>]>,
+    /// Metrics and events, for a named policy.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observer: Option<Box<crate::observe::PolicyObserver>>,
 }
 
 impl<R: ?Sized> Policy<R> {
@@ -124,6 +127,8 @@ impl<R: ?Sized> Policy<R> {
         PolicyBuilder {
             checks: Vec::new(),
             dry_run: false,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            name: None,
         }
     }
 
@@ -131,6 +136,8 @@ impl<R: ?Sized> Policy<R> {
     pub fn unlimited() -> Self {
         Self {
             checks: Box::new([]),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer: None,
         }
     }
 
@@ -138,7 +145,12 @@ impl<R: ?Sized> Policy<R> {
     pub fn acquire(&self, request: &R) -> Verdict {
         let mut tally = Tally::default();
         take_from(&self.checks, request, 0, &mut tally);
-        tally.verdict()
+        let verdict = tally.verdict();
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.verdict(&verdict);
+        }
+        verdict
     }
 
     /// The number of checks.
@@ -169,6 +181,11 @@ impl<R: ?Sized> Policy<R> {
     pub(crate) fn set_dry_run(&mut self) {
         for check in self.checks.iter_mut() {
             check.set_dry_run();
+            // Reported again, now as a dry-run check.
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            if let Some(observer) = &self.observer {
+                check.observe(observer.name());
+            }
         }
     }
 }
@@ -212,6 +229,8 @@ fn take_from<R: ?Sized>(
 pub struct PolicyBuilder<R: ?Sized> {
     checks: Vec<Box<dyn Evaluate<R>>>,
     dry_run: bool,
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    name: Option<std::sync::Arc<str>>,
 }
 
 impl<R: ?Sized> PolicyBuilder<R> {
@@ -224,6 +243,16 @@ impl<R: ?Sized> PolicyBuilder<R> {
         E::Key: KeyRef<K>,
     {
         self.checks.push(Box::new(check));
+        self
+    }
+
+    /// Names the policy in metrics and events (features `metrics`, `tracing`): its
+    /// verdicts, and each check's decisions under the check's own name, are reported
+    /// (see [`crate::observe`]). An unnamed policy reports nothing.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -281,8 +310,17 @@ impl<R: ?Sized> PolicyBuilder<R> {
                 });
             }
         }
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let observer = self.name.map(|name| {
+            for check in self.checks.iter_mut() {
+                check.observe(&name);
+            }
+            Box::new(crate::observe::PolicyObserver::new(name))
+        });
         Ok(Policy {
             checks: self.checks.into_boxed_slice(),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer,
         })
     }
 }

@@ -271,7 +271,7 @@ fn acquire(
 ) -> Outcome {
     let check = limiter.check(key, cost);
     let result: Result<Decision, CheckError> = block_on(runtime, limiter.timeout(), check);
-    limiter.settle(result)
+    limiter.settle(key, result)
 }
 
 fn peek(
@@ -280,5 +280,5 @@ fn peek(
     key: &[u8],
 ) -> Result<u32, CheckError> {
     let left = limiter.left(key);
-    block_on(runtime, limiter.timeout(), left).inspect_err(|error| limiter.count_error(error))
+    block_on(runtime, limiter.timeout(), left).inspect_err(|error| limiter.count_error(key, error))
 }

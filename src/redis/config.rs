@@ -58,6 +58,9 @@ pub(crate) struct Settings {
     pub(crate) policy: FailurePolicy,
     pub(crate) time: TimeSource,
     pub(crate) expire_idle_keys: bool,
+    /// The name metrics and events report the limiter under.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    pub(crate) name: Option<Arc<str>>,
 }
 
 impl Settings {
@@ -69,6 +72,8 @@ impl Settings {
             policy,
             time: TimeSource::Server,
             expire_idle_keys: true,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            name: None,
         }
     }
 
@@ -126,6 +131,16 @@ macro_rules! settings_methods {
         /// that does not run in real time (see `client_clock`).
         pub fn expire_idle_keys(mut self, expire: bool) -> Self {
             self.settings.expire_idle_keys = expire;
+            self
+        }
+
+        /// Names the limiter in metrics and events (features `metrics`, `tracing`):
+        /// its decisions, fallbacks and Redis failures are reported under this name
+        /// (see [`crate::observe`]). An unnamed limiter reports nothing.
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+        pub fn name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
+            self.settings.name = Some(name.into());
             self
         }
     };

@@ -36,6 +36,9 @@ struct Engine {
     time: TimeSource,
     expire_idle_keys: bool,
     counters: FailureCounters,
+    /// Metrics and events, for a named limiter.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observer: Option<crate::observe::LimiterObserver>,
 }
 
 /// A Redis limiter: its engine and a connection. Cloning shares both (the connection
@@ -66,6 +69,8 @@ where
             policy,
             time,
             expire_idle_keys,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            name,
         } = settings;
         let engine = Engine {
             algorithm,
@@ -75,6 +80,8 @@ where
             time,
             expire_idle_keys,
             counters: FailureCounters::default(),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer: name.map(crate::observe::LimiterObserver::redis),
         };
         Self {
             engine: Arc::new(engine),
@@ -148,15 +155,31 @@ where
         }
     }
 
-    /// The outcome of a check's result: the failure policy answers a failure, which
-    /// is counted.
-    pub(crate) fn settle(&self, result: Result<Decision, CheckError>) -> Outcome {
-        self.engine.counters.settle(self.engine.policy, result)
+    /// The outcome of a check's result for `key`: the failure policy answers a
+    /// failure, which is counted (and, for a named limiter, reported).
+    pub(crate) fn settle(&self, key: &[u8], result: Result<Decision, CheckError>) -> Outcome {
+        let outcome = self.engine.counters.settle(self.engine.policy, result);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.engine.observer {
+            match &outcome {
+                Outcome::Decided(decision) => observer.decided(key, decision),
+                Outcome::Fallback { allowed, error } => {
+                    observer.failed(key, error, Some(*allowed));
+                }
+            }
+        }
+        let _ = key;
+        outcome
     }
 
-    /// Counts a failed peek.
-    pub(crate) fn count_error(&self, error: &CheckError) {
+    /// Counts (and, for a named limiter, reports) a failed peek of `key`.
+    pub(crate) fn count_error(&self, key: &[u8], error: &CheckError) {
         self.engine.counters.count_error(error);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.engine.observer {
+            observer.failed(key, error, None);
+        }
+        let _ = key;
     }
 
     /// How often Redis gave no decision.

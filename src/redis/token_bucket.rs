@@ -130,7 +130,7 @@ where
     /// longer than the timeout.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
         let check = self.limiter.check(key.as_ref(), cost);
-        self.limiter.settle(check.await)
+        self.limiter.settle(key.as_ref(), check.await)
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure
@@ -149,7 +149,7 @@ where
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
         let left = self.limiter.left(key.as_ref());
         left.await
-            .inspect_err(|error| self.limiter.count_error(error))
+            .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
     }
 
     /// How often Redis gave no decision, since this limiter (or the one it was cloned

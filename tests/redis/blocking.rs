@@ -118,11 +118,18 @@ fn a_blocking_limiter_fails_by_its_policy_within_the_timeout_and_recovers() {
 
     server.restart();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while limiter.acquire("k", 1).decision().is_none() {
+    let decision = loop {
+        if let Some(decision) = limiter.acquire("k", 1).decision() {
+            break decision;
+        }
         assert!(Instant::now() < deadline, "no decision after the restart");
         std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(limiter.peek("k").unwrap(), 4);
+    };
+    // The restarted server is empty, so the key had tokens. A check that timed out
+    // just before may still have run on it (as documented), so how many is not
+    // fixed; what Redis decided is what it holds.
+    assert!(decision.is_allowed(), "{decision:?}");
+    assert_eq!(limiter.peek("k").unwrap(), decision.remaining());
 }
 
 #[test]

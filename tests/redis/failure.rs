@@ -75,13 +75,14 @@ async fn killed_and_restarted(policy: FailurePolicy) {
     assert_eq!((after_peek.allowed, after_peek.denied), (allowed, denied));
 
     server.restart();
-    // The restarted server is empty: the key is full again.
-    assert_eq!(
-        until_decided(&limiter).await,
-        Decision::Allowed { remaining: 9 }
+    // The restarted server is empty: the key is full again, less any check that timed
+    // out just before but still ran (as documented), so at most 9 are left.
+    let decision = until_decided(&limiter).await;
+    assert!(
+        matches!(decision, Decision::Allowed { remaining } if remaining <= 9),
+        "{decision:?}"
     );
-    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
-    assert_eq!(limiter.peek("k").await.unwrap(), 8);
+    assert_eq!(limiter.peek("k").await.unwrap(), decision.remaining());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,4 +133,100 @@ async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
     // Once thawed, Redis answers the queued checks and the new ones.
     let decision = until_decided(&limiter).await;
     assert!(decision.is_allowed() || decision.retry_after().is_some());
+}
+
+/// A named limiter reports what its failure counters count: fallbacks among its
+/// decisions, failures by error, and a warning event per fallback that carries the
+/// key's hash, not the key.
+#[cfg(all(feature = "metrics", feature = "tracing"))]
+#[tokio::test]
+async fn a_named_limiter_reports_its_fallbacks_as_metrics_and_warnings() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Counts warnings and keeps their fields' text.
+    #[derive(Clone, Default)]
+    struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Text(String);
+            impl tracing::field::Visit for Text {
+                fn record_debug(
+                    &mut self,
+                    field: &tracing::field::Field,
+                    value: &dyn std::fmt::Debug,
+                ) {
+                    self.0 += &format!("{}={value:?} ", field.name());
+                }
+            }
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut text = Text(String::new());
+                event.record(&mut text);
+                self.0.lock().unwrap().push(text.0);
+            }
+        }
+    }
+
+    let server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let conn = manager(&server).await;
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), FailurePolicy::Open)
+            .prefix(fresh_prefix("observe"))
+            .timeout(TIMEOUT)
+            .client_clock(ManualClock::new())
+            .name("shared")
+            .build(conn)
+            .unwrap()
+    });
+    let warnings = Warnings::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+
+    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+    server.pause();
+    for _ in 0..2 {
+        assert!(check(&limiter).await.0.is_fallback());
+    }
+    server.resume();
+    let _ = until_decided(&limiter).await;
+
+    let series: std::collections::HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+        })
+        .collect();
+    let fallbacks = &series["turnstile_decisions_total{limiter=shared,outcome=fallback}"];
+    assert_eq!(*fallbacks, DebugValue::Counter(limiter.failures().allowed));
+    assert_eq!(
+        series["turnstile_redis_failures_total{limiter=shared,error=timeout}"],
+        DebugValue::Counter(limiter.failures().timeouts)
+    );
+    assert!(limiter.failures().timeouts >= 2);
+    let warnings = warnings.0.lock().unwrap();
+    assert_eq!(
+        warnings.len() as u64,
+        limiter.failures().allowed,
+        "{warnings:?}"
+    );
+    let hash = format!("key_hash={}", turnstile::observe::key_hash(b"k".as_slice()));
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.contains(&hash) && w.contains("allowed=true")),
+        "{warnings:?}"
+    );
 }

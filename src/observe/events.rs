@@ -1,0 +1,78 @@
+//! The `tracing` events of named limiters and policies (see the [module docs](super)).
+//! Each field is computed only when a subscriber wants the event; no key appears, only
+//! its [`key_hash`](super::key_hash).
+
+use super::key_hash;
+use crate::Decision;
+use std::hash::Hash;
+
+/// What an outcome is called in events.
+fn outcome_name(decision: &Decision) -> &'static str {
+    match decision {
+        Decision::Allowed { .. } => "allowed",
+        Decision::Denied { .. } => "denied",
+        Decision::ExceedsCapacity { .. } => "exceeds_capacity",
+        Decision::Overflow { .. } => "overflow",
+    }
+}
+
+/// A refusal by limiter or check `name` (of `policy`, for a check) of a request for
+/// `key`.
+pub(super) fn refused<Q: Hash + ?Sized>(
+    name: &str,
+    policy: Option<&str>,
+    key: &Q,
+    decision: &Decision,
+    dry_run: bool,
+) {
+    tracing::debug!(
+        target: "turnstile",
+        limiter = name,
+        policy,
+        key_hash = key_hash(key),
+        outcome = outcome_name(decision),
+        retry_after_ms = decision.retry_after().map(|wait| wait.as_secs_f64() * 1e3),
+        remaining = decision.remaining(),
+        dry_run,
+        "request refused"
+    );
+}
+
+/// A refusal by check `check` of `policy` of a request with no usable key.
+pub(super) fn keyless(check: &str, policy: &str, dry_run: bool) {
+    tracing::debug!(
+        target: "turnstile",
+        limiter = check,
+        policy,
+        outcome = "missing_key",
+        dry_run,
+        "request refused"
+    );
+}
+
+/// A Redis check (or peek: `fallback` is `None`) for `key` that got no answer.
+#[cfg(feature = "redis")]
+pub(super) fn fallback(
+    name: &str,
+    key: &[u8],
+    error: &crate::redis::CheckError,
+    fallback: Option<bool>,
+) {
+    match fallback {
+        Some(allowed) => tracing::warn!(
+            target: "turnstile",
+            limiter = name,
+            key_hash = key_hash(key),
+            %error,
+            allowed,
+            "Redis gave no decision; the failure policy answered"
+        ),
+        None => tracing::warn!(
+            target: "turnstile",
+            limiter = name,
+            key_hash = key_hash(key),
+            %error,
+            "Redis gave no answer to a peek"
+        ),
+    }
+}

@@ -1,0 +1,234 @@
+//! What limiters and policies report to dashboards and logs: metrics through the
+//! [`metrics`](https://docs.rs/metrics) facade (feature `metrics`) and events through
+//! [`tracing`](https://docs.rs/tracing) (feature `tracing`).
+//!
+//! Only what is **named** reports: a limiter given a name by its builder's `name`, a
+//! Redis limiter by its builder's `name`, a policy by
+//! [`PolicyBuilder::name`](crate::policy::PolicyBuilder::name) (its checks report
+//! under the policy's name and their own). An unnamed one costs one branch per check
+//! with either feature on, and nothing with both off.
+//!
+//! # Metrics
+//! Registered once, when the limiter or policy is built: **install the recorder
+//! (say, `metrics-exporter-prometheus`) before building**, or the handles stay no-ops
+//! — the `metrics` crate's rule for handles, which keeps a check from looking anything
+//! up. Names and labels, Prometheus style:
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `turnstile_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow` (the `max_keys` cap), `fallback` (Redis gave none; the failure policy answered) |
+//! | `turnstile_keys` | gauge | `limiter` | keys held, as of the latest sweep or sampled insertion |
+//! | `turnstile_keys_forgotten_total` | counter | `limiter` | keys forgotten by sweeps |
+//! | `turnstile_sweeps_total` | counter | `limiter` | sweeps of the key map |
+//! | `turnstile_sweep_duration_seconds` | histogram | `limiter` | how long each sweep took |
+//! | `turnstile_redis_failures_total` | counter | `limiter`, `error` | checks and peeks Redis gave no answer to: `timeout`, `error` |
+//! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: the outcomes above, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
+//! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
+//! | `turnstile_policy_dry_run_refusals_total` | counter | `policy` | requests that went ahead but that the dry-run checks would have refused |
+//!
+//! Keys never appear in labels: they are unbounded in number and often personal data.
+//! No circuit breaker exists yet, so there is no breaker metric.
+//!
+//! # Events
+//! At `debug`, target `turnstile`: every refusal by a named limiter or a named
+//! policy's check (`denied`, `exceeds_capacity`, `overflow`, `missing_key`), with the
+//! limiter's or check's name, the wait, and the key's hash; a dry-run check's refusal
+//! says `dry_run = true`. At `warn`: every Redis fallback, with the error. Events are
+//! built only when a subscriber wants them.
+//!
+//! **Keys are logged as hashes, never as themselves**: [`key_hash`], SipHash under a
+//! key drawn at random when the process first needs it, so a hash cannot be reversed
+//! by trying keys (an IPv4 address has only 2^32) without that process's secret. To
+//! find one client's events, compute its hash in the same process (an admin endpoint
+//! calling [`key_hash`]). Hashes of one key agree within a process, not across
+//! processes or restarts.
+//!
+//! # Cost
+//! `results/http.md` and `results/README.md` measure it: with a feature on and
+//! nothing named, the check's instruction count is within the noise of the build
+//! without it; with a recorder installed, each decision adds one counter update,
+//! which the recorder makes (the Prometheus exporter: an atomic add on a counter
+//! shared by every thread).
+
+#[cfg(feature = "tracing")]
+mod events;
+#[cfg(feature = "metrics")]
+mod metrics;
+
+use crate::Decision;
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Arc, OnceLock};
+
+/// The hash under which `key` appears in this process's events: SipHash-1-3 under a
+/// secret key drawn at random once per process (see the [module docs](self)). Keys
+/// equal under `Borrow` (a `String` and its `&str`) hash alike.
+pub fn key_hash<Q: Hash + ?Sized>(key: &Q) -> u64 {
+    static SECRET: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    SECRET.get_or_init(Default::default).hash_one(key)
+}
+
+/// What a named limiter reports, made when it is built.
+pub(crate) struct LimiterObserver {
+    #[cfg(feature = "tracing")]
+    name: Arc<str>,
+    #[cfg(feature = "metrics")]
+    metrics: metrics::LimiterMetrics,
+}
+
+impl LimiterObserver {
+    /// The reports of an in-process limiter named `name`.
+    pub(crate) fn in_process(name: Arc<str>) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            metrics: metrics::LimiterMetrics::in_process(&name),
+            #[cfg(feature = "tracing")]
+            name,
+        }
+    }
+
+    /// The reports of a Redis limiter named `name`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis(name: Arc<str>) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            metrics: metrics::LimiterMetrics::redis(&name),
+            #[cfg(feature = "tracing")]
+            name,
+        }
+    }
+
+    /// A decision for `key`.
+    #[inline]
+    pub(crate) fn decided<Q: Hash + ?Sized>(&self, key: &Q, decision: &Decision) {
+        #[cfg(feature = "metrics")]
+        self.metrics.decided(decision);
+        #[cfg(feature = "tracing")]
+        if !decision.is_allowed() {
+            events::refused(&self.name, None, key, decision, false);
+        }
+        let _ = key;
+    }
+
+    /// A sweep that forgot `forgotten` keys in `took`, leaving `keys`.
+    pub(crate) fn swept(&self, forgotten: usize, keys: usize, took: std::time::Duration) {
+        #[cfg(feature = "metrics")]
+        self.metrics.swept(forgotten, keys, took);
+        let _ = (forgotten, keys, took);
+    }
+
+    /// The number of keys held, sampled.
+    pub(crate) fn keys(&self, keys: usize) {
+        #[cfg(feature = "metrics")]
+        self.metrics.keys(keys);
+        let _ = keys;
+    }
+
+    /// A Redis check or peek for `key` that got no answer; `fallback` is the failure
+    /// policy's answer for a check, `None` for a peek.
+    #[cfg(feature = "redis")]
+    pub(crate) fn failed(
+        &self,
+        key: &[u8],
+        error: &crate::redis::CheckError,
+        fallback: Option<bool>,
+    ) {
+        #[cfg(feature = "metrics")]
+        self.metrics.failed(error, fallback.is_some());
+        #[cfg(feature = "tracing")]
+        events::fallback(&self.name, key, error, fallback);
+        let _ = (key, error, fallback);
+    }
+}
+
+impl std::fmt::Debug for LimiterObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LimiterObserver")
+    }
+}
+
+/// What one check of a named policy reports.
+pub(crate) struct CheckObserver {
+    #[cfg(feature = "tracing")]
+    policy: Arc<str>,
+    #[cfg(feature = "tracing")]
+    check: Arc<str>,
+    #[cfg(feature = "tracing")]
+    dry_run: bool,
+    #[cfg(feature = "metrics")]
+    metrics: metrics::CheckMetrics,
+}
+
+impl CheckObserver {
+    /// The reports of check `check` of policy `policy`.
+    pub(crate) fn new(policy: Arc<str>, check: &str, dry_run: bool) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            metrics: metrics::CheckMetrics::new(&policy, check, dry_run),
+            #[cfg(feature = "tracing")]
+            policy,
+            #[cfg(feature = "tracing")]
+            check: check.into(),
+            #[cfg(feature = "tracing")]
+            dry_run,
+        }
+    }
+
+    /// The check's decision for `key`.
+    #[inline]
+    pub(crate) fn decided<Q: Hash + ?Sized>(&self, key: &Q, decision: &Decision) {
+        #[cfg(feature = "metrics")]
+        self.metrics.decided(decision);
+        #[cfg(feature = "tracing")]
+        if !decision.is_allowed() {
+            events::refused(&self.check, Some(&self.policy), key, decision, self.dry_run);
+        }
+        let _ = key;
+    }
+
+    /// The request had no usable key; `refused` under `MissingKey::Reject`, else the
+    /// check was skipped.
+    pub(crate) fn keyless(&self, refused: bool) {
+        #[cfg(feature = "metrics")]
+        self.metrics.keyless(refused);
+        #[cfg(feature = "tracing")]
+        if refused {
+            events::keyless(&self.check, &self.policy, self.dry_run);
+        }
+        let _ = refused;
+    }
+}
+
+/// What a named policy reports about its verdicts.
+pub(crate) struct PolicyObserver {
+    #[cfg(feature = "metrics")]
+    metrics: metrics::PolicyMetrics,
+    /// For the checks the HTTP layer puts in dry run after the policy is built.
+    #[cfg(feature = "tower")]
+    name: Arc<str>,
+}
+
+impl PolicyObserver {
+    /// The reports of policy `name`.
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        let _ = &name; // kept only with `tower`, read only with `metrics`
+        Self {
+            #[cfg(feature = "metrics")]
+            metrics: metrics::PolicyMetrics::new(&name),
+            #[cfg(feature = "tower")]
+            name,
+        }
+    }
+
+    /// The policy's verdict for one request.
+    pub(crate) fn verdict(&self, verdict: &crate::policy::Verdict) {
+        #[cfg(feature = "metrics")]
+        self.metrics.verdict(verdict);
+        let _ = verdict;
+    }
+
+    /// The policy's name.
+    #[cfg(feature = "tower")]
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+}

@@ -1,0 +1,275 @@
+//! What named limiters and policies report: metrics, read back from a debugging
+//! recorder, and events, read back from a subscriber that keeps them; and that the
+//! key itself appears in neither.
+
+mod common;
+
+use common::ms;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use turnstile::observe::key_hash;
+use turnstile::policy::{Check, Limit, MissingKey, Policy};
+use turnstile::{ManualClock, Overflow, Quota, TokenBucket};
+
+/// Every series recorded since the last read, as `name{label=value,...}` (labels
+/// sorted) to its value.
+fn read(snapshotter: &Snapshotter) -> BTreeMap<String, DebugValue> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<String> = key
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            labels.sort();
+            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+        })
+        .collect()
+}
+
+fn counter(series: &BTreeMap<String, DebugValue>, name: &str) -> u64 {
+    match series.get(name) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{name}: {other:?} in {series:#?}"),
+    }
+}
+
+#[test]
+fn a_named_limiter_counts_its_decisions_keys_and_sweeps() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let limiter: TokenBucket<String, ManualClock> = metrics::with_local_recorder(&recorder, || {
+        TokenBucket::builder(Quota::new(2, ms(10)).unwrap())
+            .clock(clock.clone())
+            .eviction_margin(ms(0))
+            .manual_eviction()
+            .max_keys(2, Overflow::Deny)
+            .name("api")
+            .build()
+    });
+    for _ in 0..3 {
+        let _ = limiter.acquire("alice", 1);
+    }
+    let _ = limiter.acquire("bob", 5);
+    let _ = limiter.acquire("carol", 1); // a third key: over the cap
+    clock.advance(ms(100));
+    assert_eq!(limiter.evict_idle(), 2);
+
+    let series = read(&snapshotter);
+    let decisions = |outcome: &str| {
+        counter(
+            &series,
+            &format!("turnstile_decisions_total{{limiter=api,outcome={outcome}}}"),
+        )
+    };
+    assert_eq!(decisions("allowed"), 2);
+    assert_eq!(decisions("denied"), 1);
+    assert_eq!(decisions("exceeds_capacity"), 1);
+    assert_eq!(decisions("overflow"), 1);
+    assert_eq!(counter(&series, "turnstile_sweeps_total{limiter=api}"), 1);
+    assert_eq!(
+        counter(&series, "turnstile_keys_forgotten_total{limiter=api}"),
+        2
+    );
+    assert_eq!(
+        series["turnstile_keys{limiter=api}"],
+        DebugValue::Gauge(0.0.into())
+    );
+    assert!(matches!(
+        &series["turnstile_sweep_duration_seconds{limiter=api}"],
+        DebugValue::Histogram(durations) if durations.len() == 1
+    ));
+    // No key in any series.
+    assert!(series.keys().all(|name| !name.contains("alice")));
+}
+
+#[test]
+fn an_unnamed_limiter_reports_nothing() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        TokenBucket::<u32>::new(Quota::per_second(1).unwrap())
+    });
+    let _ = limiter.acquire(&1, 1);
+    let _ = limiter.acquire(&1, 1);
+    assert_eq!(read(&snapshotter), BTreeMap::new());
+}
+
+#[derive(Clone, Copy)]
+struct Request {
+    user: Option<u32>,
+    ip: u32,
+}
+
+#[test]
+fn a_named_policy_counts_each_checks_decisions_and_its_verdicts() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let quota = Quota::new(1, ms(100)).unwrap();
+    let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()));
+    let policy: Policy<Request> = metrics::with_local_recorder(&recorder, || {
+        Policy::builder()
+            .check(
+                Check::new("per-user", bucket(), Limit::steady(quota), |r: &Request| {
+                    r.user
+                })
+                .on_missing_key(MissingKey::Reject),
+            )
+            .check(
+                Check::new("trial", bucket(), Limit::steady(quota), |r: &Request| {
+                    Some(r.ip)
+                })
+                .dry_run(),
+            )
+            .name("transfers")
+            .build()
+            .unwrap()
+    });
+    let alice = Request {
+        user: Some(1),
+        ip: 9,
+    };
+    let bob = Request {
+        user: Some(2),
+        ip: 9,
+    };
+    assert!(policy.acquire(&alice).is_allowed());
+    assert!(
+        policy.acquire(&bob).is_allowed(),
+        "trial would refuse, in dry run"
+    );
+    assert!(!policy.acquire(&alice).is_allowed());
+    assert!(!policy.acquire(&Request { user: None, ip: 9 }).is_allowed());
+
+    let series = read(&snapshotter);
+    let check = |name: &str, dry_run: bool, outcome: &str| {
+        counter(
+            &series,
+            &format!(
+                "turnstile_check_decisions_total{{check={name},dry_run={dry_run},outcome={outcome},policy=transfers}}"
+            ),
+        )
+    };
+    assert_eq!(check("per-user", false, "allowed"), 2);
+    assert_eq!(check("per-user", false, "denied"), 1);
+    assert_eq!(check("per-user", false, "missing_key"), 1);
+    assert_eq!(check("trial", true, "allowed"), 1);
+    assert_eq!(check("trial", true, "denied"), 2);
+    let verdicts = |outcome: &str| {
+        counter(
+            &series,
+            &format!("turnstile_policy_verdicts_total{{outcome={outcome},policy=transfers}}"),
+        )
+    };
+    assert_eq!(verdicts("allowed"), 2);
+    assert_eq!(verdicts("denied"), 1);
+    assert_eq!(verdicts("missing_key"), 1);
+    assert_eq!(
+        counter(
+            &series,
+            "turnstile_policy_dry_run_refusals_total{policy=transfers}"
+        ),
+        1,
+        "bob's request, served but refused by the trial"
+    );
+}
+
+/// One event: its level and its fields, as text.
+#[derive(Debug)]
+struct Event {
+    level: tracing::Level,
+    fields: BTreeMap<String, String>,
+}
+
+/// A subscriber layer that keeps every event.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<Event>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Events {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        struct Fields(BTreeMap<String, String>);
+        impl Visit for Fields {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                let mut text = String::new();
+                let _ = write!(text, "{value:?}");
+                self.0.insert(field.name().to_owned(), text);
+            }
+        }
+        let mut fields = Fields(BTreeMap::new());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(Event {
+            level: *event.metadata().level(),
+            fields: fields.0,
+        });
+    }
+}
+
+#[test]
+fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
+    let events = Events::default();
+    let subscriber = tracing_subscriber::registry().with(events.clone());
+    let clock = ManualClock::new();
+    let quota = Quota::new(1, ms(100)).unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        let limiter: TokenBucket<String, _> = TokenBucket::builder(quota)
+            .clock(clock.clone())
+            .name("api")
+            .build();
+        let policy: Policy<Request> = Policy::builder()
+            .check(Check::new(
+                "per-ip",
+                Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone())),
+                Limit::steady(quota),
+                |r: &Request| Some(r.ip),
+            ))
+            .name("uploads")
+            .build()
+            .unwrap();
+        assert!(limiter.acquire("alice@example.com", 1).is_allowed());
+        assert!(!limiter.acquire("alice@example.com", 1).is_allowed());
+        let request = Request { user: None, ip: 7 };
+        assert!(policy.acquire(&request).is_allowed());
+        assert!(!policy.acquire(&request).is_allowed());
+    });
+    let events = events.0.lock().unwrap();
+    assert_eq!(
+        events.len(),
+        2,
+        "one per refusal, none for allowed requests: {events:?}"
+    );
+    let (limiter, check) = (&events[0], &events[1]);
+    assert_eq!(limiter.level, tracing::Level::DEBUG);
+    assert_eq!(limiter.fields["limiter"], "\"api\"");
+    assert_eq!(limiter.fields["outcome"], "\"denied\"");
+    assert_eq!(limiter.fields["retry_after_ms"], "100.0");
+    assert!(!limiter.fields.contains_key("policy"));
+    assert_eq!(
+        limiter.fields["key_hash"],
+        key_hash("alice@example.com").to_string()
+    );
+    assert_eq!(check.fields["limiter"], "\"per-ip\"");
+    assert_eq!(check.fields["policy"], "\"uploads\"");
+    assert_eq!(check.fields["key_hash"], key_hash(&7u32).to_string());
+    assert_eq!(check.fields["dry_run"], "false");
+    for event in events.iter() {
+        assert!(
+            event.fields.values().all(|value| !value.contains("alice")),
+            "{event:?}"
+        );
+    }
+}
+
+#[test]
+fn key_hashes_agree_for_borrowed_forms_and_differ_between_keys() {
+    assert_eq!(key_hash("alice"), key_hash(&String::from("alice")));
+    assert_ne!(key_hash("alice"), key_hash("bob"));
+}
