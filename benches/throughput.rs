@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, prepopulate,
-    run, thread_counts, with_algorithm, with_contender,
+    ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, RECORDED, Visit, applies, full_mode,
+    prepopulate, run, thread_counts, with_algorithm, with_contender,
 };
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
 use std::time::Duration;
@@ -76,7 +76,7 @@ fn main() {
                 continue;
             }
             let mut group = criterion.benchmark_group(format!("{}-{}", pattern.name(), mix.name()));
-            for name in LIMITERS.iter().chain(&FLOORS) {
+            for name in LIMITERS.iter().chain(&FLOORS).chain(RECORDED) {
                 if applies(name, pattern, mix) {
                     let bench = Bench {
                         group: &mut group,

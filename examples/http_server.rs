@@ -10,18 +10,25 @@
 //!
 //! plus 300 per minute per IP address. A request without an API key gets 400.
 //!
-//! Run:  `cargo run --release --example http_server --features tower [-- ADDR] [--generous | --no-limits]`
+//! Every limiter and policy is named, so their decisions, keys and sweeps are exported
+//! for Prometheus at `/metrics` (which is not rate-limited).
+//!
+//! Run:  `cargo run --release --example http_server --features tower,metrics [-- ADDR] [--generous | --no-limits] [--no-recorder]`
 //! Then: `curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/balance`
+//! and   `curl http://127.0.0.1:3000/metrics`
 //!
 //! `--generous` keeps the same layer and checks but with quotas of a million per
 //! second (so every request passes: the cost of checking, not of refusing);
-//! `--no-limits` serves without the layer. Both exist for `results/http.md`.
+//! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
+//! recorder (the limiters are named, but report to no one: the cost of the `metrics`
+//! feature alone). They exist for `results/http.md`.
 
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use http::HeaderName;
 use http::request::Parts;
+use metrics_exporter_prometheus::PrometheusBuilder;
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -35,14 +42,21 @@ const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
     let mut addr: SocketAddr = "127.0.0.1:3000".parse()?;
-    let (mut generous, mut no_limits) = (false, false);
+    let (mut generous, mut no_limits, mut recorder) = (false, false, true);
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--generous" => generous = true,
             "--no-limits" => no_limits = true,
+            "--no-recorder" => recorder = false,
             other => addr = other.parse()?,
         }
     }
+    // Installed before the limiters are built: they register their metrics then.
+    let prometheus = if recorder {
+        Some(PrometheusBuilder::new().install_recorder()?)
+    } else {
+        None
+    };
 
     let app = Router::new()
         .route("/balance", get(|| async { "balance: 100.00 EUR\n" }))
@@ -53,6 +67,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         app
     } else {
         app.layer(rate_limits(generous)?)
+    };
+    // Added after the layer, so scrapes are not rate-limited.
+    let app = match prometheus {
+        Some(handle) => app.route("/metrics", get(move || async move { handle.render() })),
+        None => app,
     };
 
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -79,11 +98,19 @@ fn rate_limits(generous: bool) -> Result<RateLimitLayer, Box<dyn Error>> {
     };
     let ip_quota = quota(300)?;
     // One limiter: an address's requests to every endpoint count together.
-    let per_ip = Arc::new(TokenBucket::<IpAddr>::new(ip_quota));
+    let per_ip = Arc::new(
+        TokenBucket::<IpAddr>::builder(ip_quota)
+            .name("per-ip")
+            .build(),
+    );
 
     let endpoint = |name: &str, per_minute: u32| -> Result<Policy<Parts>, Box<dyn Error>> {
         let user_quota = quota(per_minute)?;
-        let per_user = Arc::new(TokenBucket::<String>::new(user_quota));
+        let per_user = Arc::new(
+            TokenBucket::<String>::builder(user_quota)
+                .name(format!("{name}-per-user"))
+                .build(),
+        );
         let policy = Policy::builder()
             .check(Check::new(
                 name,
@@ -97,6 +124,7 @@ fn rate_limits(generous: bool) -> Result<RateLimitLayer, Box<dyn Error>> {
                 Limit::steady(ip_quota),
                 PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
             ))
+            .name(name)
             .build()?;
         Ok(policy)
     };

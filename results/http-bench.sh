@@ -28,16 +28,17 @@ cpu_ticks() {
 }
 
 # no-limits: the same server without the layer; generous: the layer and all its
-# checks with quotas so large every request passes (the cost of checking); limited:
-# the endpoint table as shipped, so all but the first requests are refused with 429
-# (the cost of refusing).
-CONFIGS=(no-limits generous limited)
+# checks with quotas so large every request passes (the cost of checking), its
+# metrics recorded by the Prometheus exporter; generous-no-recorder: the same with no
+# recorder installed (the cost of recording, by difference); limited: the endpoint
+# table as shipped, so all but the first requests are refused with 429 (the cost of
+# refusing).
+CONFIGS=(no-limits generous generous-no-recorder limited)
 declare -A RPS CPU
 
 for run in $(seq 1 "$RUNS"); do
   for config in "${CONFIGS[@]}"; do
-    flag=()
-    [ "$config" != limited ] && flag=("--$config")
+    read -ra flag <<<"$(flags_of "$config")"
     "$SERVER" "$ADDR" "${flag[@]}" >/dev/null &
     server_pid=$!
     sleep 0.5

@@ -17,12 +17,10 @@ N=${N:-5000}
 ADDR=127.0.0.1:3918
 OUT=$(mktemp -d)
 
-cargo build --release --features tower --example http_server
-SERVER=target/release/examples/http_server
+source results/http-common.sh
 
-for config in no-limits generous limited; do
-  flag=()
-  [ "$config" != limited ] && flag=("--$config")
+for config in no-limits generous generous-no-recorder limited; do
+  read -ra flag <<<"$(flags_of "$config")"
   valgrind --tool=callgrind --callgrind-out-file="$OUT/$config.%p" \
     "$SERVER" "$ADDR" "${flag[@]}" >/dev/null 2>"$OUT/$config.log" &
   pid=$!

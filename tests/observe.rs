@@ -60,8 +60,6 @@ fn a_named_limiter_counts_its_decisions_keys_and_sweeps() {
     }
     let _ = limiter.acquire("bob", 5);
     let _ = limiter.acquire("carol", 1); // a third key: over the cap
-    clock.advance(ms(100));
-    assert_eq!(limiter.evict_idle(), 2);
 
     let series = read(&snapshotter);
     let decisions = |outcome: &str| {
@@ -74,14 +72,25 @@ fn a_named_limiter_counts_its_decisions_keys_and_sweeps() {
     assert_eq!(decisions("denied"), 1);
     assert_eq!(decisions("exceeds_capacity"), 1);
     assert_eq!(decisions("overflow"), 1);
+    assert_eq!(
+        series["turnstile_keys{limiter=api}"],
+        DebugValue::Gauge(2.0.into()),
+        "alice and bob, as of the latest insertion"
+    );
+
+    // Later, alice takes again and bob is forgotten.
+    clock.advance(ms(100));
+    assert!(limiter.acquire("alice", 1).is_allowed());
+    assert_eq!(limiter.evict_idle(), 1);
+    let series = read(&snapshotter);
     assert_eq!(counter(&series, "turnstile_sweeps_total{limiter=api}"), 1);
     assert_eq!(
         counter(&series, "turnstile_keys_forgotten_total{limiter=api}"),
-        2
+        1
     );
     assert_eq!(
         series["turnstile_keys{limiter=api}"],
-        DebugValue::Gauge(0.0.into())
+        DebugValue::Gauge(1.0.into())
     );
     assert!(matches!(
         &series["turnstile_sweep_duration_seconds{limiter=api}"],

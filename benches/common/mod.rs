@@ -134,6 +134,12 @@ pub const LIMITERS: [&str; 5] = [
     "governor",
 ];
 pub const FLOORS: [&str; 4] = ["floor-stack", "floor-cas", "floor-clock", "floor-lookup"];
+/// With the `metrics` feature: turnstile named, its decisions counted by the
+/// Prometheus exporter's recorder (installed for the whole process the first time).
+#[cfg(feature = "metrics")]
+pub const RECORDED: &[&str] = &["turnstile-prometheus"];
+#[cfg(not(feature = "metrics"))]
+pub const RECORDED: &[&str] = &[];
 
 /// Nearly everything allowed, or nearly everything denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,6 +204,35 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                     .build(),
             )
         }),
+        // Named, with no recorder installed unless one was before (the instructions
+        // benchmark runs each contender in a process of its own): the cost of the
+        // `metrics` feature and a name alone.
+        #[cfg(feature = "metrics")]
+        "turnstile-named" => visitor.visit(|| {
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .name("bench")
+                    .build(),
+            )
+        }),
+        #[cfg(feature = "metrics")]
+        "turnstile-prometheus" => {
+            static INSTALLED: std::sync::Once = std::sync::Once::new();
+            INSTALLED.call_once(|| {
+                metrics_exporter_prometheus::PrometheusBuilder::new()
+                    .install_recorder()
+                    .expect("no other recorder in a benchmark");
+            });
+            visitor.visit(|| {
+                Ours(
+                    TokenBucket::<u64>::builder(quota)
+                        .expected_keys(expected_keys)
+                        .name("bench")
+                        .build(),
+                )
+            })
+        }
         "mutex-per-key" => visitor.visit(|| {
             Ours(
                 MutexPerKey::<u64>::builder(quota)

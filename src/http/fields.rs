@@ -61,8 +61,10 @@ pub(crate) fn limit_field(policy: &Policy<Parts>, binding: Binding) -> Option<He
     HeaderValue::try_from(field).ok()
 }
 
-/// The `t` parameter: whole seconds, rounded up, until the key gains more quota — an
-/// upper bound, never an under-report.
+/// The `t` parameter, the effective window: whole seconds, rounded up, within which
+/// the key can use no more than what it has — until it gains more quota (draft 10's
+/// definition of `t`, which names the same instant). An upper bound, never an
+/// under-report.
 ///
 /// The limiter does not say when its key's next unit arrives, only what it decided:
 /// - a denial's `retry_after` is the exact time until the request's whole cost is

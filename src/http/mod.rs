@@ -60,7 +60,7 @@
 //!
 //! # The RateLimit header fields
 //! Every response of a route with a policy — allowed or refused — carries, following
-//! [draft-ietf-httpapi-ratelimit-headers-10] (September 2025; both fields are
+//! [draft-ietf-httpapi-ratelimit-headers-11] (May 2026; both fields are
 //! structured-field Lists, appended to any the inner service set):
 //!
 //! - `RateLimit-Policy: "per-user";q=100;w=60, "per-ip";q=300;w=60` — one item per
@@ -68,20 +68,28 @@
 //!   in whole seconds, rounded up (see [`Limit::window_secs`]).
 //! - `RateLimit: "per-user";r=42;t=1` — one item, for the most restrictive check
 //!   ([`Verdict::binding`]; the draft lets a server report only the limit closest to
-//!   exhaustion): `r` is what its key has left, `t` the seconds until the key gains
-//!   more quota — draft 10's "number of seconds until additional quota … is made
-//!   available".
+//!   exhaustion): `r` is the quota available to its key, `t` the *effective window*:
+//!   the seconds within which the key can use no more than `r`.
 //!
-//! **How `t` is computed** — it is an upper bound, rounded up, so never an
-//! under-report: a limiter does not say when a key's next unit arrives, only what it
-//! decided. For a token bucket, a key short of tokens gains one at the next point of
-//! its refill grid, within one refill interval; a denial's exact `retry_after` also
-//! bounds it. So `t` = the refill interval for an allowed request, the smaller of
-//! `retry_after` and the refill interval for a denial (exact for a cost-1 denial),
-//! each rounded up to whole seconds; for window limiters ([`Limit::windowed`]) the
-//! window replaces the refill interval. A denial's `Retry-After` is never earlier than
-//! its `t`, as the draft asks. (The editors' copy after draft 10 renames `t` the
-//! "effective window"; for a token bucket both readings point at the next token.)
+//! **How `t` is computed** — it is an upper bound, rounded up: a limiter does not say
+//! when a key's next unit arrives, only what it decided. The key can use more than `r`
+//! once its next unit arrives; for a token bucket a key short of tokens gains one at
+//! the next point of its refill grid, within one refill interval, and a denial's exact
+//! `retry_after` also bounds it. So `t` = the refill interval for an allowed request,
+//! the smaller of `retry_after` and the refill interval for a denial (exact for a
+//! cost-1 denial), each rounded up to whole seconds; for window limiters
+//! ([`Limit::windowed`]) the window replaces the refill interval. Rounding up only
+//! lengthens the window a client spreads `r` over, which the draft names as the
+//! server's safe side (its section 8.5: "return … a higher effective window"). A
+//! denial's `Retry-After` is never earlier than the end of its `t`, as the draft asks.
+//!
+//! **Draft 10** defined `t` differently — the seconds "until additional quota … is
+//! made available" — but for every limiter here the two definitions name the same
+//! instant: the key can use no more than `r` exactly until its next unit arrives, so
+//! the bound above is the value under either draft, and a client written for draft 10
+//! reads these fields correctly. The syntax did not change between the drafts; the
+//! tests check the fields the layer sends against the draft's own examples with a
+//! structured-field parser.
 //!
 //! Headers report the quota each check advertises ([`Limit`]); a limiter whose
 //! quota differs per key would need its own per-key `q`.
@@ -94,13 +102,24 @@
 //! sleeps on tokio's timer, so it needs a tokio runtime with time enabled. See
 //! [`crate::wait`] for the exact waiting semantics.
 //!
+//! # Dry run, metrics and logs
+//! [`RateLimitLayerBuilder::dry_run`] runs every route's policy in dry run (shadow
+//! mode): every check is asked and counted, the RateLimit fields are sent as if the
+//! limits were enforced (so clients see a limit before it bites), and no request is
+//! refused or delayed. A single check can be tried the same way inside an enforced
+//! policy ([`Check::dry_run`](crate::policy::Check::dry_run)); see
+//! [dry run](crate::policy#dry-run). A refused response's fields report the enforced
+//! checks, which its `Retry-After` matches. Named policies and limiters report their
+//! decisions as metrics and events (features `metrics`, `tracing`: see
+//! `turnstile::observe`); the example server exports them at `/metrics`.
+//!
 //! # Cost
 //! The checks themselves allocate nothing; the layer makes its `RateLimit` value and,
 //! for refusals, the body per response (the HTTP stack allocates per request anyway).
 //! `results/http.md` measures the whole layer under a load generator.
 //!
-//! [draft-ietf-httpapi-ratelimit-headers-10]:
-//!     https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/
+//! [draft-ietf-httpapi-ratelimit-headers-11]:
+//!     https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/
 //! [`Policy`]: crate::policy::Policy
 //! [`Limit`]: crate::policy::Limit
 //! [`Limit::windowed`]: crate::policy::Limit::windowed

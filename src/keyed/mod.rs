@@ -469,13 +469,14 @@ where
     /// and waits for none, unless the thread has fallen four times behind.
     #[inline]
     fn after_insertion(&self) {
+        // A named limiter's key gauge follows every insertion (sweeps set it too), so
+        // it reads right between sweeps; only named limiters pay the count.
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.keys(self.states.len());
+        }
         if evict::sampled() {
-            let keys = self.states.len();
-            #[cfg(any(feature = "metrics", feature = "tracing"))]
-            if let Some(observer) = &self.observer {
-                observer.keys(keys);
-            }
-            self.upkeep(self.sweeper.after_insertion(keys));
+            self.upkeep(self.sweeper.after_insertion(self.states.len()));
         }
     }
 

@@ -17,7 +17,7 @@
 //! | metric | kind | labels | what |
 //! |---|---|---|---|
 //! | `turnstile_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow` (the `max_keys` cap), `fallback` (Redis gave none; the failure policy answered) |
-//! | `turnstile_keys` | gauge | `limiter` | keys held, as of the latest sweep or sampled insertion |
+//! | `turnstile_keys` | gauge | `limiter` | keys held, as of the latest insertion or sweep |
 //! | `turnstile_keys_forgotten_total` | counter | `limiter` | keys forgotten by sweeps |
 //! | `turnstile_sweeps_total` | counter | `limiter` | sweeps of the key map |
 //! | `turnstile_sweep_duration_seconds` | histogram | `limiter` | how long each sweep took |
@@ -25,6 +25,10 @@
 //! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: the outcomes above, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
 //! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
 //! | `turnstile_policy_dry_run_refusals_total` | counter | `policy` | requests that went ahead but that the dry-run checks would have refused |
+//!
+//! A check's decision is counted as the limiter made it: a policy check that allowed
+//! and then gave its take back (a later check refused the request) counts as
+//! `allowed`, as does its limiter; the policy's verdict counts the refusal.
 //!
 //! Keys never appear in labels: they are unbounded in number and often personal data.
 //! No circuit breaker exists yet, so there is no breaker metric.

@@ -9,3 +9,4 @@ mod dry_run;
 mod fields;
 mod routes;
 mod server;
+mod syntax;
