@@ -76,3 +76,14 @@ pub(super) fn fallback(
         ),
     }
 }
+
+/// A Redis check for `key` that found another program's data there and replaced it.
+#[cfg(feature = "redis")]
+pub(super) fn replaced(name: &str, key: &[u8]) {
+    tracing::warn!(
+        target: "turnstile",
+        limiter = name,
+        key_hash = key_hash(key),
+        "foreign data at the limiter's key replaced by a fresh state"
+    );
+}

@@ -13,6 +13,7 @@ const FORGOTTEN: &str = "turnstile_keys_forgotten_total";
 const SWEEPS: &str = "turnstile_sweeps_total";
 const SWEEP_SECONDS: &str = "turnstile_sweep_duration_seconds";
 const REDIS_FAILURES: &str = "turnstile_redis_failures_total";
+const REDIS_REPLACED: &str = "turnstile_redis_replaced_total";
 const CHECK_DECISIONS: &str = "turnstile_check_decisions_total";
 const VERDICTS: &str = "turnstile_policy_verdicts_total";
 const DRY_RUN_REFUSALS: &str = "turnstile_policy_dry_run_refusals_total";
@@ -30,6 +31,10 @@ fn describe() {
         metrics::describe_counter!(
             REDIS_FAILURES,
             "Redis checks and peeks that got no answer, by error."
+        );
+        metrics::describe_counter!(
+            REDIS_REPLACED,
+            "Redis checks that replaced another program's data at their key."
         );
         metrics::describe_counter!(
             CHECK_DECISIONS,
@@ -101,6 +106,7 @@ struct RedisMetrics {
     fallback: Counter,
     timeouts: Counter,
     errors: Counter,
+    replaced: Counter,
 }
 
 impl LimiterMetrics {
@@ -135,6 +141,7 @@ impl LimiterMetrics {
                 fallback: counter!(DECISIONS, "limiter" => name.to_owned(), "outcome" => "fallback"),
                 timeouts: failures("timeout"),
                 errors: failures("error"),
+                replaced: counter!(REDIS_REPLACED, "limiter" => name.to_owned()),
             }),
         }
     }
@@ -154,6 +161,13 @@ impl LimiterMetrics {
     pub(super) fn keys(&self, keys: usize) {
         // A gauge holds an f64: exact up to 2^53 keys.
         self.keys.set(keys as f64);
+    }
+
+    #[cfg(feature = "redis")]
+    pub(super) fn replaced(&self) {
+        if let Some(redis) = &self.redis {
+            redis.replaced.increment(1);
+        }
     }
 
     #[cfg(feature = "redis")]

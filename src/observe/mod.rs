@@ -22,6 +22,7 @@
 //! | `turnstile_sweeps_total` | counter | `limiter` | sweeps of the key map |
 //! | `turnstile_sweep_duration_seconds` | histogram | `limiter` | how long each sweep took |
 //! | `turnstile_redis_failures_total` | counter | `limiter`, `error` | checks and peeks Redis gave no answer to: `timeout`, `error` |
+//! | `turnstile_redis_replaced_total` | counter | `limiter` | checks that found another program's data at their key and replaced it |
 //! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: the outcomes above, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
 //! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
 //! | `turnstile_policy_dry_run_refusals_total` | counter | `policy` | requests that went ahead but that the dry-run checks would have refused |
@@ -37,7 +38,8 @@
 //! At `debug`, target `turnstile`: every refusal by a named limiter or a named
 //! policy's check (`denied`, `exceeds_capacity`, `overflow`, `missing_key`), with the
 //! limiter's or check's name, the wait, and the key's hash; a dry-run check's refusal
-//! says `dry_run = true`. At `warn`: every Redis fallback, with the error. Events are
+//! says `dry_run = true`. At `warn`: every Redis fallback, with the error, and every
+//! check that replaced another program's data at its key. Events are
 //! built only when a subscriber wants them.
 //!
 //! **Keys are logged as hashes, never as themselves**: [`key_hash`], SipHash under a
@@ -126,6 +128,16 @@ impl LimiterObserver {
         #[cfg(feature = "metrics")]
         self.metrics.keys(keys);
         let _ = keys;
+    }
+
+    /// A Redis check for `key` that found foreign data there and replaced it.
+    #[cfg(feature = "redis")]
+    pub(crate) fn replaced(&self, key: &[u8]) {
+        #[cfg(feature = "metrics")]
+        self.metrics.replaced();
+        #[cfg(feature = "tracing")]
+        events::replaced(&self.name, key);
+        let _ = key;
     }
 
     /// A Redis check or peek for `key` that got no answer; `fallback` is the failure

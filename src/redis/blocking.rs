@@ -12,7 +12,7 @@ use super::config::ConfigError;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts, Outcome};
 use super::{RedisFixedWindowBuilder, RedisTokenBucketBuilder};
-use crate::{Decision, Quota};
+use crate::Quota;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::fmt;
 use std::future::Future;
@@ -270,7 +270,7 @@ fn acquire(
     cost: u32,
 ) -> Outcome {
     let check = limiter.check(key, cost);
-    let result: Result<Decision, CheckError> = block_on(runtime, limiter.timeout(), check);
+    let result = block_on(runtime, limiter.timeout(), check);
     limiter.settle(key, result)
 }
 

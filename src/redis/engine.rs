@@ -14,6 +14,14 @@ use std::time::Duration;
 /// The cost argument that asks a script how much is left, writing nothing.
 const PEEK: i64 = -1;
 
+/// A check's reply: Redis's decision, and whether the script found something other
+/// than the limiter's own state at the key and replaced it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
+    pub(crate) decision: Decision,
+    pub(crate) replaced: bool,
+}
+
 /// One algorithm's script and how to read its replies.
 #[derive(Debug)]
 pub(crate) struct ScriptedAlgorithm {
@@ -22,7 +30,8 @@ pub(crate) struct ScriptedAlgorithm {
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
     /// (microseconds).
     pub(crate) params: [u64; 2],
-    /// Reads an acquire reply; `None` when it is not one the script gives.
+    /// Reads an acquire reply, less its last element (the `replaced` flag every
+    /// script appends); `None` when it is not one the script gives.
     pub(crate) decide: fn(params: [u64; 2], reply: &[i64]) -> Option<Decision>,
 }
 
@@ -95,15 +104,25 @@ where
         &self,
         key: &[u8],
         cost: u32,
-    ) -> impl Future<Output = Result<Decision, CheckError>> + Send + use<C> {
+    ) -> impl Future<Output = Result<Checked, CheckError>> + Send + use<C> {
         let run = self.run(key, i64::from(cost));
         let engine = Arc::clone(&self.engine);
         async move {
             let reply = run.await?;
             let numbers = integers(&reply);
+            let read = |numbers: &[i64]| {
+                let (&replaced, reply) = numbers.split_last()?;
+                let decision = (engine.algorithm.decide)(engine.algorithm.params, reply)?;
+                let replaced = match replaced {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                };
+                Some(Checked { decision, replaced })
+            };
             numbers
                 .as_deref()
-                .and_then(|numbers| (engine.algorithm.decide)(engine.algorithm.params, numbers))
+                .and_then(read)
                 .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
         }
     }
@@ -157,10 +176,20 @@ where
 
     /// The outcome of a check's result for `key`: the failure policy answers a
     /// failure, which is counted (and, for a named limiter, reported).
-    pub(crate) fn settle(&self, key: &[u8], result: Result<Decision, CheckError>) -> Outcome {
-        let outcome = self.engine.counters.settle(self.engine.policy, result);
+    pub(crate) fn settle(&self, key: &[u8], result: Result<Checked, CheckError>) -> Outcome {
+        let replaced = matches!(result, Ok(Checked { replaced: true, .. }));
+        if replaced {
+            self.engine.counters.count_replaced();
+        }
+        let outcome = self
+            .engine
+            .counters
+            .settle(self.engine.policy, result.map(|checked| checked.decision));
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.engine.observer {
+            if replaced {
+                observer.replaced(key);
+            }
             match &outcome {
                 Outcome::Decided(decision) => observer.decided(key, decision),
                 Outcome::Fallback { allowed, error } => {

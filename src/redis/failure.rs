@@ -29,8 +29,10 @@ pub enum CheckError {
     Timeout(Duration),
     /// The connection or the server reported an error.
     Redis(::redis::RedisError),
-    /// The script answered something it never answers; the key probably holds data
-    /// that another program wrote under the limiter's prefix.
+    /// The script answered something it never answers (a script of another version
+    /// loaded under the same SHA-1 is the one known way). Data another program wrote
+    /// at a limiter's key is not this: the script replaces it, and the check is
+    /// decided ([`FailureCounts::replaced`]).
     UnexpectedReply(String),
     /// A blocking limiter's check ended without a result (its task panicked). Never
     /// expected; reported rather than hidden.
@@ -138,6 +140,13 @@ pub struct FailureCounts {
     pub allowed: u64,
     /// Checks the policy denied ([`FailurePolicy::Closed`]).
     pub denied: u64,
+    /// Checks that found something other than the limiter's own state at their key
+    /// (another type, or fields that are not the limiter's integers: data another
+    /// program wrote under the limiter's prefix) and replaced it by a fresh state —
+    /// a full bucket, an empty window — before deciding. Not a failure: the check was
+    /// decided, exactly, on the fresh state. Counted here because it means the prefix
+    /// is not the limiter's alone.
+    pub replaced: u64,
 }
 
 /// The live counters behind [`FailureCounts`].
@@ -147,6 +156,7 @@ pub(crate) struct FailureCounters {
     errors: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
+    replaced: AtomicU64,
 }
 
 impl FailureCounters {
@@ -158,6 +168,12 @@ impl FailureCounters {
         };
         // Relaxed: statistics; the counters guard no other memory.
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a check that replaced foreign data at its key.
+    pub(crate) fn count_replaced(&self) {
+        // Relaxed: as in `count_error`.
+        self.replaced.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Turns a check's result into its outcome, applying `policy` to a failure and
@@ -190,6 +206,7 @@ impl FailureCounters {
             errors: self.errors.load(Ordering::Relaxed),
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
+            replaced: self.replaced.load(Ordering::Relaxed),
         }
     }
 }

@@ -9,10 +9,15 @@
 -- ARGV[4]  now, microseconds since the grid's epoch; empty: the server's TIME
 -- ARGV[5]  "1": expire the key when its bucket would be full again
 --
--- Reply: {status, tokens, ahead, missing}; status 0 allowed, 1 denied, 2 cost above
--- capacity; tokens after the decision; for a denial, the wait is exactly
--- ahead + missing * interval microseconds (the caller adds, in 128-bit integers).
--- A peek replies with the token count alone.
+-- Reply: {status, tokens, ahead, missing, replaced}; status 0 allowed, 1 denied, 2
+-- cost above capacity; tokens after the decision; for a denial, the wait is exactly
+-- ahead + missing * interval microseconds (the caller adds, in 128-bit integers);
+-- replaced 1 when the key held something other than a bucket, which this check
+-- replaced by a full bucket. A peek replies with the token count alone.
+--
+-- The prefix is the limiter's namespace: anything else found at the key (another
+-- type, fields missing or not integers in range) is not a bucket, and counts as a
+-- missing key, a full bucket. A check deletes it before writing; a peek only reads.
 --
 -- Every number is an integer below 2^53, which Lua's doubles hold exactly. math.fmod
 -- is exact; math.floor(a / b) is not (the quotient is rounded first). Numbers given to
@@ -32,16 +37,39 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
+-- A stored number, if it is an integer in 0 .. 2^53.
+local function whole(text)
+  local x = tonumber(text)
+  if x == nil or x ~= x or x < 0 or x > 9007199254740992 or math.fmod(x, 1) ~= 0 then
+    return nil
+  end
+  return x
+end
+
 -- The latest grid point at or before now.
 local point = now - math.fmod(now, interval)
 local tokens = capacity
-local stored = redis.call('HMGET', KEYS[1], 't', 'r')
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local stored = {false, false}
+local replaced = 0
+if kind == 'hash' then
+  stored = redis.call('HMGET', KEYS[1], 't', 'r')
+  if not (whole(stored[1]) and whole(stored[2])) then
+    stored = {false, false}
+    replaced = 1
+  end
+elseif kind ~= 'none' then
+  replaced = 1
+end
+if replaced == 1 and cost >= 0 then
+  redis.call('DEL', KEYS[1])
+end
 local old_tokens, last = nil, nil
 if stored[1] then
   -- A changed interval moves the stored time down to a point of the new grid; the
   -- min below caps what a key holds under a capacity lowered since it was written.
-  old_tokens = tonumber(stored[1])
-  last = tonumber(stored[2])
+  old_tokens = whole(stored[1])
+  last = whole(stored[2])
   last = last - math.fmod(last, interval)
   -- A reading older than the last refill counts as no time elapsed.
   if last > point then
@@ -54,7 +82,7 @@ if cost < 0 then
   return tokens
 end
 if cost > capacity then
-  return {2, tokens, 0, 0}
+  return {2, tokens, 0, 0, replaced}
 end
 
 local status, ahead, missing = 0, 0, 0
@@ -87,4 +115,4 @@ if tokens ~= old_tokens or point ~= last then
     end
   end
 end
-return {status, tokens, ahead, missing}
+return {status, tokens, ahead, missing, replaced}

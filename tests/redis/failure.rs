@@ -125,7 +125,8 @@ async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
             timeouts: 3,
             errors: 0,
             allowed: 0,
-            denied: 3
+            denied: 3,
+            replaced: 0,
         }
     );
 

@@ -9,6 +9,7 @@ mod expiry;
 mod failure;
 mod five_servers;
 mod fixed_window;
+mod foreign;
 mod keys;
 mod token_bucket;
 
