@@ -87,3 +87,22 @@ pub(super) fn replaced(name: &str, key: &[u8]) {
         "foreign data at the limiter's key replaced by a fresh state"
     );
 }
+
+/// A Redis limiter's circuit breaker opened or closed.
+#[cfg(feature = "redis")]
+pub(super) fn circuit(name: &str, open: bool) {
+    if open {
+        tracing::warn!(
+            target: "turnstile",
+            limiter = name,
+            "circuit breaker opened: Redis failed repeatedly; checks answer by the failure \
+             policy without asking it until a probe succeeds"
+        );
+    } else {
+        tracing::info!(
+            target: "turnstile",
+            limiter = name,
+            "circuit breaker closed: Redis answers again"
+        );
+    }
+}

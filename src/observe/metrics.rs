@@ -14,6 +14,8 @@ const SWEEPS: &str = "turnstile_sweeps_total";
 const SWEEP_SECONDS: &str = "turnstile_sweep_duration_seconds";
 const REDIS_FAILURES: &str = "turnstile_redis_failures_total";
 const REDIS_REPLACED: &str = "turnstile_redis_replaced_total";
+const CIRCUIT_OPEN: &str = "turnstile_redis_circuit_open";
+const CIRCUIT_TRIPS: &str = "turnstile_redis_circuit_trips_total";
 const CHECK_DECISIONS: &str = "turnstile_check_decisions_total";
 const VERDICTS: &str = "turnstile_policy_verdicts_total";
 const DRY_RUN_REFUSALS: &str = "turnstile_policy_dry_run_refusals_total";
@@ -31,6 +33,14 @@ fn describe() {
         metrics::describe_counter!(
             REDIS_FAILURES,
             "Redis checks and peeks that got no answer, by error."
+        );
+        metrics::describe_gauge!(
+            CIRCUIT_OPEN,
+            "1 while a Redis limiter's circuit breaker is open."
+        );
+        metrics::describe_counter!(
+            CIRCUIT_TRIPS,
+            "Times a Redis limiter's circuit breaker opened."
         );
         metrics::describe_counter!(
             REDIS_REPLACED,
@@ -106,7 +116,10 @@ struct RedisMetrics {
     fallback: Counter,
     timeouts: Counter,
     errors: Counter,
+    circuit_open_errors: Counter,
     replaced: Counter,
+    circuit_open: Gauge,
+    trips: Counter,
 }
 
 impl LimiterMetrics {
@@ -141,7 +154,10 @@ impl LimiterMetrics {
                 fallback: counter!(DECISIONS, "limiter" => name.to_owned(), "outcome" => "fallback"),
                 timeouts: failures("timeout"),
                 errors: failures("error"),
+                circuit_open_errors: failures("circuit_open"),
                 replaced: counter!(REDIS_REPLACED, "limiter" => name.to_owned()),
+                circuit_open: gauge!(CIRCUIT_OPEN, "limiter" => name.to_owned()),
+                trips: counter!(CIRCUIT_TRIPS, "limiter" => name.to_owned()),
             }),
         }
     }
@@ -164,6 +180,16 @@ impl LimiterMetrics {
     }
 
     #[cfg(feature = "redis")]
+    pub(super) fn circuit(&self, open: bool) {
+        if let Some(redis) = &self.redis {
+            redis.circuit_open.set(if open { 1.0 } else { 0.0 });
+            if open {
+                redis.trips.increment(1);
+            }
+        }
+    }
+
+    #[cfg(feature = "redis")]
     pub(super) fn replaced(&self) {
         if let Some(redis) = &self.redis {
             redis.replaced.increment(1);
@@ -175,6 +201,7 @@ impl LimiterMetrics {
         let Some(redis) = &self.redis else { return };
         match error {
             crate::redis::CheckError::Timeout(_) => &redis.timeouts,
+            crate::redis::CheckError::CircuitOpen { .. } => &redis.circuit_open_errors,
             _ => &redis.errors,
         }
         .increment(1);

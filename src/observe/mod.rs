@@ -22,6 +22,8 @@
 //! | `turnstile_sweeps_total` | counter | `limiter` | sweeps of the key map |
 //! | `turnstile_sweep_duration_seconds` | histogram | `limiter` | how long each sweep took |
 //! | `turnstile_redis_failures_total` | counter | `limiter`, `error` | checks and peeks Redis gave no answer to: `timeout`, `error` |
+//! | `turnstile_redis_circuit_open` | gauge | `limiter` | 1 while the circuit breaker is open, else 0 |
+//! | `turnstile_redis_circuit_trips_total` | counter | `limiter` | times the circuit breaker opened |
 //! | `turnstile_redis_replaced_total` | counter | `limiter` | checks that found another program's data at their key and replaced it |
 //! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: the outcomes above, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
 //! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
@@ -32,14 +34,14 @@
 //! `allowed`, as does its limiter; the policy's verdict counts the refusal.
 //!
 //! Keys never appear in labels: they are unbounded in number and often personal data.
-//! No circuit breaker exists yet, so there is no breaker metric.
 //!
 //! # Events
 //! At `debug`, target `turnstile`: every refusal by a named limiter or a named
 //! policy's check (`denied`, `exceeds_capacity`, `overflow`, `missing_key`), with the
 //! limiter's or check's name, the wait, and the key's hash; a dry-run check's refusal
-//! says `dry_run = true`. At `warn`: every Redis fallback, with the error, and every
-//! check that replaced another program's data at its key. Events are
+//! says `dry_run = true`. At `warn`: every Redis fallback, with the error, every
+//! check that replaced another program's data at its key, and every opening of a
+//! circuit breaker; at `info`, its closing. Events are
 //! built only when a subscriber wants them.
 //!
 //! **Keys are logged as hashes, never as themselves**: [`key_hash`], SipHash under a
@@ -128,6 +130,16 @@ impl LimiterObserver {
         #[cfg(feature = "metrics")]
         self.metrics.keys(keys);
         let _ = keys;
+    }
+
+    /// A Redis limiter's circuit breaker opened (`true`) or closed.
+    #[cfg(feature = "redis")]
+    pub(crate) fn circuit(&self, open: bool) {
+        #[cfg(feature = "metrics")]
+        self.metrics.circuit(open);
+        #[cfg(feature = "tracing")]
+        events::circuit(&self.name, open);
+        let _ = open;
     }
 
     /// A Redis check for `key` that found foreign data there and replaced it.

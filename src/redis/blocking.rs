@@ -20,10 +20,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The longest pause between reconnection attempts of the connection managers that
-/// `build_blocking` makes: after Redis comes back, checks succeed again within about
-/// this long (plus the connection timeout).
-pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+pub use super::connect::{MAX_RECONNECT_DELAY, connection_config};
 
 /// A runtime that shuts down without blocking when the last limiter using it is
 /// dropped, so dropping a blocking limiter inside async code does not panic.
@@ -72,17 +69,6 @@ fn connect(
         ConnectionManager::new_lazy_with_config(client, config).map_err(ConfigError::Connection)?
     };
     Ok((Arc::new(runtime), conn))
-}
-
-/// The connection manager settings `build_blocking` uses: connection attempts time
-/// out after the check timeout, and reconnection backs off from 100 ms up to
-/// [`MAX_RECONNECT_DELAY`], so a check after Redis came back waits for no long
-/// back-off. The connection is made on the first check, not at construction.
-pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_max_delay(MAX_RECONNECT_DELAY)
 }
 
 /// Runs `future` on `runtime`, waiting at most `timeout` for its result.
@@ -183,6 +169,11 @@ impl RedisTokenBucket {
         self.inner.failures()
     }
 
+    /// Where the limiter's circuit breaker stands (shared with its clones).
+    pub fn circuit(&self) -> super::CircuitState {
+        self.inner.circuit()
+    }
+
     /// The quota every key gets.
     pub fn quota(&self) -> Quota {
         self.inner.quota()
@@ -250,6 +241,11 @@ impl RedisFixedWindow {
     /// How often Redis gave no decision.
     pub fn failures(&self) -> FailureCounts {
         self.inner.failures()
+    }
+
+    /// Where the limiter's circuit breaker stands (shared with its clones).
+    pub fn circuit(&self) -> super::CircuitState {
+        self.inner.circuit()
     }
 
     /// Requests admitted per window.

@@ -1,5 +1,6 @@
 //! Settings shared by the Redis limiters, their builder, and what construction refuses.
 
+use super::breaker::CircuitBreaker;
 use super::failure::FailurePolicy;
 use crate::Clock;
 use std::fmt;
@@ -58,6 +59,7 @@ pub(crate) struct Settings {
     pub(crate) policy: FailurePolicy,
     pub(crate) time: TimeSource,
     pub(crate) expire_idle_keys: bool,
+    pub(crate) breaker: CircuitBreaker,
     /// The name metrics and events report the limiter under.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     pub(crate) name: Option<Arc<str>>,
@@ -72,6 +74,7 @@ impl Settings {
             policy,
             time: TimeSource::Server,
             expire_idle_keys: true,
+            breaker: CircuitBreaker::default(),
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             name: None,
         }
@@ -81,6 +84,9 @@ impl Settings {
     pub(crate) fn checked(&self) -> Result<Settings, ConfigError> {
         if self.timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout);
+        }
+        if let Some(why) = self.breaker.invalid() {
+            return Err(ConfigError::CircuitBreaker(why));
         }
         Ok(self.clone())
     }
@@ -131,6 +137,14 @@ macro_rules! settings_methods {
         /// that does not run in real time (see `client_clock`).
         pub fn expire_idle_keys(mut self, expire: bool) -> Self {
             self.settings.expire_idle_keys = expire;
+            self
+        }
+
+        /// The circuit breaker (default [`CircuitBreaker::default`](crate::redis::CircuitBreaker):
+        /// open after 3 consecutive failures, back off 10 to 50 ms;
+        /// [`CircuitBreaker::off`](crate::redis::CircuitBreaker::off) for none).
+        pub fn circuit_breaker(mut self, breaker: crate::redis::CircuitBreaker) -> Self {
+            self.settings.breaker = breaker;
             self
         }
 
@@ -192,11 +206,18 @@ pub enum ConfigError {
     },
     /// The timeout is zero: every check would fail.
     ZeroTimeout,
+    /// The circuit breaker's settings: a zero minimum back-off, or a maximum below
+    /// the minimum.
+    CircuitBreaker(&'static str),
     /// The blocking limiter's runtime could not be started.
     Runtime(std::io::Error),
-    /// The blocking limiter's connection manager could not be made (an invalid client
-    /// configuration; an unreachable server is not an error at construction).
+    /// The connection manager could not be made: a URL the `redis` crate does not
+    /// accept, or a client configuration it refuses. An unreachable server is not an
+    /// error at construction.
     Connection(::redis::RedisError),
+    /// `connect` was called outside a tokio runtime, which the connection manager's
+    /// tasks need.
+    NoRuntime,
 }
 
 impl fmt::Display for ConfigError {
@@ -235,12 +256,18 @@ impl fmt::Display for ConfigError {
                  doubles, exact only below 2^53"
             ),
             ConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
+            ConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
             ConfigError::Runtime(error) => {
                 write!(f, "could not start the blocking limiter's runtime: {error}")
             }
             ConfigError::Connection(error) => {
                 write!(f, "could not make the connection manager: {error}")
             }
+            ConfigError::NoRuntime => write!(
+                f,
+                "no tokio runtime: connect inside one (the connection manager runs on it), \
+                 or use build_blocking"
+            ),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! with the time and the algorithm's parameters, wait at most the timeout, read the
 //! reply, and let the failure policy answer when there is none.
 
+use super::breaker::{Admission, Breaker, CircuitState, Transition};
 use super::config::{Settings, TimeSource};
 use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy, Outcome};
 use crate::Decision;
@@ -45,6 +46,7 @@ struct Engine {
     time: TimeSource,
     expire_idle_keys: bool,
     counters: FailureCounters,
+    breaker: Breaker,
     /// Metrics and events, for a named limiter.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     observer: Option<crate::observe::LimiterObserver>,
@@ -78,9 +80,15 @@ where
             policy,
             time,
             expire_idle_keys,
+            breaker,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             name,
         } = settings;
+        // The breaker's clock: the client clock if the limiter has one, else its own.
+        let breaker_clock: Arc<dyn crate::Clock> = match &time {
+            TimeSource::Client { clock, .. } => Arc::clone(clock),
+            TimeSource::Server => Arc::new(crate::StdClock::new()),
+        };
         let engine = Engine {
             algorithm,
             prefix,
@@ -89,6 +97,7 @@ where
             time,
             expire_idle_keys,
             counters: FailureCounters::default(),
+            breaker: Breaker::new(breaker, breaker_clock),
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: name.map(crate::observe::LimiterObserver::redis),
         };
@@ -165,13 +174,34 @@ where
         invocation.arg(if engine.expire_idle_keys { "1" } else { "0" });
         let timeout = engine.timeout;
         let mut conn = self.conn.clone();
+        let engine = Arc::clone(engine);
         async move {
-            match tokio::time::timeout(timeout, invocation.invoke_async::<Value>(&mut conn)).await {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(CheckError::Redis(error)),
-                Err(_elapsed) => Err(CheckError::Timeout(timeout)),
+            let admission = engine.breaker.admit(engine.breaker.now());
+            if let Admission::Refuse(retry_in) = admission {
+                return Err(CheckError::CircuitOpen { retry_in });
             }
+            // Settles the breaker however this future ends: by its result below, or,
+            // dropped before one, by giving up a probe so another check can probe.
+            let mut pending = Pending {
+                engine: &engine,
+                admission: Some(admission),
+            };
+            let result =
+                match tokio::time::timeout(timeout, invocation.invoke_async::<Value>(&mut conn))
+                    .await
+                {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(error)) => Err(CheckError::Redis(error)),
+                    Err(_elapsed) => Err(CheckError::Timeout(timeout)),
+                };
+            pending.settle(&result);
+            result
         }
+    }
+
+    /// Where the limiter's circuit breaker stands.
+    pub(crate) fn circuit(&self) -> CircuitState {
+        self.engine.breaker.circuit(self.engine.breaker.now())
     }
 
     /// The outcome of a check's result for `key`: the failure policy answers a
@@ -219,6 +249,50 @@ where
     /// The timeout of one check.
     pub(crate) fn timeout(&self) -> Duration {
         self.engine.timeout
+    }
+}
+
+/// A check the breaker let through, until it has a result: dropped without one (the
+/// caller stopped waiting), it gives up its probe.
+struct Pending<'a> {
+    engine: &'a Engine,
+    admission: Option<Admission>,
+}
+
+impl Pending<'_> {
+    /// Tells the breaker whether Redis answered, and counts and reports what that
+    /// changed.
+    fn settle<T>(&mut self, result: &Result<T, CheckError>) {
+        let Some(admission) = self.admission.take() else {
+            return;
+        };
+        let answered = match result {
+            Ok(_) => true,
+            Err(error) => !error.is_unavailability(),
+        };
+        let transition =
+            self.engine
+                .breaker
+                .record(&admission, answered, self.engine.breaker.now());
+        if transition == Transition::Opened {
+            self.engine.counters.count_trip();
+        }
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.engine.observer {
+            match transition {
+                Transition::Opened => observer.circuit(true),
+                Transition::Closed => observer.circuit(false),
+                Transition::None => {}
+            }
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            self.engine.breaker.abandon(&admission);
+        }
     }
 }
 

@@ -37,6 +37,31 @@ pub enum CheckError {
     /// A blocking limiter's check ended without a result (its task panicked). Never
     /// expected; reported rather than hidden.
     TaskLost,
+    /// The limiter's circuit breaker is open after consecutive failures: Redis was not
+    /// asked (see [`CircuitBreaker`](super::CircuitBreaker)). The next probe goes in
+    /// `retry_in`.
+    CircuitOpen {
+        /// Until the breaker lets the next probe through (zero: a probe is in flight).
+        retry_in: Duration,
+    },
+}
+
+impl CheckError {
+    /// Whether this says Redis is unreachable or slow (a timeout, a connection or I/O
+    /// error), which is what the circuit breaker counts; an error reply means Redis
+    /// is up.
+    pub fn is_unavailability(&self) -> bool {
+        match self {
+            CheckError::Timeout(_) | CheckError::TaskLost | CheckError::CircuitOpen { .. } => true,
+            CheckError::Redis(error) => {
+                error.is_io_error()
+                    || error.is_connection_refusal()
+                    || error.is_connection_dropped()
+                    || error.is_timeout()
+            }
+            CheckError::UnexpectedReply(_) => false,
+        }
+    }
 }
 
 impl fmt::Display for CheckError {
@@ -48,6 +73,11 @@ impl fmt::Display for CheckError {
                 write!(f, "unexpected reply from the limiter's script: {reply}")
             }
             CheckError::TaskLost => write!(f, "the check's task ended without a result"),
+            CheckError::CircuitOpen { retry_in } => write!(
+                f,
+                "circuit breaker open after consecutive failures: Redis not asked (next \
+                 probe in {retry_in:?})"
+            ),
         }
     }
 }
@@ -136,6 +166,11 @@ pub struct FailureCounts {
     /// Checks (and peeks) that got an error: connection refused or lost, a server
     /// error, an unexpected reply, a lost task.
     pub errors: u64,
+    /// Checks and peeks the open circuit breaker answered without asking Redis (the
+    /// checks among them are also in `allowed` or `denied`).
+    pub short_circuited: u64,
+    /// Times the circuit breaker opened.
+    pub trips: u64,
     /// Checks the policy allowed ([`FailurePolicy::Open`]).
     pub allowed: u64,
     /// Checks the policy denied ([`FailurePolicy::Closed`]).
@@ -154,6 +189,8 @@ pub struct FailureCounts {
 pub(crate) struct FailureCounters {
     timeouts: AtomicU64,
     errors: AtomicU64,
+    short_circuited: AtomicU64,
+    trips: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
     replaced: AtomicU64,
@@ -164,10 +201,17 @@ impl FailureCounters {
     pub(crate) fn count_error(&self, error: &CheckError) {
         let counter = match error {
             CheckError::Timeout(_) => &self.timeouts,
+            CheckError::CircuitOpen { .. } => &self.short_circuited,
             _ => &self.errors,
         };
         // Relaxed: statistics; the counters guard no other memory.
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an opening of the circuit breaker.
+    pub(crate) fn count_trip(&self) {
+        // Relaxed: as in `count_error`.
+        self.trips.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a check that replaced foreign data at its key.
@@ -204,6 +248,8 @@ impl FailureCounters {
         FailureCounts {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            short_circuited: self.short_circuited.load(Ordering::Relaxed),
+            trips: self.trips.load(Ordering::Relaxed),
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
             replaced: self.replaced.load(Ordering::Relaxed),

@@ -1,6 +1,8 @@
 //! The fixed window counter on Redis: count and expiry in one Lua script per check.
 
+use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::connect::connect_methods;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::Decision;
@@ -75,6 +77,7 @@ pub struct RedisFixedWindowBuilder {
 
 impl RedisFixedWindowBuilder {
     settings_methods!();
+    connect_methods!(RedisFixedWindow);
 
     /// The limiter, on `conn` (see [`RedisTokenBucketBuilder::build`](super::RedisTokenBucketBuilder::build)).
     ///
@@ -131,6 +134,11 @@ where
     /// How often Redis gave no decision.
     pub fn failures(&self) -> FailureCounts {
         self.limiter.failures()
+    }
+
+    /// Where the limiter's circuit breaker stands (shared with its clones).
+    pub fn circuit(&self) -> CircuitState {
+        self.limiter.circuit()
     }
 
     /// Requests admitted per window.

@@ -12,12 +12,11 @@
 //! use turnstile::redis::{FailurePolicy, Outcome, RedisTokenBucket};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = redis::Client::open("redis://127.0.0.1/")?;
-//! let conn = redis::aio::ConnectionManager::new(client).await?;
+//! // Returns at once, even while Redis is down; reconnects by itself.
 //! let limiter = RedisTokenBucket::builder(Quota::per_minute(100)?, FailurePolicy::Open)
 //!     .prefix("api:per-user:")
 //!     .timeout(Duration::from_millis(20))
-//!     .build(conn)?;
+//!     .connect("redis://127.0.0.1/")?;
 //!
 //! match limiter.acquire("alice", 1).await {
 //!     Outcome::Decided(decision) if decision.is_allowed() => { /* serve */ }
@@ -109,10 +108,37 @@
 //!
 //! A timed-out check may still run on Redis later (the request was sent), so it may
 //! have taken its tokens: under `Closed` the client was denied anyway; under `Open`
-//! it was allowed without being sure it was counted. With a
-//! [`ConnectionManager`](::redis::aio::ConnectionManager), the usual connection, the
-//! limiter reconnects by itself when Redis comes back; checks in between fail fast or
-//! at the timeout. A `MultiplexedConnection` does not reconnect.
+//! it was allowed without being sure it was counted.
+//!
+//! **Connecting.** [`RedisTokenBucketBuilder::connect`] (and `connect_client`, and the
+//! same on [`RedisFixedWindowBuilder`]) is the recommended connection: a
+//! [`ConnectionManager`](::redis::aio::ConnectionManager) made without waiting for
+//! Redis — an application starts while Redis is down, its checks answered by the
+//! policy — whose connection attempts and replies time out at the check's timeout and
+//! which retries every 10 to 50 ms while Redis is away ([`connection_config`]). Checks
+//! are decided again a few tens of milliseconds after Redis returns (measured in
+//! `results/redis.md`); the `redis` crate's default manager backs off exponentially
+//! from 100 ms, hundreds of milliseconds to seconds. Any
+//! `redis::aio::ConnectionLike + Clone` still works with `build`; a
+//! `MultiplexedConnection` does not reconnect.
+//!
+//! **The circuit breaker** ([`CircuitBreaker`], on by default): after 3 consecutive
+//! checks or peeks that got no answer (timeouts, connection and I/O errors), checks
+//! are answered by the policy at once, without I/O
+//! ([`CheckError::CircuitOpen`]), for a back-off of 10 ms that doubles per failed
+//! probe up to 50 ms; after each back-off one check probes Redis, and the first
+//! answer closes the breaker. An outage then costs a check well under a microsecond
+//! instead of its timeout, and one probe per back-off pays the timeout. Error replies
+//! mean Redis is up and do not count. [`RedisTokenBucket::circuit`] says where it
+//! stands; [`FailureCounts`] counts short-circuited checks and trips. With a client
+//! clock the back-off runs on that clock (tests move it with a `ManualClock`).
+//!
+//! **Foreign data.** The prefix is the limiter's namespace. A key that holds anything
+//! but the limiter's own state — another type, a hash whose fields are not the
+//! limiter's integers — is replaced by a fresh one (a full bucket, an empty window)
+//! with an expiry, by the check that finds it, and counted
+//! ([`FailureCounts::replaced`]); a peek reads it as fresh and changes nothing. Before,
+//! such a key made every check for it fall back, forever.
 //!
 //! # Why not the `RateLimiter` trait
 //! [`RateLimiter`](crate::RateLimiter) is synchronous and infallible: `acquire`
@@ -136,13 +162,17 @@
 //! script read `TIME`; the only mode since Redis 7). Tested against Redis 7.0.
 
 pub mod blocking;
+mod breaker;
 mod config;
+mod connect;
 mod engine;
 mod failure;
 mod fixed_window;
 mod token_bucket;
 
+pub use breaker::{CircuitBreaker, CircuitState};
 pub use config::{ConfigError, DEFAULT_TIMEOUT};
+pub use connect::{MAX_RECONNECT_DELAY, connection_config};
 pub use failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};

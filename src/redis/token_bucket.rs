@@ -1,6 +1,8 @@
 //! The token bucket on Redis: the in-process semantics, one Lua script per check.
 
+use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::connect::connect_methods;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::{Decision, Quota};
@@ -89,6 +91,7 @@ pub struct RedisTokenBucketBuilder {
 
 impl RedisTokenBucketBuilder {
     settings_methods!();
+    connect_methods!(RedisTokenBucket);
 
     /// The limiter, on `conn`: a [`ConnectionManager`] (reconnects by itself: the
     /// usual choice), a `MultiplexedConnection`, or a cluster connection.
@@ -156,6 +159,11 @@ where
     /// from) was built.
     pub fn failures(&self) -> FailureCounts {
         self.limiter.failures()
+    }
+
+    /// Where the limiter's circuit breaker stands (shared with its clones).
+    pub fn circuit(&self) -> CircuitState {
+        self.limiter.circuit()
     }
 
     /// The quota every key gets.

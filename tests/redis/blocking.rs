@@ -4,7 +4,9 @@
 use crate::fresh_prefix;
 use crate::server::RedisServer;
 use std::time::{Duration, Instant};
-use turnstile::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket, blocking};
+use turnstile::redis::{
+    CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisTokenBucket, blocking,
+};
 use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 const LONG: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -94,6 +96,7 @@ fn a_blocking_limiter_fails_by_its_policy_within_the_timeout_and_recovers() {
     let limiter = RedisTokenBucket::builder(Quota::new(5, LONG).unwrap(), FailurePolicy::Open)
         .prefix(fresh_prefix("blocking-failure"))
         .timeout(timeout)
+        .circuit_breaker(CircuitBreaker::off())
         .build_blocking(server.client())
         .unwrap();
     assert!(limiter.acquire("k", 1).decision().is_some());

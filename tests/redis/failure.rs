@@ -4,7 +4,9 @@
 use crate::server::RedisServer;
 use crate::{fresh_prefix, manager};
 use std::time::{Duration, Instant};
-use turnstile::redis::{CheckError, FailureCounts, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::redis::{
+    CheckError, CircuitBreaker, FailureCounts, FailurePolicy, Outcome, RedisTokenBucket,
+};
 use turnstile::{Decision, ManualClock, Quota};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -14,12 +16,14 @@ const HUNG: Duration = Duration::from_secs(1);
 const RECOVERY: Duration = Duration::from_secs(15);
 
 /// A limiter of 10 tokens an hour, on a clock that stands still, so that the counts
-/// below are exact however long the outage lasts.
+/// below are exact however long the outage lasts. Without a circuit breaker: every
+/// check asks Redis (tests/redis/breaker.rs has the breaker).
 async fn limiter(server: &RedisServer, policy: FailurePolicy) -> RedisTokenBucket {
     RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), policy)
         .prefix(fresh_prefix("failure"))
         .timeout(TIMEOUT)
         .client_clock(ManualClock::new())
+        .circuit_breaker(CircuitBreaker::off())
         .build(manager(server).await)
         .unwrap()
 }
@@ -124,6 +128,8 @@ async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
         FailureCounts {
             timeouts: 3,
             errors: 0,
+            short_circuited: 0,
+            trips: 0,
             allowed: 0,
             denied: 3,
             replaced: 0,

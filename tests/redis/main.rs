@@ -5,6 +5,8 @@
 mod server;
 
 mod blocking;
+mod breaker;
+mod connect;
 mod expiry;
 mod failure;
 mod five_servers;
