@@ -50,7 +50,9 @@ pub(super) fn keyless(check: &str, policy: &str, dry_run: bool) {
     );
 }
 
-/// A Redis check (or peek: `fallback` is `None`) for `key` that got no answer.
+/// A Redis check (or peek: `fallback` is `None`) for `key` that got no answer. At
+/// `warn`, but a check the open circuit breaker answered is at `debug`: the breaker's
+/// opening was the warning, and an outage would otherwise log every request.
 #[cfg(feature = "redis")]
 pub(super) fn fallback(
     name: &str,
@@ -58,6 +60,16 @@ pub(super) fn fallback(
     error: &crate::redis::CheckError,
     fallback: Option<bool>,
 ) {
+    if matches!(error, crate::redis::CheckError::CircuitOpen { .. }) {
+        tracing::debug!(
+            target: "turnstile",
+            limiter = name,
+            key_hash = key_hash(key),
+            allowed = fallback,
+            "circuit breaker open: the failure policy answered without asking Redis"
+        );
+        return;
+    }
     match fallback {
         Some(allowed) => tracing::warn!(
             target: "turnstile",

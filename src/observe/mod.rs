@@ -39,9 +39,10 @@
 //! At `debug`, target `turnstile`: every refusal by a named limiter or a named
 //! policy's check (`denied`, `exceeds_capacity`, `overflow`, `missing_key`), with the
 //! limiter's or check's name, the wait, and the key's hash; a dry-run check's refusal
-//! says `dry_run = true`. At `warn`: every Redis fallback, with the error, every
-//! check that replaced another program's data at its key, and every opening of a
-//! circuit breaker; at `info`, its closing. Events are
+//! says `dry_run = true`. At `warn`: every Redis fallback, with the error (at `debug`
+//! when the open circuit breaker answered it: the breaker's opening is the warning),
+//! every check that replaced another program's data at its key, and every opening
+//! of a circuit breaker; at `info`, its closing. Events are
 //! built only when a subscriber wants them.
 //!
 //! **Keys are logged as hashes, never as themselves**: [`key_hash`], SipHash under a
