@@ -133,6 +133,10 @@
 //! stands; [`FailureCounts`] counts short-circuited checks and trips. With a client
 //! clock the back-off runs on that clock (tests move it with a `ManualClock`).
 //!
+//! **TLS** (cargo feature `redis-tls`): `connect("rediss://…")` verifies the server
+//! against the system's roots; for a private CA, or a client certificate, build the
+//! client with `redis::Client::build_with_tls` and pass it to `connect_client`.
+//!
 //! **Foreign data.** The prefix is the limiter's namespace. A key that holds anything
 //! but the limiter's own state — another type, a hash whose fields are not the
 //! limiter's integers — is replaced by a fresh one (a full bucket, an empty window)

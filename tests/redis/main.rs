@@ -13,6 +13,8 @@ mod five_servers;
 mod fixed_window;
 mod foreign;
 mod keys;
+#[cfg(feature = "redis-tls")]
+mod tls;
 mod token_bucket;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};

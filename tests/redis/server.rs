@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// How long a starting server may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A loopback port that was free a moment ago.
+pub fn free_loopback_port() -> u16 {
+    free_port()
+}
+
 /// A running `redis-server` child process; killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
@@ -50,8 +55,27 @@ impl RedisServer {
 
     /// A server on `port`, answering `PING`, or why not.
     pub fn start_on(port: u16) -> Result<Self, String> {
+        Self::start_with(port, &[])
+    }
+
+    /// A server on a free loopback port with `extra` arguments (say, a TLS port
+    /// besides the plain one, which answers the readiness `PING`).
+    pub fn start_with_args(extra: &[String]) -> Self {
+        let mut last_error = None;
+        for _ in 0..5 {
+            match Self::start_with(free_port(), extra) {
+                Ok(server) => return server,
+                Err(error) => last_error = Some(error),
+            }
+        }
+        panic!("redis-server did not start: {last_error:?}");
+    }
+
+    /// A server on `port` with `extra` arguments, answering `PING`, or why not.
+    fn start_with(port: u16, extra: &[String]) -> Result<Self, String> {
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
+            .args(extra)
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])

@@ -1,0 +1,112 @@
+//! Redis over TLS (feature `redis-tls`): a `redis-server` the test starts with a TLS
+//! port and a throwaway self-signed certificate. Trusted, checks are decided exactly
+//! as over plain TCP; not trusted, the certificate is refused and the failure policy
+//! answers — TLS is verified, never skipped.
+
+use crate::fresh_prefix;
+use crate::server::{RedisServer, free_loopback_port};
+use std::time::Duration;
+use turnstile::redis::{CheckError, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::{Decision, Quota};
+
+/// A server with a TLS port (and a plain one, for its readiness check), the TLS
+/// port, and the certificate to trust, in PEM.
+fn tls_server() -> (RedisServer, u16, String, tempdir::Dir) {
+    let dir = tempdir::Dir::new();
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+            .expect("a self-signed certificate");
+    let (cert_file, key_file) = (dir.path("cert.pem"), dir.path("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key_pair.serialize_pem()).unwrap();
+    let tls_port = free_loopback_port();
+    let server = RedisServer::start_with_args(&[
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        cert_file,
+        "--tls-key-file".into(),
+        key_file,
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ]);
+    (server, tls_port, cert.pem(), dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_over_tls_are_decided_exactly() {
+    let (_server, port, cert, _dir) = tls_server();
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{port}/"),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(cert.into_bytes()),
+        },
+    )
+    .unwrap();
+    let limiter = RedisTokenBucket::builder(Quota::per_hour(3).unwrap(), FailurePolicy::Closed)
+        .prefix(fresh_prefix("tls"))
+        .timeout(Duration::from_secs(5))
+        .connect_client(client)
+        .unwrap();
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            limiter.acquire("k", 1).await.decision(),
+            Some(Decision::Allowed { remaining })
+        );
+    }
+    assert!(matches!(
+        limiter.acquire("k", 1).await.decision(),
+        Some(Decision::Denied { remaining: 0, .. })
+    ));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_is_refused_and_the_policy_answers() {
+    let (_server, port, _cert, _dir) = tls_server();
+    // The system's roots do not include the throwaway certificate.
+    let limiter = RedisTokenBucket::builder(Quota::per_hour(3).unwrap(), FailurePolicy::Closed)
+        .prefix(fresh_prefix("tls-untrusted"))
+        .timeout(Duration::from_millis(500))
+        .connect(format!("rediss://127.0.0.1:{port}/"))
+        .unwrap();
+    let outcome = limiter.acquire("k", 1).await;
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::Fallback {
+                allowed: false,
+                error: CheckError::Redis(_) | CheckError::Timeout(_)
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+/// A temporary directory, removed on drop.
+mod tempdir {
+    pub struct Dir(std::path::PathBuf);
+
+    impl Dir {
+        pub fn new() -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "turnstile-tls-{}-{}",
+                std::process::id(),
+                crate::fresh_prefix("dir").replace(':', "-")
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+
+        pub fn path(&self, name: &str) -> String {
+            self.0.join(name).to_string_lossy().into_owned()
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
