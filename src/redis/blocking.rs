@@ -13,7 +13,7 @@ use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts, Outcome};
 use super::{RedisFixedWindowBuilder, RedisTokenBucketBuilder};
 use crate::Quota;
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -109,8 +109,8 @@ fn block_on<T: Send + 'static>(
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RedisTokenBucket {
-    inner: super::RedisTokenBucket<ConnectionManager>,
+pub struct RedisTokenBucket<C = ConnectionManager> {
+    inner: super::RedisTokenBucket<C>,
     runtime: Arc<OwnedRuntime>,
 }
 
@@ -145,7 +145,10 @@ impl RedisTokenBucketBuilder {
     }
 }
 
-impl RedisTokenBucket {
+impl<C> RedisTokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     /// As [`super::RedisTokenBucket::acquire`], blocking for at most the timeout.
     pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
         acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
@@ -180,11 +183,82 @@ impl RedisTokenBucket {
     }
 }
 
+/// A runtime and a connection to the cluster `client` names, made on it: within
+/// `timeout`, or refused.
+#[cfg(feature = "redis-cluster")]
+fn connect_cluster(
+    client: ::redis::cluster::ClusterClient,
+    timeout: Duration,
+) -> Result<(Arc<OwnedRuntime>, ::redis::cluster_async::ClusterConnection), ConfigError> {
+    let runtime = OwnedRuntime::start()?;
+    let connect = async move {
+        client
+            .get_async_connection()
+            .await
+            .map_err(CheckError::Redis)
+    };
+    match block_on(&runtime, timeout, connect) {
+        Ok(conn) => Ok((Arc::new(runtime), conn)),
+        Err(CheckError::Redis(error)) => Err(ConfigError::Connection(error)),
+        Err(other) => Err(ConfigError::Connection(::redis::RedisError::from((
+            ::redis::ErrorKind::Io,
+            "no cluster node answered",
+            other.to_string(),
+        )))),
+    }
+}
+
+#[cfg(feature = "redis-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+impl RedisTokenBucketBuilder {
+    /// A blocking limiter with its own runtime, on Redis Cluster: a connection to the
+    /// cluster `client` names, made now (within the check's timeout, at least one
+    /// second), which routes each check to its key's node and follows the cluster's
+    /// slot map as it changes.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucketBuilder::build`], plus a runtime that cannot start or no
+    /// node answering ([`ConfigError::Connection`]).
+    pub fn build_blocking_cluster(
+        self,
+        client: ::redis::cluster::ClusterClient,
+    ) -> Result<RedisTokenBucket<::redis::cluster_async::ClusterConnection>, ConfigError> {
+        self.validate()?;
+        let wait = self.settings.timeout.max(Duration::from_secs(1));
+        let (runtime, conn) = connect_cluster(client, wait)?;
+        Ok(RedisTokenBucket {
+            inner: self.build(conn)?,
+            runtime,
+        })
+    }
+}
+
+#[cfg(feature = "redis-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+impl RedisFixedWindowBuilder {
+    /// As [`RedisTokenBucketBuilder::build_blocking_cluster`].
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucketBuilder::build_blocking_cluster`].
+    pub fn build_blocking_cluster(
+        self,
+        client: ::redis::cluster::ClusterClient,
+    ) -> Result<RedisFixedWindow<::redis::cluster_async::ClusterConnection>, ConfigError> {
+        self.validate()?;
+        let wait = self.settings.timeout.max(Duration::from_secs(1));
+        let (runtime, conn) = connect_cluster(client, wait)?;
+        Ok(RedisFixedWindow {
+            inner: self.build(conn)?,
+            runtime,
+        })
+    }
+}
+
 /// The blocking twin of [`super::RedisFixedWindow`], made by
 /// [`RedisFixedWindowBuilder::build_blocking`].
 #[derive(Clone, Debug)]
-pub struct RedisFixedWindow {
-    inner: super::RedisFixedWindow<ConnectionManager>,
+pub struct RedisFixedWindow<C = ConnectionManager> {
+    inner: super::RedisFixedWindow<C>,
     runtime: Arc<OwnedRuntime>,
 }
 
@@ -219,7 +293,10 @@ impl RedisFixedWindowBuilder {
     }
 }
 
-impl RedisFixedWindow {
+impl<C> RedisFixedWindow<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     /// As [`super::RedisFixedWindow::acquire`], blocking for at most the timeout.
     pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
         acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
@@ -259,9 +336,9 @@ impl RedisFixedWindow {
     }
 }
 
-fn acquire(
+fn acquire<C: ConnectionLike + Clone + Send + Sync + 'static>(
     runtime: &OwnedRuntime,
-    limiter: &ScriptLimiter<ConnectionManager>,
+    limiter: &ScriptLimiter<C>,
     key: &[u8],
     cost: u32,
 ) -> Outcome {
@@ -270,9 +347,9 @@ fn acquire(
     limiter.settle(key, result)
 }
 
-fn peek(
+fn peek<C: ConnectionLike + Clone + Send + Sync + 'static>(
     runtime: &OwnedRuntime,
-    limiter: &ScriptLimiter<ConnectionManager>,
+    limiter: &ScriptLimiter<C>,
     key: &[u8],
 ) -> Result<u32, CheckError> {
     let left = limiter.left(key);

@@ -85,14 +85,32 @@
 //! # Keys and Redis Cluster
 //! A check touches exactly one key: the limiter's prefix followed by the key's bytes
 //! (any bytes: spaces, braces, non-UTF-8, kilobytes). Both scripts declare it in
-//! `KEYS`, so they run on Redis Cluster unchanged: connect with a cluster connection
-//! (`redis::cluster_async::ClusterConnection`, from the `redis` crate's
-//! `cluster-async` feature in your own `Cargo.toml`; any
-//! `redis::aio::ConnectionLike + Clone` works), and the client routes each `EVALSHA` to
-//! the key's slot and loads the script on every primary on `NOSCRIPT`. Keys spread over
-//! the slots by their whole name; a hash tag (`{...}`) in a **key** pins keys that
-//! share it to one slot when you want them together, while a hash tag in the
-//! **prefix** would put every key of the limiter in one slot, on one node: don't.
+//! `KEYS`, so they run on Redis Cluster unchanged: build the limiter on a cluster
+//! connection (`redis::cluster_async::ClusterConnection`, from the `redis` crate's
+//! `cluster-async` feature; any `redis::aio::ConnectionLike + Clone` works), or, for
+//! the blocking limiters, `build_blocking_cluster` (feature `redis-cluster`). The
+//! client routes each `EVALSHA` to the key's slot and loads the script on every
+//! primary on `NOSCRIPT`. Keys spread over the slots by their whole name; a hash tag
+//! (`{...}`) in a **key** pins keys that share it to one slot when you want them
+//! together, while a hash tag in the **prefix** would put every key of the limiter in
+//! one slot, on one node: don't.
+//!
+//! Tested against three masters the tests start (`tests/redis/cluster.rs`): five
+//! limiters on connections of their own admit exactly the capacity per key, with the
+//! keys on every master; a master killed mid-run has its keys answered by the policy
+//! while the others are decided, and, restarted with its data on disk (`appendonly`,
+//! `appendfsync always`), every key admits exactly the rest of its capacity. What a
+//! master forgets, a limit forgets: a master restarted without persistence, or a
+//! replica promoted before it received the latest writes (Redis replicates
+//! asynchronously), comes back with fuller buckets — Redis's durability is the
+//! limit's. The circuit breaker is per limiter, not per node: on a cluster, one
+//! master down would open it for keys on every master, so cluster limiters are
+//! better built with [`CircuitBreaker::off`] (the tests do).
+//!
+//! **Sentinel** is not supported yet: a connection that follows the master on
+//! failover needs re-resolving the master through the sentinels after an error,
+//! which neither the `redis` crate's connection manager nor this crate does today.
+//! Use a Sentinel-aware proxy, or a cluster.
 //!
 //! # Failures
 //! Each check waits at most its timeout (default [`DEFAULT_TIMEOUT`], 50 ms, set per

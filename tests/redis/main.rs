@@ -6,6 +6,7 @@ mod server;
 
 mod blocking;
 mod breaker;
+mod cluster;
 mod connect;
 mod expiry;
 mod failure;

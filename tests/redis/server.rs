@@ -20,6 +20,8 @@ pub fn free_loopback_port() -> u16 {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// The arguments beyond the defaults, for a restart.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -75,12 +77,13 @@ impl RedisServer {
     fn start_with(port: u16, extra: &[String]) -> Result<Self, String> {
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
-            .args(extra)
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--daemonize", "no"])
             .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            // Last, so they override the defaults above.
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -92,6 +95,7 @@ impl RedisServer {
                 return Ok(Self {
                     child: Some(child),
                     port,
+                    extra: extra.to_vec(),
                 });
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -129,12 +133,13 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, after [`RedisServer::kill`].
+    /// Starts the server again on the same port and with the same arguments, after
+    /// [`RedisServer::kill`].
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            match Self::start_on(self.port) {
+            match Self::start_with(self.port, &self.extra) {
                 Ok(mut server) => {
                     self.child = server.child.take();
                     return;

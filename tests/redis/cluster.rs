@@ -1,0 +1,258 @@
+//! Redis Cluster: three masters on loopback, started by the test (`redis-cli --cluster
+//! create`). Five limiters with connections of their own share one limit exactly;
+//! keys spread over the masters; a master restarted mid-run (with its data on disk)
+//! keeps every decision exact, the checks in between answered by the policy.
+
+use crate::fresh_prefix;
+use crate::server::{RedisServer, free_loopback_port};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use turnstile::Decision;
+use turnstile::Quota;
+use turnstile::redis::{CircuitBreaker, FailurePolicy, Outcome, RedisTokenBucket};
+
+/// Three masters, their data and node files in a directory of their own.
+struct Cluster {
+    masters: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "turnstile-cluster-{}-{}",
+            std::process::id(),
+            fresh_prefix("c").replace(':', "-")
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let masters: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                let node_dir = dir.join(format!("node{i}"));
+                std::fs::create_dir_all(&node_dir).unwrap();
+                RedisServer::start_with_args(&[
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    // The bus port is normally port + 10000, which may not exist.
+                    "--cluster-port".into(),
+                    free_loopback_port().to_string(),
+                    "--cluster-node-timeout".into(),
+                    "2000".into(),
+                    "--dir".into(),
+                    node_dir.to_string_lossy().into_owned(),
+                    // On disk, written before each reply: a restarted master keeps
+                    // every decision it made.
+                    "--appendonly".into(),
+                    "yes".into(),
+                    "--appendfsync".into(),
+                    "always".into(),
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = masters
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.port()))
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli (Debian's redis-tools, installed with redis-server)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = Self { masters, dir };
+        cluster.until_ok();
+        cluster
+    }
+
+    /// Waits until every master says the cluster is ok.
+    fn until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for master in &self.masters {
+            let mut conn = master.client().get_connection().unwrap();
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster never became ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    fn client(&self) -> ClusterClient {
+        ClusterClient::builder(self.masters.iter().map(|m| m.url()))
+            .connection_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap()
+    }
+
+    async fn connection(&self) -> ClusterConnection {
+        self.client().get_async_connection().await.unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for master in &mut self.masters {
+            master.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn limiter(cluster: &Cluster, prefix: &str) -> RedisTokenBucket<ClusterConnection> {
+    RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), FailurePolicy::Closed)
+        .prefix(prefix)
+        .timeout(Duration::from_secs(2))
+        // One limiter serves keys on every master: a master down must not stop the
+        // checks for the others (the breaker is per limiter, not per node).
+        .circuit_breaker(CircuitBreaker::off())
+        .build(cluster.connection().await)
+        .unwrap()
+}
+
+const KEYS: usize = 30;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_limiters_on_a_cluster_share_one_limit_exactly() {
+    let cluster = Cluster::start();
+    let prefix = fresh_prefix("cluster");
+    let mut limiters = Vec::new();
+    for _ in 0..5 {
+        limiters.push(limiter(&cluster, &prefix).await);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for limiter in limiters {
+        tasks.spawn(async move {
+            let mut admitted = vec![0u32; KEYS];
+            for _ in 0..4 {
+                for (key, count) in admitted.iter_mut().enumerate() {
+                    match limiter.acquire(format!("user{key}"), 1).await {
+                        Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
+                        Outcome::Fallback { error, .. } => panic!("no fallback expected: {error}"),
+                    }
+                }
+            }
+            admitted
+        });
+    }
+    let mut total = vec![0u32; KEYS];
+    while let Some(admitted) = tasks.join_next().await {
+        for (sum, n) in total.iter_mut().zip(admitted.unwrap()) {
+            *sum += n;
+        }
+    }
+    // 5 limiters × 4 requests per key, 20 each, for a capacity of 10.
+    assert_eq!(total, vec![10; KEYS]);
+
+    // The keys live on more than one master: the cluster really shards them.
+    let mut holders = HashSet::new();
+    for (i, master) in cluster.masters.iter().enumerate() {
+        let mut conn = master.client().get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut conn)
+            .unwrap();
+        if !keys.is_empty() {
+            holders.insert(i);
+        }
+    }
+    assert!(holders.len() >= 2, "keys on masters {holders:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
+    let mut cluster = Cluster::start();
+    let prefix = fresh_prefix("cluster-restart");
+    let mut limiters = Vec::new();
+    for _ in 0..5 {
+        limiters.push(limiter(&cluster, &prefix).await);
+    }
+    let key = |k: usize| format!("user{k}");
+    let mut admitted = [0u32; KEYS];
+    // Half of every key's capacity, spread over the five limiters.
+    for k in 0..KEYS {
+        for limiter in limiters.iter() {
+            let decision = limiter.acquire(key(k), 1).await.decision();
+            assert_eq!(
+                decision,
+                Some(Decision::Allowed {
+                    remaining: 9 - admitted[k]
+                })
+            );
+            admitted[k] += 1;
+        }
+    }
+
+    // A master dies: its keys are answered by the policy (Closed: denied), the
+    // others are decided as before.
+    cluster.masters[0].kill();
+    let mut fell_back = 0;
+    for k in 0..KEYS {
+        match limiters[k % 5].acquire(key(k), 1).await {
+            Outcome::Decided(decision) => admitted[k] += u32::from(decision.is_allowed()),
+            Outcome::Fallback { allowed, .. } => {
+                assert!(!allowed);
+                fell_back += 1;
+            }
+        }
+    }
+    assert!(
+        fell_back > 0 && fell_back < KEYS,
+        "{fell_back} of {KEYS} fell back"
+    );
+
+    // Back, with its data from disk: every key admits exactly the rest of its
+    // capacity, counted until a decided denial.
+    cluster.masters[0].restart();
+    cluster.until_ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for k in 0..KEYS {
+        let mut turn = k;
+        loop {
+            turn += 1;
+            match limiters[turn % 5].acquire(key(k), 1).await {
+                Outcome::Decided(Decision::Allowed { .. }) => admitted[k] += 1,
+                Outcome::Decided(_) => break,
+                Outcome::Fallback { allowed, .. } => {
+                    assert!(!allowed);
+                    assert!(Instant::now() < deadline, "key {k} never decided again");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    assert_eq!(admitted, [10; KEYS]);
+}
+
+/// The blocking limiters take a cluster client too.
+#[cfg(feature = "redis-cluster")]
+#[test]
+fn a_blocking_limiter_on_a_cluster_decides_exactly() {
+    let cluster = Cluster::start();
+    let limiter = RedisTokenBucket::builder(Quota::per_hour(3).unwrap(), FailurePolicy::Closed)
+        .prefix(fresh_prefix("cluster-blocking"))
+        .timeout(Duration::from_secs(2))
+        .build_blocking_cluster(cluster.client())
+        .unwrap();
+    for k in 0..KEYS {
+        let key = format!("user{k}");
+        for remaining in [2, 1, 0] {
+            assert_eq!(
+                limiter.acquire(&key, 1).decision(),
+                Some(Decision::Allowed { remaining })
+            );
+        }
+        assert!(matches!(
+            limiter.acquire(&key, 1).decision(),
+            Some(Decision::Denied { .. })
+        ));
+    }
+}
