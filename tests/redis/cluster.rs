@@ -178,16 +178,16 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
     let key = |k: usize| format!("user{k}");
     let mut admitted = [0u32; KEYS];
     // Half of every key's capacity, spread over the five limiters.
-    for k in 0..KEYS {
+    for (k, count) in admitted.iter_mut().enumerate() {
         for limiter in limiters.iter() {
             let decision = limiter.acquire(key(k), 1).await.decision();
             assert_eq!(
                 decision,
                 Some(Decision::Allowed {
-                    remaining: 9 - admitted[k]
+                    remaining: 9 - *count
                 })
             );
-            admitted[k] += 1;
+            *count += 1;
         }
     }
 
@@ -195,9 +195,9 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
     // others are decided as before.
     cluster.masters[0].kill();
     let mut fell_back = 0;
-    for k in 0..KEYS {
+    for (k, count) in admitted.iter_mut().enumerate() {
         match limiters[k % 5].acquire(key(k), 1).await {
-            Outcome::Decided(decision) => admitted[k] += u32::from(decision.is_allowed()),
+            Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
             Outcome::Fallback { allowed, .. } => {
                 assert!(!allowed);
                 fell_back += 1;
@@ -214,12 +214,12 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
     cluster.masters[0].restart();
     cluster.until_ok();
     let deadline = Instant::now() + Duration::from_secs(30);
-    for k in 0..KEYS {
+    for (k, count) in admitted.iter_mut().enumerate() {
         let mut turn = k;
         loop {
             turn += 1;
             match limiters[turn % 5].acquire(key(k), 1).await {
-                Outcome::Decided(Decision::Allowed { .. }) => admitted[k] += 1,
+                Outcome::Decided(Decision::Allowed { .. }) => *count += 1,
                 Outcome::Decided(_) => break,
                 Outcome::Fallback { allowed, .. } => {
                     assert!(!allowed);
