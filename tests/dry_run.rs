@@ -293,6 +293,9 @@ fn a_dry_run_check_that_can_never_pass_does_not_end_the_evaluation() {
     let verdict = policy.acquire(&Request { user: 1, ip: 9 });
     assert!(verdict.is_allowed());
     assert_eq!(verdict.if_enforced().outcome(), Outcome::ExceedsCapacity);
+    // Enforced, the first check would have ended the evaluation: the second is not
+    // among the refusing checks of that view.
+    assert_eq!(verdict.if_enforced().refused().collect::<Vec<_>>(), [0]);
     assert_eq!(verdict.refused_in_dry_run().collect::<Vec<_>>(), [0]);
     assert_eq!(
         users.peek(&1),
@@ -319,6 +322,7 @@ fn a_dry_run_check_without_a_key_is_reported_not_refused() {
     let verdict = policy.acquire(&Request { user: 1, ip: 9 });
     assert!(verdict.is_allowed());
     assert_eq!(verdict.if_enforced().outcome(), Outcome::MissingKey);
+    assert_eq!(verdict.if_enforced().refused().collect::<Vec<_>>(), [0]);
     assert_eq!(verdict.refused_in_dry_run().collect::<Vec<_>>(), [0]);
 }
 

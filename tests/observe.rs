@@ -125,8 +125,10 @@ fn a_named_policy_counts_each_checks_decisions_and_its_verdicts() {
     let clock = ManualClock::new();
     let quota = Quota::new(1, ms(100)).unwrap();
     let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()));
-    let policy: Policy<Request> = metrics::with_local_recorder(&recorder, || {
-        Policy::builder()
+    // Built and asked under the recorder: check counters register at the check's
+    // first decision.
+    metrics::with_local_recorder(&recorder, || {
+        let policy: Policy<Request> = Policy::builder()
             .check(
                 Check::new("per-user", bucket(), Limit::steady(quota), |r: &Request| {
                     r.user
@@ -141,24 +143,23 @@ fn a_named_policy_counts_each_checks_decisions_and_its_verdicts() {
             )
             .name("transfers")
             .build()
-            .unwrap()
+            .unwrap();
+        let alice = Request {
+            user: Some(1),
+            ip: 9,
+        };
+        let bob = Request {
+            user: Some(2),
+            ip: 9,
+        };
+        assert!(policy.acquire(&alice).is_allowed());
+        assert!(
+            policy.acquire(&bob).is_allowed(),
+            "trial would refuse, in dry run"
+        );
+        assert!(!policy.acquire(&alice).is_allowed());
+        assert!(!policy.acquire(&Request { user: None, ip: 9 }).is_allowed());
     });
-    let alice = Request {
-        user: Some(1),
-        ip: 9,
-    };
-    let bob = Request {
-        user: Some(2),
-        ip: 9,
-    };
-    assert!(policy.acquire(&alice).is_allowed());
-    assert!(
-        policy.acquire(&bob).is_allowed(),
-        "trial would refuse, in dry run"
-    );
-    assert!(!policy.acquire(&alice).is_allowed());
-    assert!(!policy.acquire(&Request { user: None, ip: 9 }).is_allowed());
-
     let series = read(&snapshotter);
     let check = |name: &str, dry_run: bool, outcome: &str| {
         counter(
@@ -233,13 +234,20 @@ fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
             .clock(clock.clone())
             .name("api")
             .build();
+        let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()));
         let policy: Policy<Request> = Policy::builder()
             .check(Check::new(
                 "per-ip",
-                Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone())),
+                bucket(),
                 Limit::steady(quota),
                 |r: &Request| Some(r.ip),
             ))
+            .check(
+                Check::new("per-user", bucket(), Limit::steady(quota), |r: &Request| {
+                    r.user
+                })
+                .dry_run(),
+            )
             .name("uploads")
             .build()
             .unwrap();
@@ -248,14 +256,46 @@ fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
         let request = Request { user: None, ip: 7 };
         assert!(policy.acquire(&request).is_allowed());
         assert!(!policy.acquire(&request).is_allowed());
+        assert!(
+            policy
+                .acquire(&Request {
+                    user: Some(3),
+                    ip: 8
+                })
+                .is_allowed()
+        );
+        assert!(
+            policy
+                .acquire(&Request {
+                    user: Some(3),
+                    ip: 9
+                })
+                .is_allowed()
+        );
     });
     let events = events.0.lock().unwrap();
+    // The limiter's denial; the dry-run check's missing key (the first two requests
+    // have no user); the per-IP denial between them; the dry-run check's denial of
+    // user 3's second request. None for allowed requests.
+    let refused: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.fields["limiter"].as_str(), e.fields["outcome"].as_str()))
+        .collect();
     assert_eq!(
-        events.len(),
-        2,
-        "one per refusal, none for allowed requests: {events:?}"
+        refused,
+        [
+            ("\"api\"", "\"denied\""),
+            ("\"per-user\"", "\"missing_key\""),
+            ("\"per-ip\"", "\"denied\""),
+            ("\"per-user\"", "\"missing_key\""),
+            ("\"per-user\"", "\"denied\""),
+        ],
+        "{events:?}"
     );
-    let (limiter, check) = (&events[0], &events[1]);
+    assert_eq!(events[1].fields["dry_run"], "true");
+    assert_eq!(events[4].fields["dry_run"], "true");
+    assert_eq!(events[4].fields["key_hash"], key_hash(&3u32).to_string());
+    let (limiter, check) = (&events[0], &events[2]);
     assert_eq!(limiter.level, tracing::Level::DEBUG);
     assert_eq!(limiter.fields["limiter"], "\"api\"");
     assert_eq!(limiter.fields["outcome"], "\"denied\"");
@@ -281,4 +321,64 @@ fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
 fn key_hashes_agree_for_borrowed_forms_and_differ_between_keys() {
     assert_eq!(key_hash("alice"), key_hash(&String::from("alice")));
     assert_ne!(key_hash("alice"), key_hash("bob"));
+}
+
+/// A layer in dry run reports its checks as dry-run checks only: no series is left
+/// behind under the mode the policy was built in.
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn a_layer_in_dry_run_registers_its_checks_as_dry_run_only() {
+    use axum::Router;
+    use tower::Service;
+    use turnstile::http::{HeaderKey, RateLimitLayer};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let quota = Quota::per_minute(1).unwrap();
+    let policy = Policy::builder()
+        .check(Check::new(
+            "per-user",
+            Arc::new(TokenBucket::<String>::new(quota)),
+            Limit::steady(quota),
+            HeaderKey::new(http::HeaderName::from_static("x-api-key")),
+        ))
+        .name("api")
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(policy).dry_run().build().unwrap();
+    let mut app = Router::new().fallback(|| async { "ok" }).layer(layer);
+    for _ in 0..2 {
+        let request = http::Request::builder()
+            .uri("/")
+            .header("x-api-key", "alice")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.call(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::OK);
+    }
+    let series = read(&snapshotter);
+    let checks: Vec<&String> = series
+        .keys()
+        .filter(|name| name.starts_with("turnstile_check_decisions_total"))
+        .collect();
+    assert!(!checks.is_empty());
+    assert!(
+        checks.iter().all(|name| name.contains("dry_run=true")),
+        "{checks:?}"
+    );
+    assert_eq!(
+        counter(
+            &series,
+            "turnstile_check_decisions_total{check=per-user,dry_run=true,outcome=denied,policy=api}"
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &series,
+            "turnstile_policy_dry_run_refusals_total{policy=api}"
+        ),
+        1
+    );
 }

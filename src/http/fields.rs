@@ -24,12 +24,17 @@ pub(crate) fn retry_after(retry_after: Duration) -> HeaderValue {
     HeaderValue::from(seconds_rounded_up(retry_after).max(1))
 }
 
-/// `RateLimit-Policy` for `policy`: one item per check, `"name";q=capacity;w=window`;
-/// `None` for a policy without checks. The same for every response of the policy, so
+/// `RateLimit-Policy` for `policy`: one item per check, `"name";q=capacity;w=window`
+/// (its dry-run checks only when the whole layer is in dry run); `None` for a policy
+/// without such checks. The same for every response of the policy, so
 /// it is made once.
-pub(crate) fn policy_field(policy: &Policy<Parts>) -> Option<HeaderValue> {
+pub(crate) fn policy_field(policy: &Policy<Parts>, dry_run_layer: bool) -> Option<HeaderValue> {
     let mut field = String::new();
-    for (name, limit) in (0..policy.len()).filter_map(|i| policy.check_info(i)) {
+    // A check on trial in an enforced layer is not announced: clients that follow
+    // these fields would throttle themselves on a limit that is not enforced. A layer
+    // in dry run announces every check, as it will once enforced.
+    let reported = (0..policy.len()).filter(|&i| dry_run_layer || !policy.is_dry_run(i));
+    for (name, limit) in reported.filter_map(|i| policy.check_info(i)) {
         if !field.is_empty() {
             field.push_str(", ");
         }

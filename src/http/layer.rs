@@ -148,7 +148,7 @@ impl RateLimitLayerBuilder {
                 if dry_run {
                     policy.set_dry_run();
                 }
-                Route::new(matcher, policy)
+                Route::new(matcher, policy, dry_run)
             })
             .collect();
         Ok(RateLimitLayer {

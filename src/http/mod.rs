@@ -104,12 +104,16 @@
 //!
 //! # Dry run, metrics and logs
 //! [`RateLimitLayerBuilder::dry_run`] runs every route's policy in dry run (shadow
-//! mode): every check is asked and counted, the RateLimit fields are sent as if the
-//! limits were enforced (so clients see a limit before it bites), and no request is
-//! refused or delayed. A single check can be tried the same way inside an enforced
-//! policy ([`Check::dry_run`](crate::policy::Check::dry_run)); see
-//! [dry run](crate::policy#dry-run). A refused response's fields report the enforced
-//! checks, which its `Retry-After` matches. Named policies and limiters report their
+//! mode): every check is asked and counted, the RateLimit fields are sent as they
+//! would be were the limits enforced, and no request is refused or delayed. A single
+//! check can be tried inside an enforced policy
+//! ([`Check::dry_run`](crate::policy::Check::dry_run)); see
+//! [dry run](crate::policy#dry-run). Such a check stays out of the RateLimit fields,
+//! which report the enforced checks only: clients that follow them would otherwise
+//! throttle themselves on a limit that is not enforced. The inner service finds the
+//! policy's [`Verdict`](crate::policy::Verdict) in the request's extensions when the route's policy has
+//! dry-run checks (`Extension<Verdict>` in axum), with what the dry run would have
+//! refused. Named policies and limiters report their
 //! decisions as metrics and events (features `metrics`, `tracing`: see
 //! `turnstile::observe`); the example server exports them at `/metrics`.
 //!

@@ -63,33 +63,36 @@ pub(crate) struct Route {
     matcher: Matcher,
     pub(crate) policy: Policy<Parts>,
     policy_field: Option<HeaderValue>,
+    /// The whole layer is in dry run.
+    dry_run: bool,
 }
 
 impl Route {
-    pub(crate) fn new(matcher: Matcher, policy: Policy<Parts>) -> Self {
-        let policy_field = fields::policy_field(&policy);
+    pub(crate) fn new(matcher: Matcher, policy: Policy<Parts>, dry_run: bool) -> Self {
+        let policy_field = fields::policy_field(&policy, dry_run);
         Self {
             matcher,
             policy,
             policy_field,
+            dry_run,
         }
     }
 
-    /// The RateLimit header fields for `verdict`: for a request that goes ahead, what
-    /// its checks would report were the dry-run ones enforced (so a limit tried in dry
-    /// run is announced before it is enforced); for a refused one, the enforced checks'
-    /// report, which its `Retry-After` matches.
+    /// The RateLimit header fields for `verdict`. They report the enforced checks:
+    /// a check on trial (dry run) in an enforced policy stays invisible to clients,
+    /// who would otherwise throttle themselves on a limit that is not enforced — and
+    /// a refusal's `Retry-After` matches them. A layer in dry run reports what its
+    /// checks would report enforced (every check of it is on trial; that is what an
+    /// operator trying the layer wants to see).
     pub(crate) fn fields(&self, verdict: &Verdict) -> RateLimitFields {
-        let reported = if verdict.is_allowed() {
-            verdict.if_enforced()
+        let binding = if self.dry_run {
+            verdict.if_enforced().binding().or(verdict.binding())
         } else {
-            *verdict
+            verdict.binding()
         };
         RateLimitFields {
             policy: self.policy_field.clone(),
-            limit: reported
-                .binding()
-                .and_then(|binding| fields::limit_field(&self.policy, binding)),
+            limit: binding.and_then(|binding| fields::limit_field(&self.policy, binding)),
         }
     }
 }

@@ -2,8 +2,9 @@
 
 use super::refusal::{self, Refusal};
 use super::routes::{RateLimitFields, Routes};
-use crate::policy::Verdict;
+use crate::policy::{Policy, Verdict};
 use crate::wait::{Attempt, Wait, keep_trying};
+use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::{Future, poll_fn};
@@ -54,14 +55,17 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // The head alone is what policies read: it does not depend on the body type.
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let index = self.routes.route_of(&parts);
         let route = self.routes.route(index);
         let verdict = route.policy.acquire(&parts);
         let state = match (Refusal::of(verdict.outcome()), self.routes.delay) {
             (None, _) => State::Forwarded {
-                future: self.inner.call(Request::from_parts(parts, body)),
                 fields: Some(route.fields(&verdict)),
+                future: {
+                    hand_over(&route.policy, &mut parts, verdict);
+                    self.inner.call(Request::from_parts(parts, body))
+                },
             },
             (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => State::Delayed {
                 future: Box::pin(delayed(
@@ -80,6 +84,15 @@ where
             },
         };
         ResponseFuture { state }
+    }
+}
+
+/// Puts `verdict` in the extensions of a request that goes ahead, when its policy
+/// has dry-run checks: the inner service can see what the dry run would have refused.
+/// (Not for every request: an extension is an allocation.)
+fn hand_over(policy: &Policy<Parts>, parts: &mut Parts, verdict: Verdict) {
+    if policy.has_dry_run_checks() {
+        parts.extensions.insert(verdict);
     }
 }
 
@@ -120,6 +133,8 @@ where
         Some(refusal) => Ok(refuse(&routes, index, refusal, &verdict)),
         None => {
             poll_fn(|cx| inner.poll_ready(cx)).await?;
+            let mut parts = parts;
+            hand_over(&route.policy, &mut parts, verdict);
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
             route.fields(&verdict).add_to(response.headers_mut());
             Ok(response)

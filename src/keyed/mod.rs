@@ -121,9 +121,11 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
         };
         let automatic = self.forgetting.automatic;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        let observer = self
-            .name
-            .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name)));
+        let observer = {
+            let capped = self.forgetting.max_keys.is_some();
+            self.name
+                .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name, capped)))
+        };
         let core = Arc::new_cyclic(|weak: &std::sync::Weak<Core<A, K, C, S>>| Core {
             states: KeyMap::with_hasher(self.hasher, self.expected_keys),
             algorithm,
@@ -431,7 +433,7 @@ where
     fn sweep(&self) -> usize {
         const REFRESH: u32 = 256;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        let started = std::time::Instant::now();
+        let started = self.observer.as_ref().map(|_| std::time::Instant::now());
         let mut at = self.sweeper.begin(self.epoch.elapsed());
         let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
         self.states.retain(|state| {
@@ -458,7 +460,7 @@ where
         });
         self.sweeper.end(forgotten, kept);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.observer {
+        if let (Some(observer), Some(started)) = (&self.observer, started) {
             observer.swept(forgotten, self.states.len(), started.elapsed());
         }
         forgotten

@@ -57,10 +57,11 @@ pub(super) fn keyless(check: &str, policy: &str, dry_run: bool) {
 pub(super) fn fallback(
     name: &str,
     key: &[u8],
-    error: &crate::redis::CheckError,
+    failure: super::Failure,
+    error: &dyn std::fmt::Display,
     fallback: Option<bool>,
 ) {
-    if matches!(error, crate::redis::CheckError::CircuitOpen { .. }) {
+    if failure == super::Failure::CircuitOpen {
         tracing::debug!(
             target: "turnstile",
             limiter = name,

@@ -1,8 +1,8 @@
 //! The metric handles of named limiters and policies, registered once with whatever
 //! recorder is installed when they are built (see the [module docs](super)).
 
+use super::VerdictKind;
 use crate::Decision;
-use crate::policy::{Outcome, Verdict};
 use metrics::{Counter, Gauge, Histogram, Unit, counter, gauge, histogram};
 use std::sync::Once;
 use std::time::Duration;
@@ -58,8 +58,9 @@ fn describe() {
     });
 }
 
-/// A decision counter per outcome; outcomes a limiter cannot produce stay no-ops, so
-/// they add no series.
+/// A decision counter per outcome; `overflow` only where one can happen (a limiter
+/// with a `max_keys` cap; any check, whose limiter is not known), so a limiter adds no
+/// series for an outcome it can never count.
 struct Outcomes {
     allowed: Counter,
     denied: Counter,
@@ -123,12 +124,13 @@ struct RedisMetrics {
 }
 
 impl LimiterMetrics {
-    /// An in-process limiter's: decisions, keys and sweeps.
-    pub(super) fn in_process(name: &str) -> Self {
+    /// An in-process limiter's: decisions, keys and sweeps; `capped`: it has a
+    /// `max_keys` cap, so it can overflow.
+    pub(super) fn in_process(name: &str, capped: bool) -> Self {
         describe();
         let labels = [("limiter", name.to_owned())];
         Self {
-            outcomes: Outcomes::new(DECISIONS, &labels, true),
+            outcomes: Outcomes::new(DECISIONS, &labels, capped),
             keys: gauge!(KEYS, &labels),
             forgotten: counter!(FORGOTTEN, &labels),
             sweeps: counter!(SWEEPS, &labels),
@@ -197,12 +199,12 @@ impl LimiterMetrics {
     }
 
     #[cfg(feature = "redis")]
-    pub(super) fn failed(&self, error: &crate::redis::CheckError, fell_back: bool) {
+    pub(super) fn failed(&self, failure: super::Failure, fell_back: bool) {
         let Some(redis) = &self.redis else { return };
-        match error {
-            crate::redis::CheckError::Timeout(_) => &redis.timeouts,
-            crate::redis::CheckError::CircuitOpen { .. } => &redis.circuit_open_errors,
-            _ => &redis.errors,
+        match failure {
+            super::Failure::Timeout => &redis.timeouts,
+            super::Failure::CircuitOpen => &redis.circuit_open_errors,
+            super::Failure::Error => &redis.errors,
         }
         .increment(1);
         if fell_back {
@@ -276,16 +278,16 @@ impl PolicyMetrics {
         }
     }
 
-    pub(super) fn verdict(&self, verdict: &Verdict) {
-        match verdict.outcome() {
-            Outcome::Allowed => &self.allowed,
-            Outcome::Denied { .. } => &self.denied,
-            Outcome::Overflow { .. } => &self.overflow,
-            Outcome::ExceedsCapacity => &self.exceeds_capacity,
-            Outcome::MissingKey => &self.missing_key,
+    pub(super) fn verdict(&self, kind: VerdictKind, refused_in_dry_run: bool) {
+        match kind {
+            VerdictKind::Allowed => &self.allowed,
+            VerdictKind::Denied => &self.denied,
+            VerdictKind::Overflow => &self.overflow,
+            VerdictKind::ExceedsCapacity => &self.exceeds_capacity,
+            VerdictKind::MissingKey => &self.missing_key,
         }
         .increment(1);
-        if verdict.is_allowed() && !verdict.if_enforced().is_allowed() {
+        if refused_in_dry_run {
             self.dry_run_refusals.increment(1);
         }
     }

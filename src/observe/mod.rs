@@ -9,14 +9,16 @@
 //! with either feature on, and nothing with both off.
 //!
 //! # Metrics
-//! Registered once, when the limiter or policy is built: **install the recorder
-//! (say, `metrics-exporter-prometheus`) before building**, or the handles stay no-ops
-//! — the `metrics` crate's rule for handles, which keeps a check from looking anything
-//! up. Names and labels, Prometheus style:
+//! Registered once — a limiter's and a policy's when built, a policy check's at its
+//! first decision (by then its mode, dry run or not, is final): **install the
+//! recorder (say, `metrics-exporter-prometheus`) before building**, or the handles
+//! stay no-ops — the `metrics` crate's rule for handles, which keeps a check from
+//! looking anything up. Metric descriptions go to the recorder installed when the
+//! first thing is named. Names and labels, Prometheus style:
 //!
 //! | metric | kind | labels | what |
 //! |---|---|---|---|
-//! | `turnstile_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow` (the `max_keys` cap), `fallback` (Redis gave none; the failure policy answered) |
+//! | `turnstile_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow` (the `max_keys` cap; only for a limiter that has one), `fallback` (Redis limiters: Redis gave none, the failure policy answered) |
 //! | `turnstile_keys` | gauge | `limiter` | keys held, as of the latest insertion or sweep |
 //! | `turnstile_keys_forgotten_total` | counter | `limiter` | keys forgotten by sweeps |
 //! | `turnstile_sweeps_total` | counter | `limiter` | sweeps of the key map |
@@ -25,13 +27,21 @@
 //! | `turnstile_redis_circuit_open` | gauge | `limiter` | 1 while the circuit breaker is open, else 0 |
 //! | `turnstile_redis_circuit_trips_total` | counter | `limiter` | times the circuit breaker opened |
 //! | `turnstile_redis_replaced_total` | counter | `limiter` | checks that found another program's data at their key and replaced it |
-//! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: the outcomes above, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
+//! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow`, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
 //! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
 //! | `turnstile_policy_dry_run_refusals_total` | counter | `policy` | requests that went ahead but that the dry-run checks would have refused |
 //!
-//! A check's decision is counted as the limiter made it: a policy check that allowed
-//! and then gave its take back (a later check refused the request) counts as
-//! `allowed`, as does its limiter; the policy's verdict counts the refusal.
+//! What is counted is what was decided, attempt by attempt:
+//! - a policy check that allowed and then gave its take back (a later check refused
+//!   the request) counts as `allowed`, as does its limiter; the policy's verdict
+//!   counts the refusal;
+//! - a limiter counts its own decisions whoever asks: a named limiter behind a
+//!   dry-run check counts (and logs) its denials like any other, though the request
+//!   was served — name the policy, whose check counters carry `dry_run`, and leave a
+//!   limiter on trial unnamed (or name it for the trial);
+//! - waiting (`Policy::until_ready`, the HTTP layer's delay mode) asks again after
+//!   each wait, and each attempt is counted: a request served after one wait counts
+//!   one denial and one allowed verdict.
 //!
 //! Keys never appear in labels: they are unbounded in number and often personal data.
 //!
@@ -49,7 +59,9 @@
 //! key drawn at random when the process first needs it, so a hash cannot be reversed
 //! by trying keys (an IPv4 address has only 2^32) without that process's secret. To
 //! find one client's events, compute its hash in the same process (an admin endpoint
-//! calling [`key_hash`]). Hashes of one key agree within a process, not across
+//! calling [`key_hash`]). Hash the key as the limiter sees it: in-process limiters
+//! hash the key type (`key_hash("alice")` for a `String` key), Redis limiters the
+//! key's bytes (`key_hash(b"alice".as_slice())`), which hash differently. Hashes of one key agree within a process, not across
 //! processes or restarts.
 //!
 //! # Cost
@@ -77,6 +89,28 @@ pub fn key_hash<Q: Hash + ?Sized>(key: &Q) -> u64 {
     SECRET.get_or_init(Default::default).hash_one(key)
 }
 
+/// Why a Redis check got no answer, as the reports tell it apart.
+#[cfg(feature = "redis")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// No reply within the timeout.
+    Timeout,
+    /// An error: the connection, the server, the reply.
+    Error,
+    /// The open circuit breaker answered without asking Redis.
+    CircuitOpen,
+}
+
+/// A policy's verdict, as its reports count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VerdictKind {
+    Allowed,
+    Denied,
+    Overflow,
+    ExceedsCapacity,
+    MissingKey,
+}
+
 /// What a named limiter reports, made when it is built.
 pub(crate) struct LimiterObserver {
     #[cfg(feature = "tracing")]
@@ -86,11 +120,13 @@ pub(crate) struct LimiterObserver {
 }
 
 impl LimiterObserver {
-    /// The reports of an in-process limiter named `name`.
-    pub(crate) fn in_process(name: Arc<str>) -> Self {
+    /// The reports of an in-process limiter named `name`; `capped`: it has a
+    /// `max_keys` cap.
+    pub(crate) fn in_process(name: Arc<str>, capped: bool) -> Self {
+        let _ = capped;
         Self {
             #[cfg(feature = "metrics")]
-            metrics: metrics::LimiterMetrics::in_process(&name),
+            metrics: metrics::LimiterMetrics::in_process(&name, capped),
             #[cfg(feature = "tracing")]
             name,
         }
@@ -153,20 +189,22 @@ impl LimiterObserver {
         let _ = key;
     }
 
-    /// A Redis check or peek for `key` that got no answer; `fallback` is the failure
-    /// policy's answer for a check, `None` for a peek.
+    /// A Redis check or peek for `key` that got no answer (`failure`, described by
+    /// `error`); `fallback` is the failure policy's answer for a check, `None` for a
+    /// peek.
     #[cfg(feature = "redis")]
     pub(crate) fn failed(
         &self,
         key: &[u8],
-        error: &crate::redis::CheckError,
+        failure: Failure,
+        error: &dyn std::fmt::Display,
         fallback: Option<bool>,
     ) {
         #[cfg(feature = "metrics")]
-        self.metrics.failed(error, fallback.is_some());
+        self.metrics.failed(failure, fallback.is_some());
         #[cfg(feature = "tracing")]
-        events::fallback(&self.name, key, error, fallback);
-        let _ = (key, error, fallback);
+        events::fallback(&self.name, key, failure, error, fallback);
+        let _ = (key, failure, error, fallback);
     }
 }
 
@@ -249,11 +287,13 @@ impl PolicyObserver {
         }
     }
 
-    /// The policy's verdict for one request.
-    pub(crate) fn verdict(&self, verdict: &crate::policy::Verdict) {
+    /// The policy's verdict for one request: what the enforced checks decided, and
+    /// whether a request they let through would have been refused by its dry-run
+    /// checks.
+    pub(crate) fn verdict(&self, kind: VerdictKind, refused_in_dry_run: bool) {
         #[cfg(feature = "metrics")]
-        self.metrics.verdict(verdict);
-        let _ = verdict;
+        self.metrics.verdict(kind, refused_in_dry_run);
+        let _ = (kind, refused_in_dry_run);
     }
 
     /// The policy's name.

@@ -37,9 +37,14 @@ pub struct Check<L, K, E> {
     pub(super) cost: u32,
     missing: MissingKey<K>,
     dry_run: bool,
-    /// Metrics and events, once the check is in a named policy.
+    /// The name of the policy the check reports under, once it is in a named one.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
-    observer: Option<crate::observe::CheckObserver>,
+    policy: Option<std::sync::Arc<str>>,
+    /// Its metrics and events, registered at its first decision: by then the check's
+    /// mode is final (the HTTP layer may put a built policy in dry run), so no series
+    /// is registered under a mode the check never runs in.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    observer: std::sync::OnceLock<crate::observe::CheckObserver>,
     _key: PhantomData<fn(K)>,
 }
 
@@ -63,7 +68,9 @@ where
             missing: MissingKey::Reject,
             dry_run: false,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
-            observer: None,
+            policy: None,
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            observer: std::sync::OnceLock::new(),
             _key: PhantomData,
         }
     }
@@ -159,11 +166,8 @@ where
 
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     fn observe(&mut self, policy: &std::sync::Arc<str>) {
-        self.observer = Some(crate::observe::CheckObserver::new(
-            policy.clone(),
-            &self.name,
-            self.dry_run,
-        ));
+        self.policy = Some(policy.clone());
+        self.observer = std::sync::OnceLock::new();
     }
 
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
@@ -175,7 +179,7 @@ where
         }
         let keyless = |refused: bool| {
             #[cfg(any(feature = "metrics", feature = "tracing"))]
-            if let Some(observer) = &self.observer {
+            if let Some(observer) = self.observer() {
                 observer.keyless(refused);
             }
             let _ = refused;
@@ -198,6 +202,17 @@ impl<L, K, E> Check<L, K, E>
 where
     L: RateLimiter<K>,
 {
+    /// The check's reports, registered now if this is its first decision; `None`
+    /// outside a named policy.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[inline]
+    fn observer(&self) -> Option<&crate::observe::CheckObserver> {
+        let policy = self.policy.as_ref()?;
+        Some(self.observer.get_or_init(|| {
+            crate::observe::CheckObserver::new(policy.clone(), &self.name, self.dry_run)
+        }))
+    }
+
     fn take_from<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
     where
         K: Borrow<Q>,
@@ -205,7 +220,7 @@ where
     {
         let decision = self.limiter.acquire(key, self.cost);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.observer {
+        if let Some(observer) = self.observer() {
             observer.decided(key, &decision);
         }
         let go_ahead = rest(Taken::Decided(decision));

@@ -89,9 +89,13 @@
 //! - **A dry-run check never takes allowance an enforced check needs**: it takes only
 //!   from its own limiter, and a policy whose dry-run check shares a limiter with one
 //!   of its enforced checks is refused at build time
-//!   ([`PolicyError::DryRunSharesLimiter`]). (A limiter shared with an enforced check
-//!   of *another* policy cannot be seen from here; give each dry-run check a limiter
-//!   of its own.)
+//!   ([`PolicyError::DryRunSharesLimiter`]). The comparison is by limiter object: a
+//!   limiter shared with an enforced check of *another* policy, or reached through a
+//!   wrapper of yours, cannot be seen from here; give each dry-run check a limiter of
+//!   its own.
+//! - **Clients do not see a check on trial**: the HTTP layer's RateLimit fields report
+//!   the enforced checks only (a layer in dry run reports all its checks, as it will
+//!   once enforced).
 //! - A dry-run check whose request can never pass (cost above capacity, missing key)
 //!   does not end the evaluation as an enforced one does: the later checks are still
 //!   asked.
@@ -116,6 +120,8 @@ use verdict::{Passed, Tally};
 /// [module documentation](self) for the exact semantics).
 pub struct Policy<R: ?Sized> {
     checks: Box<[Box<dyn Evaluate<R>>]>,
+    /// Whether any check runs in dry run: only then does a request keep two tallies.
+    dry_run_checks: bool,
     /// Metrics and events, for a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     observer: Option<Box<crate::observe::PolicyObserver>>,
@@ -136,6 +142,7 @@ impl<R: ?Sized> Policy<R> {
     pub fn unlimited() -> Self {
         Self {
             checks: Box::new([]),
+            dry_run_checks: false,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: None,
         }
@@ -143,12 +150,21 @@ impl<R: ?Sized> Policy<R> {
 
     /// Asks every check for `request`, all or nothing.
     pub fn acquire(&self, request: &R) -> Verdict {
-        let mut tally = Tally::default();
+        let mut tally = Tally::new(self.dry_run_checks);
         take_from(&self.checks, request, 0, &mut tally);
         let verdict = tally.verdict();
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
-            observer.verdict(&verdict);
+            use crate::observe::VerdictKind;
+            let kind = match verdict.outcome() {
+                Outcome::Allowed => VerdictKind::Allowed,
+                Outcome::Denied { .. } => VerdictKind::Denied,
+                Outcome::Overflow { .. } => VerdictKind::Overflow,
+                Outcome::ExceedsCapacity => VerdictKind::ExceedsCapacity,
+                Outcome::MissingKey => VerdictKind::MissingKey,
+            };
+            let refused_in_dry_run = verdict.is_allowed() && !verdict.if_enforced().is_allowed();
+            observer.verdict(kind, refused_in_dry_run);
         }
         verdict
     }
@@ -169,6 +185,11 @@ impl<R: ?Sized> Policy<R> {
         Some((name, limit))
     }
 
+    /// Whether any check runs in dry run.
+    pub fn has_dry_run_checks(&self) -> bool {
+        self.dry_run_checks
+    }
+
     /// Whether the check at `index` runs in dry run.
     pub fn is_dry_run(&self, index: usize) -> bool {
         self.checks
@@ -179,6 +200,7 @@ impl<R: ?Sized> Policy<R> {
     /// Puts every check in dry run (the HTTP layer's dry run).
     #[cfg(feature = "tower")]
     pub(crate) fn set_dry_run(&mut self) {
+        self.dry_run_checks = !self.checks.is_empty();
         for check in self.checks.iter_mut() {
             check.set_dry_run();
             // Reported again, now as a dry-run check.
@@ -317,8 +339,10 @@ impl<R: ?Sized> PolicyBuilder<R> {
             }
             Box::new(crate::observe::PolicyObserver::new(name))
         });
+        let dry_run_checks = self.checks.iter().any(|check| check.is_dry_run());
         Ok(Policy {
             checks: self.checks.into_boxed_slice(),
+            dry_run_checks,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer,
         })

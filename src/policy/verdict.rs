@@ -19,12 +19,47 @@ pub struct Verdict {
     if_enforced: View,
 }
 
-/// One reading of a policy's checks: the enforced ones only, or all of them.
+/// One reading of a policy's checks: the enforced ones only, or all of them. The
+/// outcome is stored as its kind, its wait read from the binding (the check with the
+/// longest wait), which keeps a verdict small enough to return without a copy loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct View {
-    outcome: Outcome,
+    kind: Kind,
     binding: Option<Binding>,
     refused: u64,
+}
+
+/// An [`Outcome`] without its wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Allowed,
+    Denied,
+    Overflow,
+    ExceedsCapacity,
+    MissingKey,
+}
+
+impl View {
+    fn outcome(&self) -> Outcome {
+        // The binding of a denial or an overflow is the check with the longest wait,
+        // and its decision holds that wait.
+        let wait = || {
+            self.binding
+                .and_then(|binding| binding.decision.retry_after())
+                .unwrap_or_default()
+        };
+        match self.kind {
+            Kind::Allowed => Outcome::Allowed,
+            Kind::Denied => Outcome::Denied {
+                retry_after: wait(),
+            },
+            Kind::Overflow => Outcome::Overflow {
+                retry_after: wait(),
+            },
+            Kind::ExceedsCapacity => Outcome::ExceedsCapacity,
+            Kind::MissingKey => Outcome::MissingKey,
+        }
+    }
 }
 
 /// The outcome of a policy for one request.
@@ -70,20 +105,20 @@ impl Verdict {
     /// The outcome.
     #[inline]
     pub fn outcome(&self) -> Outcome {
-        self.enforced.outcome
+        self.enforced.outcome()
     }
 
     /// Whether every check allowed the request.
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.enforced.outcome == Outcome::Allowed
+        self.enforced.kind == Kind::Allowed
     }
 
     /// When to try again, for [`Outcome::Denied`] (exact) and [`Outcome::Overflow`]
     /// (a hint); `None` otherwise.
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.enforced.outcome {
+        match self.enforced.outcome() {
             Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
                 Some(retry_after)
             }
@@ -131,40 +166,62 @@ fn positions(mask: u64) -> impl Iterator<Item = usize> {
     (0..u64::BITS as usize).filter(move |&i| mask & (1 << i) != 0)
 }
 
-/// The checks' reports so far: the enforced checks' alone, and every check's.
-#[derive(Default)]
+/// The checks' reports so far: the enforced checks' alone, and, for a policy with
+/// dry-run checks, every check's.
 pub(super) struct Tally {
     enforced: Part,
-    all: Part,
+    /// Every check's reports; `None` for a policy without dry-run checks, where they
+    /// are the enforced ones (so such a policy tallies once).
+    all: Option<Part>,
 }
 
 impl Tally {
+    /// An empty tally for a policy that has dry-run checks, or not.
+    #[inline]
+    pub(super) fn new(dry_run_checks: bool) -> Self {
+        Self {
+            enforced: Part::default(),
+            all: dry_run_checks.then(Part::default),
+        }
+    }
+
     /// Records what check `check` made of the request; returns whether to go on
     /// asking the later checks: not once an enforced check has found that the request
     /// can never pass (a dry-run check that finds so is recorded, and the others are
     /// still asked).
+    #[inline(always)]
     pub(super) fn record(&mut self, check: usize, taken: Taken, dry_run: bool) -> bool {
-        let go_on = self.all.record(check, taken);
+        let Some(all) = &mut self.all else {
+            return self.enforced.record(check, taken);
+        };
+        // Once a check has found that the request could never pass, the later checks
+        // are ones a policy with every check enforced would not ask: they stay out of
+        // the every-check view.
+        if all.never.is_none() {
+            all.record(check, taken);
+        }
         if dry_run {
             return true;
         }
-        self.enforced.record(check, taken);
-        go_on
+        self.enforced.record(check, taken)
     }
 
     /// Whether the request goes ahead (every enforced check let it through so far),
     /// and whether it would were every check enforced.
+    #[inline]
     pub(super) fn passed(&self) -> Passed {
+        let enforced = self.enforced.refused == 0;
         Passed {
-            enforced: self.enforced.refused == 0,
-            all: self.all.refused == 0,
+            enforced,
+            all: self.all.as_ref().map_or(enforced, |all| all.refused == 0),
         }
     }
 
-    pub(super) fn verdict(self) -> Verdict {
+    pub(super) fn verdict(&self) -> Verdict {
+        let enforced = self.enforced.view();
         Verdict {
-            enforced: self.enforced.view(),
-            if_enforced: self.all.view(),
+            enforced,
+            if_enforced: self.all.as_ref().map_or(enforced, Part::view),
         }
     }
 }
@@ -190,24 +247,26 @@ impl Passed {
 struct Part {
     /// The allowed check with the fewest units left.
     tightest: Option<Binding>,
-    /// The denied or overflowing check with the longest wait, and that wait.
-    longest_wait: Option<(Binding, Duration)>,
+    /// The denied or overflowing check with the longest wait (its decision holds the
+    /// wait).
+    longest_wait: Option<Binding>,
     overflow: bool,
     /// A check that ended the evaluation: the request can never pass.
-    never: Option<(Outcome, Option<Binding>)>,
+    never: Option<(Kind, Option<Binding>)>,
     refused: u64,
 }
 
 impl Part {
     /// Records what check `check` made of the request; returns whether the request
     /// can still pass.
+    #[inline(always)]
     fn record(&mut self, check: usize, taken: Taken) -> bool {
         let binding = |decision| Binding { check, decision };
         match taken {
             Taken::Skipped => true,
             Taken::NoKey => {
                 self.refuse(check);
-                self.never.get_or_insert((Outcome::MissingKey, None));
+                self.never.get_or_insert((Kind::MissingKey, None));
                 false
             }
             Taken::Decided(decision) => match decision {
@@ -223,15 +282,18 @@ impl Part {
                 Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
                     self.refuse(check);
                     self.overflow |= matches!(decision, Decision::Overflow { .. });
-                    if self.longest_wait.is_none_or(|(_, w)| retry_after > w) {
-                        self.longest_wait = Some((binding(decision), retry_after));
+                    if self
+                        .longest_wait
+                        .is_none_or(|b| Some(retry_after) > b.decision.retry_after())
+                    {
+                        self.longest_wait = Some(binding(decision));
                     }
                     true
                 }
                 Decision::ExceedsCapacity { .. } => {
                     self.refuse(check);
                     self.never
-                        .get_or_insert((Outcome::ExceedsCapacity, Some(binding(decision))));
+                        .get_or_insert((Kind::ExceedsCapacity, Some(binding(decision))));
                     false
                 }
             },
@@ -244,20 +306,20 @@ impl Part {
 
     /// The outcome, binding and refusing checks these reports add up to.
     fn view(&self) -> View {
-        let (outcome, binding) = if let Some(never) = self.never {
+        let (kind, binding) = if let Some(never) = self.never {
             never
-        } else if let Some((binding, retry_after)) = self.longest_wait {
-            let outcome = if self.overflow {
-                Outcome::Overflow { retry_after }
+        } else if let Some(binding) = self.longest_wait {
+            let kind = if self.overflow {
+                Kind::Overflow
             } else {
-                Outcome::Denied { retry_after }
+                Kind::Denied
             };
-            (outcome, Some(binding))
+            (kind, Some(binding))
         } else {
-            (Outcome::Allowed, self.tightest)
+            (Kind::Allowed, self.tightest)
         };
         View {
-            outcome,
+            kind,
             binding,
             refused: self.refused,
         }

@@ -223,7 +223,7 @@ where
             match &outcome {
                 Outcome::Decided(decision) => observer.decided(key, decision),
                 Outcome::Fallback { allowed, error } => {
-                    observer.failed(key, error, Some(*allowed));
+                    observer.failed(key, failure(error), error, Some(*allowed));
                 }
             }
         }
@@ -236,7 +236,7 @@ where
         self.engine.counters.count_error(error);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.engine.observer {
-            observer.failed(key, error, None);
+            observer.failed(key, failure(error), error, None);
         }
         let _ = key;
     }
@@ -249,6 +249,16 @@ where
     /// The timeout of one check.
     pub(crate) fn timeout(&self) -> Duration {
         self.engine.timeout
+    }
+}
+
+/// How the reports tell `error` apart.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+fn failure(error: &CheckError) -> crate::observe::Failure {
+    match error {
+        CheckError::Timeout(_) => crate::observe::Failure::Timeout,
+        CheckError::CircuitOpen { .. } => crate::observe::Failure::CircuitOpen,
+        _ => crate::observe::Failure::Error,
     }
 }
 

@@ -71,15 +71,54 @@ async fn a_limit_tried_in_dry_run_never_refuses_while_the_enforced_one_does() {
             StatusCode::TOO_MANY_REQUESTS
         ]
     );
-    // The refusal names the enforced check only; a served request's field announces
-    // the limit on trial.
+    // The refusal names the enforced check only, and the check on trial stays out of
+    // the fields: clients see only what is enforced.
     assert!(
         replies[4].body.contains(r#"["per-user"]"#),
         "{}",
         replies[4].body
     );
+    for reply in &replies {
+        assert_eq!(
+            reply.header("ratelimit-policy").unwrap(),
+            r#""per-user";q=3;w=60"#
+        );
+    }
     assert_eq!(
         replies[1].header("ratelimit").unwrap(),
-        r#""per-ip";r=0;t=60"#
+        r#""per-user";r=2;t=20"#
+    );
+}
+
+#[tokio::test]
+async fn the_inner_service_sees_what_the_dry_run_would_have_refused() {
+    use axum::{Extension, Router};
+    use turnstile::policy::Verdict;
+
+    let clock = ManualClock::new();
+    let policy = Policy::builder()
+        .check(per_user("per-user", Quota::per_minute(3).unwrap(), &clock))
+        .check(per_ip("per-ip", Quota::per_minute(1).unwrap(), &clock).dry_run())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(policy).build().unwrap();
+    let app = Router::new()
+        .fallback(|Extension(verdict): Extension<Verdict>| async move {
+            format!("{:?}", verdict.refused_in_dry_run().collect::<Vec<_>>())
+        })
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app).await.unwrap();
+    });
+    let first = get(server, 1, "/", Some("alice")).await;
+    let second = get(server, 1, "/", Some("bob")).await;
+    assert_eq!((first.status, first.body.as_str()), (StatusCode::OK, "[]"));
+    // The per-IP trial would have refused bob's request: check 1.
+    assert_eq!(
+        (second.status, second.body.as_str()),
+        (StatusCode::OK, "[1]")
     );
 }

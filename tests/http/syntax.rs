@@ -191,17 +191,25 @@ async fn every_kind_of_response_sends_valid_fields() {
         .unwrap();
     let server = serve(layer).await;
     let mut statuses = Vec::new();
-    for (path, key) in [
-        ("/", Some("alice")),
-        ("/", Some("alice")),
-        ("/", Some("alice")), // denied
-        ("/", None),          // no key
-        ("/capped", Some("bob")),
-        ("/capped", Some("carol")), // over the key cap
-        ("/never", Some("dave")),   // cost above capacity
+    // Each request, and whether its response reports a limit (every response of a
+    // route with checks lists them; a request without a key has none to report).
+    for (path, key, reports) in [
+        ("/", Some("alice"), true),
+        ("/", Some("alice"), true),
+        ("/", Some("alice"), true), // denied
+        ("/", None, false),         // no key
+        ("/capped", Some("bob"), true),
+        ("/capped", Some("carol"), true), // over the key cap
+        ("/never", Some("dave"), true),   // cost above capacity
     ] {
         let reply = get(server, 1, path, key).await;
         assert_valid(&reply);
+        assert!(reply.header("ratelimit-policy").is_some(), "{path} {key:?}");
+        assert_eq!(
+            reply.header("ratelimit").is_some(),
+            reports,
+            "{path} {key:?}"
+        );
         statuses.push(reply.status);
     }
     assert_eq!(
