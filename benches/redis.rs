@@ -1,12 +1,17 @@
 //! Checks per second against a local Redis, for 1, 8 and 64 concurrent tokio tasks
 //! sharing one limiter (one multiplexed connection: concurrent checks are pipelined),
-//! next to the in-process `TokenBucket` driven by the same harness.
+//! next to the same limiter on a local Redis Cluster of three masters (one cluster
+//! connection) and the in-process `TokenBucket`, all driven by the same harness.
 //!
-//! Starts its own `redis-server` on a free loopback port, with persistence off; skips
-//! with a message when there is none on PATH.
+//! Starts its own `redis-server` on a free loopback port, with persistence off, and
+//! its own cluster (`tests/redis/cluster_server.rs`: persistence on, `appendfsync
+//! always`, as the cluster tests run it); skips with a message when there is no
+//! redis-server on PATH.
 //!
 //! Run: `cargo bench --features redis --bench redis`
 
+#[path = "../tests/redis/cluster_server.rs"]
+mod cluster_server;
 #[path = "../tests/redis/server.rs"]
 mod server;
 
@@ -17,7 +22,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
-use turnstile::redis::{FailurePolicy, RedisTokenBucket};
+use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisTokenBucket};
 use turnstile::{Quota, TokenBucket};
 
 const TASKS: [u64; 3] = [1, 8, 64];
@@ -72,6 +77,14 @@ fn checks_per_second(c: &mut Criterion) {
         .timeout(Duration::from_secs(1))
         .build(conn)
         .expect("a valid limiter");
+    let cluster = cluster_server::Cluster::start();
+    let cluster_conn = runtime.block_on(cluster.connection());
+    let on_cluster = RedisTokenBucket::builder(quota, FailurePolicy::Open)
+        .prefix("bench:")
+        .timeout(Duration::from_secs(1))
+        .circuit_breaker(CircuitBreaker::off())
+        .build(cluster_conn)
+        .expect("a valid limiter");
     let local = Arc::new(TokenBucket::<String>::new(quota));
     let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("user:{k}")).collect());
 
@@ -81,6 +94,20 @@ fn checks_per_second(c: &mut Criterion) {
         let (limiter, names) = (redis.clone(), Arc::clone(&keys));
         group.bench_with_input(
             BenchmarkId::new("redis_token_bucket", tasks),
+            &tasks,
+            |b, &tasks| {
+                b.iter_custom(|iters| {
+                    let (limiter, names) = (limiter.clone(), Arc::clone(&names));
+                    runtime.block_on(run(tasks, iters, move |k| {
+                        let (limiter, names) = (limiter.clone(), Arc::clone(&names));
+                        async move { limiter.try_acquire(&names[k]).await }
+                    }))
+                })
+            },
+        );
+        let (limiter, names) = (on_cluster.clone(), Arc::clone(&keys));
+        group.bench_with_input(
+            BenchmarkId::new("redis_cluster_token_bucket", tasks),
             &tasks,
             |b, &tasks| {
                 b.iter_custom(|iters| {
@@ -108,12 +135,13 @@ fn checks_per_second(c: &mut Criterion) {
         );
     }
     group.finish();
-    let failures = redis.failures();
-    assert_eq!(
-        failures,
-        Default::default(),
-        "every benchmarked check was decided"
-    );
+    for failures in [redis.failures(), on_cluster.failures()] {
+        assert_eq!(
+            failures,
+            Default::default(),
+            "every benchmarked check was decided"
+        );
+    }
 }
 
 criterion_group! {

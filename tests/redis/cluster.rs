@@ -3,109 +3,14 @@
 //! keys spread over the masters; a master restarted mid-run (with its data on disk)
 //! keeps every decision exact, the checks in between answered by the policy.
 
+use crate::cluster_server::Cluster;
 use crate::fresh_prefix;
-use crate::server::{RedisServer, free_loopback_port};
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use turnstile::Decision;
 use turnstile::Quota;
 use turnstile::redis::{CircuitBreaker, FailurePolicy, Outcome, RedisTokenBucket};
-
-/// Three masters, their data and node files in a directory of their own.
-struct Cluster {
-    masters: Vec<RedisServer>,
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "turnstile-cluster-{}-{}",
-            std::process::id(),
-            fresh_prefix("c").replace(':', "-")
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let masters: Vec<RedisServer> = (0..3)
-            .map(|i| {
-                let node_dir = dir.join(format!("node{i}"));
-                std::fs::create_dir_all(&node_dir).unwrap();
-                RedisServer::start_with_args(&[
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    // The bus port is normally port + 10000, which may not exist.
-                    "--cluster-port".into(),
-                    free_loopback_port().to_string(),
-                    "--cluster-node-timeout".into(),
-                    "2000".into(),
-                    "--dir".into(),
-                    node_dir.to_string_lossy().into_owned(),
-                    // On disk, written before each reply: a restarted master keeps
-                    // every decision it made.
-                    "--appendonly".into(),
-                    "yes".into(),
-                    "--appendfsync".into(),
-                    "always".into(),
-                ])
-            })
-            .collect();
-        let addresses: Vec<String> = masters
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.port()))
-            .collect();
-        let status = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("redis-cli (Debian's redis-tools, installed with redis-server)");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let cluster = Self { masters, dir };
-        cluster.until_ok();
-        cluster
-    }
-
-    /// Waits until every master says the cluster is ok.
-    fn until_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for master in &self.masters {
-            let mut conn = master.client().get_connection().unwrap();
-            loop {
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).unwrap();
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "the cluster never became ok");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-
-    fn client(&self) -> ClusterClient {
-        ClusterClient::builder(self.masters.iter().map(|m| m.url()))
-            .connection_timeout(Duration::from_millis(500))
-            .response_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap()
-    }
-
-    async fn connection(&self) -> ClusterConnection {
-        self.client().get_async_connection().await.unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for master in &mut self.masters {
-            master.kill();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 async fn limiter(cluster: &Cluster, prefix: &str) -> RedisTokenBucket<ClusterConnection> {
     RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), FailurePolicy::Closed)

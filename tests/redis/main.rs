@@ -2,6 +2,7 @@
 //! its own on a free loopback port, with persistence off, and kills it at the end.
 //! Built only with the `redis` feature; `bash .ci/test` installs the server if needed.
 
+mod cluster_server;
 mod server;
 
 mod blocking;
