@@ -4,9 +4,9 @@
 //! connection) and the in-process `TokenBucket`, all driven by the same harness.
 //!
 //! Starts its own `redis-server` on a free loopback port, with persistence off, and
-//! its own cluster (`tests/redis/cluster_server.rs`: persistence on, `appendfsync
-//! always`, as the cluster tests run it); skips with a message when there is no
-//! redis-server on PATH.
+//! its own cluster of three masters (`tests/redis/cluster_server.rs`), persistence off
+//! as for the single node; skips with a message when there is no redis-server on
+//! PATH.
 //!
 //! Run: `cargo bench --features redis --bench redis`
 
@@ -77,7 +77,7 @@ fn checks_per_second(c: &mut Criterion) {
         .timeout(Duration::from_secs(1))
         .build(conn)
         .expect("a valid limiter");
-    let cluster = cluster_server::Cluster::start();
+    let cluster = cluster_server::Cluster::start_with(false);
     let cluster_conn = runtime.block_on(cluster.connection());
     let on_cluster = RedisTokenBucket::builder(quota, FailurePolicy::Open)
         .prefix("bench:")

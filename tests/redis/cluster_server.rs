@@ -19,8 +19,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Three masters on loopback ports, the slots spread over them, the cluster ok.
+    /// Three masters on loopback ports, the slots spread over them, the cluster ok;
+    /// each writes its data to disk before replying, so a restarted master keeps it.
     pub fn start() -> Self {
+        Self::start_with(true)
+    }
+
+    /// As [`Cluster::start`]; `durable: false` keeps the data in memory only (no
+    /// fsync per write: what a throughput comparison with a memory-only single node
+    /// wants).
+    pub fn start_with(durable: bool) -> Self {
         static CLUSTERS: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "turnstile-cluster-{}-{}",
@@ -45,7 +53,7 @@ impl Cluster {
                     // On disk, written before each reply: a restarted master keeps
                     // every decision it made.
                     "--appendonly".into(),
-                    "yes".into(),
+                    if durable { "yes" } else { "no" }.into(),
                     "--appendfsync".into(),
                     "always".into(),
                 ])
