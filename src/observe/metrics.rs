@@ -62,14 +62,24 @@ fn describe() {
 /// with a `max_keys` cap; any check, whose limiter is not known), so a limiter adds no
 /// series for an outcome it can never count.
 struct Outcomes {
-    allowed: Counter,
-    denied: Counter,
-    exceeds_capacity: Counter,
-    overflow: Counter,
+    /// Allowed, denied, exceeds capacity, overflow: in [`slot`]'s order.
+    counters: [Counter; 4],
+}
+
+/// Where `decision`'s counter is in [`Outcomes::counters`].
+#[inline]
+fn slot(decision: &Decision) -> usize {
+    match decision {
+        Decision::Allowed { .. } => 0,
+        Decision::Denied { .. } => 1,
+        Decision::ExceedsCapacity { .. } => 2,
+        Decision::Overflow { .. } => 3,
+    }
 }
 
 impl Outcomes {
-    /// The counters of `metric` with `labels` plus `outcome`, for `outcomes`.
+    /// The counters of `metric` with `labels` plus `outcome`; `overflow`'s only if
+    /// one can happen.
     fn new(metric: &'static str, labels: &[(&'static str, String)], overflow: bool) -> Self {
         let counter = |outcome: &'static str| {
             let mut labels: Vec<(&'static str, String)> = labels.to_vec();
@@ -77,26 +87,22 @@ impl Outcomes {
             counter!(metric, &labels)
         };
         Self {
-            allowed: counter("allowed"),
-            denied: counter("denied"),
-            exceeds_capacity: counter("exceeds_capacity"),
-            overflow: if overflow {
-                counter("overflow")
-            } else {
-                Counter::noop()
-            },
+            counters: [
+                counter("allowed"),
+                counter("denied"),
+                counter("exceeds_capacity"),
+                if overflow {
+                    counter("overflow")
+                } else {
+                    Counter::noop()
+                },
+            ],
         }
     }
 
     #[inline]
     fn count(&self, decision: &Decision) {
-        match decision {
-            Decision::Allowed { .. } => &self.allowed,
-            Decision::Denied { .. } => &self.denied,
-            Decision::ExceedsCapacity { .. } => &self.exceeds_capacity,
-            Decision::Overflow { .. } => &self.overflow,
-        }
-        .increment(1);
+        self.counters[slot(decision)].increment(1);
     }
 }
 
