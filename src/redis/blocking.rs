@@ -214,7 +214,9 @@ impl RedisTokenBucketBuilder {
     /// A blocking limiter with its own runtime, on Redis Cluster: a connection to the
     /// cluster `client` names, made now (within the check's timeout, at least one
     /// second), which routes each check to its key's node and follows the cluster's
-    /// slot map as it changes.
+    /// slot map as it changes. Build it with `circuit_breaker(CircuitBreaker::off())`
+    /// and a client whose response timeout is longer than the check's: see
+    /// [Keys and Redis Cluster](super#keys-and-redis-cluster).
     ///
     /// # Errors
     /// As [`RedisTokenBucketBuilder::build`], plus a runtime that cannot start or no

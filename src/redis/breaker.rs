@@ -119,8 +119,8 @@ struct State {
     open_until: Option<u64>,
     /// The back-off the next failed probe doubles.
     backoff: Duration,
-    /// A probe is in flight.
-    probing: bool,
+    /// A probe is in flight, since this instant.
+    probing: Option<u64>,
 }
 
 /// What happened, for the caller to count and report.
@@ -138,6 +138,8 @@ pub(crate) struct Breaker {
     settings: CircuitBreaker,
     state: Mutex<State>,
     clock: Arc<dyn Clock>,
+    /// How long a probe may be out before another check may probe (nanoseconds).
+    probe_timeout: u64,
 }
 
 impl fmt::Debug for Breaker {
@@ -150,15 +152,17 @@ impl fmt::Debug for Breaker {
 }
 
 impl Breaker {
-    pub(crate) fn new(settings: CircuitBreaker, clock: Arc<dyn Clock>) -> Self {
+    /// A breaker on `clock` for checks that time out at `timeout`.
+    pub(crate) fn new(settings: CircuitBreaker, clock: Arc<dyn Clock>, timeout: Duration) -> Self {
         Self {
             clock,
+            probe_timeout: later(0, timeout.saturating_mul(2)),
             settings,
             state: Mutex::new(State {
                 consecutive_failures: 0,
                 open_until: None,
                 backoff: settings.min_backoff,
-                probing: false,
+                probing: None,
             }),
         }
     }
@@ -183,9 +187,18 @@ impl Breaker {
         match state.open_until {
             None => Admission::Ask,
             Some(until) if now < until => Admission::Refuse(Duration::from_nanos(until - now)),
-            Some(_) if state.probing => Admission::Refuse(Duration::ZERO),
+            // One probe at a time; a probe still out after twice the check's timeout
+            // is one whose caller stopped polling it (parked in a `select!`, say), and
+            // another check may probe.
+            Some(_)
+                if state
+                    .probing
+                    .is_some_and(|since| now.saturating_sub(since) < self.probe_timeout) =>
+            {
+                Admission::Refuse(Duration::ZERO)
+            }
             Some(_) => {
-                state.probing = true;
+                state.probing = Some(now);
                 Admission::Probe
             }
         }
@@ -198,7 +211,7 @@ impl Breaker {
         }
         let mut state = self.state();
         if *admission == Admission::Probe {
-            state.probing = false;
+            state.probing = None;
         }
         if answered {
             state.consecutive_failures = 0;
@@ -212,7 +225,10 @@ impl Breaker {
         match (state.open_until, admission) {
             // A failed probe: open again for twice as long.
             (Some(_), Admission::Probe) => {
-                state.backoff = (state.backoff * 2).min(self.settings.max_backoff);
+                state.backoff = state
+                    .backoff
+                    .saturating_mul(2)
+                    .min(self.settings.max_backoff);
                 state.open_until = Some(later(now, state.backoff));
                 Transition::None
             }
@@ -231,7 +247,7 @@ impl Breaker {
     /// may probe at once.
     pub(crate) fn abandon(&self, admission: &Admission) {
         if *admission == Admission::Probe {
-            self.state().probing = false;
+            self.state().probing = None;
         }
     }
 
@@ -261,7 +277,7 @@ mod tests {
 
     /// A breaker; the tests pass their own times.
     fn breaker(settings: CircuitBreaker) -> Breaker {
-        Breaker::new(settings, Arc::new(crate::ManualClock::new()))
+        Breaker::new(settings, Arc::new(crate::ManualClock::new()), ms(100))
     }
 
     /// `n` milliseconds as a clock reading.
@@ -332,6 +348,16 @@ mod tests {
         assert_eq!(probe, Admission::Probe);
         breaker.abandon(&probe);
         assert_eq!(breaker.admit(now + at(10)), Admission::Probe);
+    }
+
+    #[test]
+    fn a_probe_out_for_twice_the_timeout_lets_another_check_probe() {
+        // A probe whose caller stopped polling it is neither answered nor dropped.
+        let breaker = breaker(CircuitBreaker::new(1, ms(10), ms(10)));
+        breaker.record(&Admission::Ask, false, at(0));
+        assert_eq!(breaker.admit(at(10)), Admission::Probe);
+        assert_eq!(breaker.admit(at(209)), Admission::Refuse(Duration::ZERO));
+        assert_eq!(breaker.admit(at(210)), Admission::Probe);
     }
 
     #[test]

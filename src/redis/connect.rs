@@ -1,33 +1,47 @@
 //! The connection turnstile recommends: a `ConnectionManager` made without waiting for
-//! Redis, that gives up on a connection attempt or a reply at the check's timeout and
-//! retries every 10 to 50 ms while Redis is away, so checks are decided again soon
-//! after it returns.
+//! Redis, whose replies time out at the check's timeout, which retries quickly while
+//! Redis is away, so checks are decided again soon after it returns, and which lets a
+//! setup error (a wrong password or database, an untrusted certificate) reach the
+//! checks instead of retrying it forever.
 
 use super::config::ConfigError;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
 
-/// The longest pause between reconnection attempts of the connections turnstile
+/// The longest pause between two reconnection attempts of the connections turnstile
 /// makes ([`connection_config`]): after Redis comes back, the next attempt is at most
 /// this far away.
 pub const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(50);
 
-/// The first pause between reconnection attempts; each pause doubles (with jitter)
-/// up to [`MAX_RECONNECT_DELAY`].
-const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(10);
+/// The `redis` crate adds a random 0–100 % to each pause (jitter), so the pauses are
+/// set to half of what they may reach: 5 ms first, doubling to 25 ms.
+const MIN_PAUSE: Duration = Duration::from_millis(5);
+const MAX_PAUSE: Duration = Duration::from_millis(25);
+
+/// Attempts per reconnection (about 0.1 to 0.2 s in all) before the error reaches the
+/// checks; the next check starts another round. Without end, a setup error would
+/// look like a timeout forever.
+const ATTEMPTS: usize = 6;
+
+/// The shortest time a connection attempt is given: connecting, a TLS handshake and
+/// `HELLO`/`AUTH` to a remote Redis can take longer than a check may wait, and an
+/// attempt cut short at the check's timeout would never connect. A check still gives
+/// up at its own timeout while the attempt goes on.
+const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The connection manager settings turnstile uses (`connect`, `connect_client`,
-/// `build_blocking`): connection attempts and replies time out at the check's
-/// `timeout`, and reconnection retries without end, backing off from 10 ms to
-/// [`MAX_RECONNECT_DELAY`] — so a check after Redis came back finds it connected
-/// within about 50 ms, where the `redis` crate's defaults back off for seconds.
+/// `build_blocking`): replies time out at the check's `timeout`, connection attempts
+/// at the longer of it and one second; reconnection pauses grow from 5–10 ms to at
+/// most [`MAX_RECONNECT_DELAY`] (the `redis` crate's defaults back off for seconds),
+/// six attempts a round, after which the error reaches the checks and the next check
+/// starts another round.
 pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
+        .set_connection_timeout(Some(timeout.max(MIN_CONNECTION_TIMEOUT)))
         .set_response_timeout(Some(timeout))
-        .set_min_delay(MIN_RECONNECT_DELAY)
-        .set_max_delay(MAX_RECONNECT_DELAY)
-        .set_number_of_retries(usize::MAX)
+        .set_min_delay(MIN_PAUSE)
+        .set_max_delay(MAX_PAUSE)
+        .set_number_of_retries(ATTEMPTS)
 }
 
 /// A connection manager for `client` with [`connection_config`]`(timeout)`, made at
@@ -56,8 +70,9 @@ macro_rules! connect_methods {
         /// `"redis://127.0.0.1/"` or `"rediss://…"`, or a `redis::ConnectionInfo`)
         /// made the way turnstile recommends: it returns at once, without waiting for
         /// Redis — an application starts while Redis is down, its checks answered by
-        /// the failure policy — and it reconnects by itself, trying every 10 to 50 ms
-        /// while Redis is away ([`connection_config`](crate::redis::connection_config)).
+        /// the failure policy — and it reconnects by itself, at most 50 ms between
+        /// attempts while Redis is away
+        /// ([`connection_config`](crate::redis::connection_config)).
         /// Call it inside a tokio runtime.
         ///
         /// # Errors

@@ -97,7 +97,7 @@ where
             time,
             expire_idle_keys,
             counters: FailureCounters::default(),
-            breaker: Breaker::new(breaker, breaker_clock),
+            breaker: Breaker::new(breaker, breaker_clock, timeout),
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: name.map(crate::observe::LimiterObserver::redis),
         };

@@ -16,8 +16,10 @@
 -- remaining alone.
 --
 -- The prefix is the limiter's namespace: anything else found at the key (another
--- type, fields missing or not integers in range) is not a counter, and counts as a
--- missing key, an empty window. A check deletes it; a peek only reads.
+-- type, the limiter's fields missing one of the two or not integers in range) is not
+-- a counter, and counts as a missing key, an empty window. A check deletes it; a peek
+-- only reads. A hash with none of the limiter's fields is read as a missing key and
+-- left to the write, which adds the fields.
 --
 -- The increment and the expiry are one script, so no client sees one without the
 -- other. The window's start is stored beside the count, and it, not the key's
@@ -55,7 +57,11 @@ local stored = {false, false}
 local replaced = 0
 if kind == 'hash' then
   stored = redis.call('HMGET', KEYS[1], 'w', 'n')
-  if not (whole(stored[1]) and whole(stored[2])) then
+  if not (stored[1] or stored[2]) then
+    -- None of the limiter's fields: nothing of its own to distrust. Read as a missing
+    -- key; the write below adds the fields beside whatever else the hash holds.
+    stored = {false, false}
+  elseif not (whole(stored[1]) and whole(stored[2])) then
     stored = {false, false}
     replaced = 1
   end
@@ -63,7 +69,8 @@ elseif kind ~= 'none' then
   replaced = 1
 end
 if replaced == 1 and cost >= 0 then
-  redis.call('DEL', KEYS[1])
+  -- UNLINK: a huge foreign value is freed in the background, not while Redis waits.
+  redis.call('UNLINK', KEYS[1])
 end
 if stored[1] then
   local counted = whole(stored[1])

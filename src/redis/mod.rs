@@ -105,7 +105,11 @@
 //! asynchronously), comes back with fuller buckets — Redis's durability is the
 //! limit's. The circuit breaker is per limiter, not per node: on a cluster, one
 //! master down would open it for keys on every master, so cluster limiters are
-//! better built with [`CircuitBreaker::off`] (the tests do).
+//! better built with [`CircuitBreaker::off`] (the tests do). The `redis` crate's
+//! cluster client retries a request after an I/O timeout or a dropped connection, and
+//! a script it ran twice takes twice: a check counted twice restricts, never admits
+//! more. Give the cluster client a response timeout longer than the limiter's, so the
+//! check gives up first.
 //!
 //! **Sentinel** is not supported yet: a connection that follows the master on
 //! failover needs re-resolving the master through the sentinels after an error,
@@ -132,13 +136,14 @@
 //! same on [`RedisFixedWindowBuilder`]) is the recommended connection: a
 //! [`ConnectionManager`](::redis::aio::ConnectionManager) made without waiting for
 //! Redis — an application starts while Redis is down, its checks answered by the
-//! policy — whose connection attempts and replies time out at the check's timeout and
-//! which retries every 10 to 50 ms while Redis is away ([`connection_config`]). Checks
-//! are decided again a few tens of milliseconds after Redis returns (measured in
-//! `results/redis.md`); the `redis` crate's default manager backs off exponentially
-//! from 100 ms, hundreds of milliseconds to seconds. Any
-//! `redis::aio::ConnectionLike + Clone` still works with `build`; a
-//! `MultiplexedConnection` does not reconnect.
+//! policy — whose replies time out at the check's timeout and which reconnects with at
+//! most 50 ms between attempts while Redis is away ([`connection_config`]), letting a
+//! setup error (wrong password or database, untrusted certificate) reach the checks
+//! rather than retrying it forever. Checks are decided again a few tens of
+//! milliseconds after Redis returns (measured in `results/redis.md`); the `redis`
+//! crate's default manager backs off exponentially from 100 ms, hundreds of
+//! milliseconds to seconds. Any `redis::aio::ConnectionLike + Clone` still works with
+//! `build`; a `MultiplexedConnection` does not reconnect.
 //!
 //! **The circuit breaker** ([`CircuitBreaker`], on by default): after 3 consecutive
 //! checks or peeks that got no answer (timeouts, connection and I/O errors), checks
@@ -156,11 +161,14 @@
 //! client with `redis::Client::build_with_tls` and pass it to `connect_client`.
 //!
 //! **Foreign data.** The prefix is the limiter's namespace. A key that holds anything
-//! but the limiter's own state — another type, a hash whose fields are not the
-//! limiter's integers — is replaced by a fresh one (a full bucket, an empty window)
-//! with an expiry, by the check that finds it, and counted
-//! ([`FailureCounts::replaced`]); a peek reads it as fresh and changes nothing. Before,
-//! such a key made every check for it fall back, forever.
+//! but the limiter's own state — another type, or a hash whose limiter fields are
+//! incomplete or not integers in range — is replaced by a fresh one (a full bucket, an
+//! empty window), by the check that finds it, with an expiry if expiry is on, and
+//! counted ([`FailureCounts::replaced`]); a peek reads it as fresh and changes nothing.
+//! Before, such a key made every check for it fall back, forever. A hash with none of
+//! the limiter's fields is read as a missing key and the limiter's fields are added
+//! beside the others. A program that keeps rewriting a limiter's keys can still reset
+//! its limit: the prefix must be the limiter's alone.
 //!
 //! # Why not the `RateLimiter` trait
 //! [`RateLimiter`](crate::RateLimiter) is synchronous and infallible: `acquire`

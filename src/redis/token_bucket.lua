@@ -16,8 +16,10 @@
 -- replaced by a full bucket. A peek replies with the token count alone.
 --
 -- The prefix is the limiter's namespace: anything else found at the key (another
--- type, fields missing or not integers in range) is not a bucket, and counts as a
--- missing key, a full bucket. A check deletes it before writing; a peek only reads.
+-- type, the limiter's fields missing one of the two or not integers in range) is not
+-- a bucket, and counts as a missing key, a full bucket. A check deletes it before
+-- writing; a peek only reads. A hash with none of the limiter's fields is read as a
+-- missing key and left to the write, which adds the fields.
 --
 -- Every number is an integer below 2^53, which Lua's doubles hold exactly. math.fmod
 -- is exact; math.floor(a / b) is not (the quotient is rounded first). Numbers given to
@@ -54,7 +56,11 @@ local stored = {false, false}
 local replaced = 0
 if kind == 'hash' then
   stored = redis.call('HMGET', KEYS[1], 't', 'r')
-  if not (whole(stored[1]) and whole(stored[2])) then
+  if not (stored[1] or stored[2]) then
+    -- None of the limiter's fields: nothing of its own to distrust. Read as a missing
+    -- key; the write below adds the fields beside whatever else the hash holds.
+    stored = {false, false}
+  elseif not (whole(stored[1]) and whole(stored[2])) then
     stored = {false, false}
     replaced = 1
   end
@@ -62,7 +68,8 @@ elseif kind ~= 'none' then
   replaced = 1
 end
 if replaced == 1 and cost >= 0 then
-  redis.call('DEL', KEYS[1])
+  -- UNLINK: a huge foreign value is freed in the background, not while Redis waits.
+  redis.call('UNLINK', KEYS[1])
 end
 local old_tokens, last = nil, nil
 if stored[1] then

@@ -93,11 +93,13 @@ impl Cluster {
         }
     }
 
-    /// A client that knows every master.
+    /// A client that knows every master. Its response timeout is longer than the
+    /// limiters' check timeout: the cluster client retries a request that timed out,
+    /// and a script run twice takes twice — the check gives up first instead.
     pub fn client(&self) -> ClusterClient {
         ClusterClient::builder(self.masters.iter().map(|m| m.url()))
-            .connection_timeout(Duration::from_millis(500))
-            .response_timeout(Duration::from_millis(500))
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(10))
             .build()
             .unwrap()
     }
