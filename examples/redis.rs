@@ -24,20 +24,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .as_micros();
     let prefix = format!("example:{run}:");
 
+    // Each "server" connects the way turnstile recommends: at once, without waiting for
+    // Redis, reconnecting by itself.
     let mut servers = Vec::new();
     for _ in 0..3 {
-        let conn = match redis::aio::ConnectionManager::new(client.clone()).await {
-            Ok(conn) => conn,
-            Err(error) => {
-                eprintln!("cannot reach Redis at {url}: {error}\nstart one with `redis-server`");
-                std::process::exit(1);
-            }
-        };
         let limiter = RedisTokenBucket::builder(quota, FailurePolicy::Open)
             .prefix(&prefix)
             .timeout(Duration::from_millis(50))
-            .build(conn)?;
+            .connect(url.as_str())?;
         servers.push(limiter);
+    }
+    if let Some(error) = servers[0].peek("alice").await.err() {
+        eprintln!("cannot reach Redis at {url}: {error}\nstart one with `redis-server`");
+        std::process::exit(1);
     }
 
     println!("3 app servers, one limit of 5 per second for alice:");
@@ -64,7 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let window = RedisFixedWindow::builder(2, Duration::from_secs(1), FailurePolicy::Closed)
         .prefix(&prefix)
-        .build(redis::aio::ConnectionManager::new(client.clone()).await?)?;
+        .connect_client(client.clone())?;
     let admitted: Vec<bool> = [
         window.try_acquire("bob").await,
         window.try_acquire("bob").await,
