@@ -93,6 +93,7 @@ pub mod baseline;
 mod builder;
 mod clock;
 mod decision;
+mod direct;
 pub mod evict;
 mod fixed_window;
 mod gcra;
@@ -132,6 +133,9 @@ pub struct ReadmeDoctests;
 pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::Decision;
+pub use direct::{
+    DirectFixedWindow, DirectGcra, DirectLimiter, DirectSlidingWindowCounter, DirectTokenBucket,
+};
 #[cfg(not(turnstile_loom))]
 pub use evict::BackgroundSweeper;
 pub use evict::{KeyStats, Overflow};

@@ -145,3 +145,16 @@ impl Default for SweepSignal {
         Self::new()
     }
 }
+
+/// A direct limiter's raw state word, with its word algorithm to decode it.
+pub fn direct_word<W, C>(limiter: &crate::DirectLimiter<W, C>) -> (u64, W)
+where
+    W: WordAlgorithm + Algorithm<(), State = AtomicU64> + Copy,
+    C: Clock,
+{
+    // Relaxed: read after the model's threads are joined, which orders everything.
+    (
+        limiter.state().load(Ordering::Relaxed),
+        *limiter.algorithm(),
+    )
+}

@@ -9,9 +9,9 @@ use loom_tests::check;
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::loom_hooks::{
-    TokenBucketRules, acquire, acquire_word, available, refund, token_bucket_word,
+    TokenBucketRules, acquire, acquire_word, available, direct_word, refund, token_bucket_word,
 };
-use turnstile::{Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
+use turnstile::{Clock, Decision, DirectTokenBucket, ManualClock, Quota, RateLimiter, TokenBucket};
 
 const KEY: u64 = 7;
 /// Refill interval of every model, in nanoseconds of the `ManualClock`.
@@ -49,6 +49,28 @@ impl Bucket for Real {
         let (word, layout) = token_bucket_word(&self.0, &KEY);
         (word.expect("the key was created"), layout)
     }
+}
+
+/// turnstile's real direct (unkeyed) token bucket: the same word protocol, no map.
+struct Direct(DirectTokenBucket<ManualClock>);
+
+impl Bucket for Direct {
+    fn acquire(&self, cost: u32) -> Decision {
+        self.0.acquire(cost)
+    }
+    fn peek(&self) -> u32 {
+        self.0.peek()
+    }
+    fn word(&self) -> (u64, TokenBucketRules) {
+        direct_word(&self.0)
+    }
+}
+
+fn direct(capacity: u32, clock: &ManualClock) -> Direct {
+    Direct(DirectTokenBucket::with_clock(
+        quota(capacity),
+        clock.clone(),
+    ))
 }
 
 /// A mutant: one state word updated by a broken protocol instead of `acquire_word`.
@@ -195,6 +217,23 @@ fn refill_race_loses_and_invents_nothing<B: Bucket>(make: fn(&ManualClock) -> B)
 fn model_2_takes_racing_with_refill() {
     check("2 take racing with refill", Some(4), || {
         refill_race_loses_and_invents_nothing(|clock| Real::new(3, clock))
+    });
+}
+
+/// The direct limiter runs the same word protocol with no map: models 1 and 2 hold for
+/// it as they do for the keyed limiter (their mutants, being protocols on a bare word,
+/// are the direct limiter's too).
+#[test]
+fn model_1d_a_direct_limiter_on_a_frozen_clock_admits_exactly_capacity() {
+    check("1d direct take/take, frozen clock", Some(4), || {
+        frozen_clock_admits_exactly_capacity(|clock| direct(2, clock))
+    });
+}
+
+#[test]
+fn model_2d_a_direct_limiter_racing_with_refill() {
+    check("2d direct take racing with refill", Some(4), || {
+        refill_race_loses_and_invents_nothing(|clock| direct(3, clock))
     });
 }
 

@@ -1,0 +1,246 @@
+//! Direct (unkeyed) limiters: one state for the whole process — throttling the calls
+//! to an outside API, a global cap in front of a database — with no map: a check is
+//! one clock reading and one compare-and-set on one word, by the same word protocol
+//! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter among
+//! them).
+//!
+//! ```
+//! use turnstile::{DirectTokenBucket, Quota};
+//!
+//! // At most 10 calls a second to the payment provider, in bursts of up to 10.
+//! let provider = DirectTokenBucket::new(Quota::per_second(10)?);
+//! if provider.try_acquire() {
+//!     // call it
+//! }
+//! # Ok::<(), turnstile::QuotaError>(())
+//! ```
+//!
+//! A direct limiter is also a [`RateLimiter`] of the unit key `()`, so it works
+//! wherever a keyed one does: in a [`Policy`](crate::policy::Policy) check whose
+//! extractor returns `Some(())`, and with `turnstile::wait::until_ready(&limiter, &(),
+//! cost, &wait)`.
+
+use crate::algorithm::{Algorithm, Blocked};
+use crate::clock::{Clock, Epoch, QuantaClock};
+use crate::fixed_window::FixedWindowRules;
+use crate::gcra::GcraRules;
+use crate::sliding_window::SlidingWindowRules;
+use crate::sync::yield_now;
+use crate::token_bucket::TokenBucketRules;
+use crate::{Decision, KeyRef, Quota, QuotaError, RateLimiter};
+use std::borrow::Borrow;
+use std::fmt;
+
+/// A limiter with one state, not one per key, running algorithm `A`:
+/// [`DirectTokenBucket`], [`DirectGcra`], [`DirectFixedWindow`] and
+/// [`DirectSlidingWindowCounter`] are this type with their own `A`, each with the
+/// semantics of its keyed twin (see [`TokenBucket`](crate::TokenBucket) and the
+/// others). Lock-free and allocation-free.
+pub struct DirectLimiter<A: Algorithm<()>, C = QuantaClock> {
+    algorithm: A,
+    state: A::State,
+    epoch: Epoch<C>,
+    quota: Quota,
+}
+
+/// A direct token bucket: the [`TokenBucket`](crate::TokenBucket)'s semantics for one
+/// state.
+pub type DirectTokenBucket<C = QuantaClock> = DirectLimiter<TokenBucketRules, C>;
+/// A direct GCRA: the [`Gcra`](crate::Gcra)'s semantics for one state.
+pub type DirectGcra<C = QuantaClock> = DirectLimiter<GcraRules, C>;
+/// A direct fixed window: the [`FixedWindow`](crate::FixedWindow)'s semantics for one
+/// state.
+pub type DirectFixedWindow<C = QuantaClock> = DirectLimiter<FixedWindowRules, C>;
+/// A direct sliding window counter: the
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s semantics for one state.
+pub type DirectSlidingWindowCounter<C = QuantaClock> = DirectLimiter<SlidingWindowRules, C>;
+
+impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
+    /// The limiter running `algorithm` under `quota`, its epoch (the refill grid's or
+    /// the windows' origin) now.
+    fn assemble(algorithm: A, quota: Quota, clock: C) -> Self {
+        let state = algorithm.create(&());
+        Self {
+            algorithm,
+            state,
+            epoch: Epoch::start(clock),
+            quota,
+        }
+    }
+
+    /// Asks for `cost`, all or nothing (see [`RateLimiter::acquire`]).
+    #[inline]
+    pub fn acquire(&self, cost: u32) -> Decision {
+        let now = self.epoch.elapsed();
+        loop {
+            match self.algorithm.acquire(&self.state, now, cost) {
+                Ok(decision) => return decision,
+                // The single-word algorithms block a state only while it is retired or
+                // moved, which a direct limiter never does (it forgets nothing and has
+                // no per-key quotas); should one ever, it is resolved by trying again.
+                Err(blocked) => unblocked(blocked),
+            }
+        }
+    }
+
+    /// Asks for one unit: `acquire(1).is_allowed()`.
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        self.acquire(1).is_allowed()
+    }
+
+    /// What the limiter has now, taking nothing.
+    pub fn peek(&self) -> u32 {
+        let now = self.epoch.elapsed();
+        loop {
+            match self.algorithm.available(&self.state, now) {
+                Ok(available) => return available,
+                Err(blocked) => unblocked(blocked),
+            }
+        }
+    }
+
+    /// Gives back `cost` that an allowed request took but did not use, never beyond
+    /// what the limiter can hold (see [`RateLimiter::refund`]).
+    pub fn refund(&self, cost: u32) {
+        let now = self.epoch.elapsed();
+        loop {
+            match self.algorithm.refund(&self.state, now, cost) {
+                Ok(()) => return,
+                Err(blocked) => unblocked(blocked),
+            }
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The raw state, for loom models.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn state(&self) -> &A::State {
+        &self.state
+    }
+
+    /// The algorithm, for loom models.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+}
+
+/// Waits out what blocked a state, before trying it again.
+#[cold]
+fn unblocked(_: Blocked) {
+    yield_now();
+}
+
+impl<A: Algorithm<()>, C: Clock> RateLimiter<()> for DirectLimiter<A, C> {
+    #[inline]
+    fn acquire<Q>(&self, _: &Q, cost: u32) -> Decision
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::acquire(self, cost)
+    }
+
+    fn peek<Q>(&self, _: &Q) -> u32
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::peek(self)
+    }
+
+    fn refund<Q>(&self, _: &Q, cost: u32)
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::refund(self, cost)
+    }
+}
+
+impl<A: Algorithm<()>, C> fmt::Debug for DirectLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectLimiter")
+            .field("quota", &self.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DirectTokenBucket {
+    /// A direct token bucket under `quota`, on the default clock.
+    pub fn new(quota: Quota) -> Self {
+        Self::with_clock(quota, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> DirectTokenBucket<C> {
+    /// A direct token bucket on `clock` — a [`ManualClock`](crate::ManualClock) in
+    /// tests, say.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Self::assemble(TokenBucketRules::new(&quota), quota, clock)
+    }
+}
+
+impl DirectFixedWindow {
+    /// A direct fixed window under `quota` (`capacity` per window of `capacity ×
+    /// refill_every`), on the default clock.
+    pub fn new(quota: Quota) -> Self {
+        Self::with_clock(quota, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> DirectFixedWindow<C> {
+    /// A direct fixed window on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Self::assemble(FixedWindowRules::new(&quota), quota, clock)
+    }
+}
+
+impl DirectGcra {
+    /// A direct GCRA under `quota`, on the default clock.
+    ///
+    /// # Errors
+    /// The quotas [`Gcra`](crate::Gcra) refuses.
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
+        Self::with_clock(quota, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> DirectGcra<C> {
+    /// A direct GCRA on `clock`.
+    ///
+    /// # Errors
+    /// The quotas [`Gcra`](crate::Gcra) refuses.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        Ok(Self::assemble(GcraRules::new(&quota)?, quota, clock))
+    }
+}
+
+impl DirectSlidingWindowCounter {
+    /// A direct sliding window counter under `quota`, on the default clock.
+    ///
+    /// # Errors
+    /// The quotas [`SlidingWindowCounter`](crate::SlidingWindowCounter) refuses.
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
+        Self::with_clock(quota, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> DirectSlidingWindowCounter<C> {
+    /// A direct sliding window counter on `clock`.
+    ///
+    /// # Errors
+    /// The quotas [`SlidingWindowCounter`](crate::SlidingWindowCounter) refuses.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        Ok(Self::assemble(
+            SlidingWindowRules::new(&quota)?,
+            quota,
+            clock,
+        ))
+    }
+}
