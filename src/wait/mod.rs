@@ -33,10 +33,21 @@
 //!   clock, so tests can run under `tokio::time::pause`.
 //! - Waiters do not queue: a request arriving while others sleep may take the token
 //!   they wait for. What is fair is that nobody takes more than the quota.
+//!
+//! # Streams
+//! [`throttle`] holds a stream to a limiter's pace: each item is asked of the limiter
+//! (one unit, under the key a closure makes of it; `()` for a direct limiter) and
+//! held through denials for its exact `retry_after`, plus optional jitter — items are
+//! never dropped or reordered. It is governor's `ratelimit_stream`, for keyed limiters
+//! too.
 
 use crate::policy::{Outcome, Policy, Verdict};
 use crate::{Decision, KeyRef, RateLimiter};
 use rand::Rng;
+mod stream;
+
+pub use stream::{Throttled, throttle};
+
 use std::borrow::Borrow;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -84,12 +95,17 @@ impl Wait {
     }
 
     fn random_jitter(&self) -> Duration {
-        if self.jitter.is_zero() {
-            return Duration::ZERO;
-        }
-        let nanos = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rand::rng().random_range(0..=nanos))
+        random_up_to(self.jitter)
     }
+}
+
+/// A uniformly random duration from zero to `jitter`.
+fn random_up_to(jitter: Duration) -> Duration {
+    if jitter.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rand::rng().random_range(0..=nanos))
 }
 
 /// One attempt's result, as the waiting loop sees it.
