@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{Contender, Pattern, full_mode, run, thread_counts};
-use criterion::{BenchmarkId, Criterion, Throughput};
+use common::{Contender, Pattern, run, thread_counts};
+use criterion::{BenchmarkId, Throughput};
 use governor::clock::DefaultClock;
 use governor::state::{InMemoryState, NotKeyed};
 use std::num::NonZeroU32;
@@ -59,17 +59,7 @@ fn quota(allowed: bool) -> (u32, Duration) {
 }
 
 fn main() {
-    let (warm_up, measure, samples) = if full_mode() {
-        (Duration::from_secs(1), Duration::from_secs(3), 30)
-    } else {
-        (Duration::from_millis(150), Duration::from_millis(400), 10)
-    };
-    let mut criterion = Criterion::default()
-        .warm_up_time(warm_up)
-        .measurement_time(measure)
-        .sample_size(samples)
-        .without_plots()
-        .configure_from_args();
+    let mut criterion = common::criterion();
     let keys: Vec<Vec<u64>> = (0..thread_counts().into_iter().max().unwrap_or(1))
         .map(|t| Pattern::Hot.keys(t))
         .collect();

@@ -54,6 +54,29 @@ where
         .mul_f64(iters as f64 / (per_task * tasks) as f64)
 }
 
+/// One Redis limiter (on any connection) at `tasks` concurrent tasks.
+fn bench_redis<C>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    tasks: u64,
+    limiter: &RedisTokenBucket<C>,
+    keys: &Arc<Vec<String>>,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let (limiter, names) = (limiter.clone(), Arc::clone(keys));
+    group.bench_with_input(BenchmarkId::new(name, tasks), &tasks, |b, &tasks| {
+        b.iter_custom(|iters| {
+            let (limiter, names) = (limiter.clone(), Arc::clone(&names));
+            runtime.block_on(run(tasks, iters, move |k| {
+                let (limiter, names) = (limiter.clone(), Arc::clone(&names));
+                async move { limiter.try_acquire(&names[k]).await }
+            }))
+        })
+    });
+}
+
 fn checks_per_second(c: &mut Criterion) {
     if !RedisServer::available() {
         eprintln!(
@@ -91,33 +114,22 @@ fn checks_per_second(c: &mut Criterion) {
     let mut group = c.benchmark_group("redis_checks");
     group.throughput(Throughput::Elements(1));
     for tasks in TASKS {
-        let (limiter, names) = (redis.clone(), Arc::clone(&keys));
-        group.bench_with_input(
-            BenchmarkId::new("redis_token_bucket", tasks),
-            &tasks,
-            |b, &tasks| {
-                b.iter_custom(|iters| {
-                    let (limiter, names) = (limiter.clone(), Arc::clone(&names));
-                    runtime.block_on(run(tasks, iters, move |k| {
-                        let (limiter, names) = (limiter.clone(), Arc::clone(&names));
-                        async move { limiter.try_acquire(&names[k]).await }
-                    }))
-                })
-            },
+        bench_redis(
+            &mut group,
+            &runtime,
+            "redis_token_bucket",
+            tasks,
+            &redis,
+            &keys,
         );
-        let (limiter, names) = (on_cluster.clone(), Arc::clone(&keys));
-        group.bench_with_input(
-            BenchmarkId::new("redis_cluster_token_bucket", tasks),
-            &tasks,
-            |b, &tasks| {
-                b.iter_custom(|iters| {
-                    let (limiter, names) = (limiter.clone(), Arc::clone(&names));
-                    runtime.block_on(run(tasks, iters, move |k| {
-                        let (limiter, names) = (limiter.clone(), Arc::clone(&names));
-                        async move { limiter.try_acquire(&names[k]).await }
-                    }))
-                })
-            },
+        let cluster_name = "redis_cluster_token_bucket";
+        bench_redis(
+            &mut group,
+            &runtime,
+            cluster_name,
+            tasks,
+            &on_cluster,
+            &keys,
         );
         let (limiter, names) = (Arc::clone(&local), Arc::clone(&keys));
         group.bench_with_input(

@@ -5,11 +5,10 @@
 mod common;
 
 use common::{
-    ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, RECORDED, Visit, applies, full_mode,
-    prepopulate, run, thread_counts, with_algorithm, with_contender,
+    ALGORITHMS, Contender, FLOORS, LIMITERS, Mix, Pattern, RECORDED, Visit, applies, prepopulate,
+    run, thread_counts, with_algorithm, with_contender,
 };
-use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput, measurement::WallTime};
-use std::time::Duration;
+use criterion::{BenchmarkGroup, BenchmarkId, Throughput, measurement::WallTime};
 
 /// Benchmarks one contender in one group at every thread count.
 struct Bench<'a, 'g> {
@@ -57,17 +56,7 @@ impl Visit for Bench<'_, '_> {
 }
 
 fn main() {
-    let (warm_up, measure, samples) = if full_mode() {
-        (Duration::from_secs(1), Duration::from_secs(3), 30)
-    } else {
-        (Duration::from_millis(150), Duration::from_millis(400), 10)
-    };
-    let mut criterion = Criterion::default()
-        .warm_up_time(warm_up)
-        .measurement_time(measure)
-        .sample_size(samples)
-        .without_plots()
-        .configure_from_args();
+    let mut criterion = common::criterion();
     let max_threads = thread_counts().into_iter().max().unwrap_or(1);
     for pattern in Pattern::ALL {
         let keys: Vec<Vec<u64>> = (0..max_threads).map(|t| pattern.keys(t)).collect();

@@ -478,6 +478,23 @@ pub fn full_mode() -> bool {
     std::env::var("TURNSTILE_BENCH_MODE").is_ok_and(|m| m == "full")
 }
 
+/// Criterion as the throughput-style benchmarks run it: quick (10 samples of 400 ms
+/// after 150 ms of warm-up) or, in full mode, 30 samples of 3 s after 1 s; no plots;
+/// command-line filters honoured.
+pub fn criterion() -> criterion::Criterion {
+    let (warm_up, measure, samples) = if full_mode() {
+        (Duration::from_secs(1), Duration::from_secs(3), 30)
+    } else {
+        (Duration::from_millis(150), Duration::from_millis(400), 10)
+    };
+    criterion::Criterion::default()
+        .warm_up_time(warm_up)
+        .measurement_time(measure)
+        .sample_size(samples)
+        .without_plots()
+        .configure_from_args()
+}
+
 /// Where the non-criterion benchmarks write their CSV files.
 pub fn out_dir() -> PathBuf {
     let dir = std::env::var_os("TURNSTILE_BENCH_OUT")

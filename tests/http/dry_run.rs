@@ -1,7 +1,7 @@
 //! The layer in dry run, and a policy whose new limit is tried in dry run beside an
 //! enforced one.
 
-use crate::server::{get, per_ip, per_user, serve};
+use crate::server::{get, per_ip, per_user, serve, serve_app};
 use http::StatusCode;
 use turnstile::http::RateLimitLayer;
 use turnstile::policy::Policy;
@@ -107,12 +107,7 @@ async fn the_inner_service_sees_what_the_dry_run_would_have_refused() {
             format!("{:?}", verdict.refused_in_dry_run().collect::<Vec<_>>())
         })
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-        axum::serve(listener, app).await.unwrap();
-    });
+    let server = serve_app(app).await;
     let first = get(server, 1, "/", Some("alice")).await;
     let second = get(server, 1, "/", Some("bob")).await;
     assert_eq!((first.status, first.body.as_str()), (StatusCode::OK, "[]"));

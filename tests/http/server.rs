@@ -20,7 +20,12 @@ pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// Serves every path with 200 "ok" behind `layer` on 127.0.0.1, with the peer address
 /// in each request (axum's `ConnectInfo`); returns the address.
 pub async fn serve(layer: RateLimitLayer) -> SocketAddr {
-    let app = Router::new().fallback(|| async { "ok" }).layer(layer);
+    serve_app(Router::new().fallback(|| async { "ok" }).layer(layer)).await
+}
+
+/// Serves `app` on 127.0.0.1, with the peer address in each request; returns the
+/// address.
+pub async fn serve_app(app: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
