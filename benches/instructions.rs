@@ -6,12 +6,14 @@
 //! Usage: `instructions NAME MIX CHECKS`, where NAME is a contender of the throughput
 //! benchmark (turnstile, turnstile-recent, mutex-per-key, global-lock, governor, and
 //! the floors floor-stack, floor-cas, floor-clock, floor-lookup) or one of turnstile's
-//! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log); MIX is
+//! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log) or a
+//! direct limiter (direct-turnstile, direct-turnstile-gcra, direct-governor); MIX is
 //! allowed, denied or churn. Keys are the uniform pattern (1,000 keys, all stored
 //! before counting), or with churn a new key for every check.
 
 mod common;
 
+use common::direct::with_direct;
 use common::{Contender, Mix, Pattern, Visit, prepopulate, with_algorithm, with_contender};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
         "token-bucket" | "gcra" | "fixed-window" | "sliding-window" | "sliding-log" => {
             with_algorithm(name, mix, count)
         }
+        direct if direct.starts_with("direct-") => with_direct(direct, mix, count),
         _ => with_contender(name, mix, pattern, count),
     };
     let mix = if churn { "churn" } else { mix.name() };

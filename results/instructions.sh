@@ -20,7 +20,8 @@ BIN=$(cargo bench --bench instructions --no-run --message-format=json 2>/dev/nul
 
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=(floor-clock floor-lookup floor-cas floor-stack turnstile turnstile-recent
-  mutex-per-key global-lock governor token-bucket gcra fixed-window sliding-window sliding-log)
+  mutex-per-key global-lock governor token-bucket gcra fixed-window sliding-window sliding-log
+  direct-turnstile direct-turnstile-gcra direct-governor)
 
 printf '%-18s %8s %8s\n' contender allowed denied
 for name in "${NAMES[@]}"; do

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 /// A source of time in nanoseconds since an origin of the clock's choosing.
 ///
 /// Readings should not decrease, but limiters do not rely on it: a reading older than
-/// what a key has already seen counts as "no time elapsed" (clocks read on different
-/// cores may disagree slightly).
+/// what a key has already seen (clocks read on different cores may disagree
+/// slightly) never admits more than the later reading would. The window algorithms
+/// count it as no time elapsed; the token bucket and GCRA see the allowance still to
+/// come by the later time as missing.
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's origin.
     fn now(&self) -> u64;

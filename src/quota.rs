@@ -6,12 +6,12 @@ use std::time::Duration;
 
 /// A rate limit: at most `capacity` at once (the burst), one more every `refill_every`.
 ///
-/// Every limit a `Quota` accepts is one its limiters can hold exactly, so limiters
-/// built from it never panic or truncate later. See [`Quota::max_capacity`] for the
-/// one bound beyond "not zero", which is the token bucket's; `FixedWindow` and
-/// `SlidingLog` hold every accepted quota too. `SlidingWindowCounter` and `Gcra`
-/// need narrower bounds, which their constructors check, refusing with
-/// [`QuotaError::Unsupported`].
+/// Every capacity from 1 to `u32::MAX` and every interval from 1 ns to `u64::MAX` ns
+/// (584 years) is a quota, and `TokenBucket`, `FixedWindow` and `SlidingLog` hold
+/// every one exactly: a million a second, or `u32::MAX` at once with one more every
+/// nanosecond (a bandwidth limit in bytes). `SlidingWindowCounter` and `Gcra` need
+/// narrower bounds, which their constructors check, refusing with
+/// [`QuotaError::Unsupported`]; so do the Redis limiters, with their own error.
 ///
 /// The window algorithms read a quota as `limit = capacity` per window of
 /// `capacity × refill_every`; GCRA as burst `capacity`, one emission per
@@ -26,8 +26,8 @@ impl Quota {
     /// `capacity` tokens at most, one token added every `refill_every`.
     ///
     /// # Errors
-    /// A zero capacity, an interval under one nanosecond or over `u64::MAX`
-    /// nanoseconds, or a capacity above [`Quota::max_capacity`] for this interval.
+    /// A zero capacity, or an interval under one nanosecond or over `u64::MAX`
+    /// nanoseconds.
     pub fn new(capacity: u32, refill_every: Duration) -> Result<Self, QuotaError> {
         if capacity == 0 {
             return Err(QuotaError::ZeroCapacity);
@@ -36,14 +36,6 @@ impl Quota {
             .map_err(|_| QuotaError::IntervalTooLong { refill_every })?;
         if nanos == 0 {
             return Err(QuotaError::ZeroInterval);
-        }
-        let max = max_capacity(nanos);
-        if u64::from(capacity) > max {
-            return Err(QuotaError::CapacityTooLarge {
-                capacity,
-                refill_every,
-                max_capacity: max,
-            });
         }
         Ok(Self {
             capacity,
@@ -54,10 +46,11 @@ impl Quota {
     /// `n` per second: capacity `n`, one token every `1s / n`.
     ///
     /// When a second does not divide evenly by `n`, the interval rounds *up* to the
-    /// next nanosecond, so the long-run rate never exceeds `n` per second.
+    /// next nanosecond, so the long-run rate never exceeds `n` per second (above a
+    /// billion, the interval is 1 ns and the rate a billion a second).
     ///
     /// # Errors
-    /// As [`Quota::new`]; in practice `n == 0` or `n` above about 30,000.
+    /// [`QuotaError::ZeroCapacity`] when `n == 0`.
     pub fn per_second(n: u32) -> Result<Self, QuotaError> {
         Self::per_period(n, Duration::from_secs(1))
     }
@@ -66,7 +59,7 @@ impl Quota {
     /// nanosecond, as in [`Quota::per_second`]).
     ///
     /// # Errors
-    /// As [`Quota::new`]; in practice `n == 0` or `n` above about 228,000.
+    /// [`QuotaError::ZeroCapacity`] when `n == 0`.
     pub fn per_minute(n: u32) -> Result<Self, QuotaError> {
         Self::per_period(n, Duration::from_secs(60))
     }
@@ -75,7 +68,7 @@ impl Quota {
     /// nanosecond, as in [`Quota::per_second`]).
     ///
     /// # Errors
-    /// As [`Quota::new`]; in practice `n == 0` or `n` above about 1.7 million.
+    /// [`QuotaError::ZeroCapacity`] when `n == 0`.
     pub fn per_hour(n: u32) -> Result<Self, QuotaError> {
         Self::per_period(n, Duration::from_secs(3600))
     }
@@ -86,26 +79,6 @@ impl Quota {
         }
         let interval = duration_to_nanos(period).div_ceil(u64::from(n));
         Self::new(n, Duration::from_nanos(interval))
-    }
-
-    /// The largest capacity a state word can hold beside a refill interval of
-    /// `refill_every`: about one token per nanosecond of interval (509 at 1 µs,
-    /// 524,285 at 1 ms, 536,870,909 at 1 s), capped at `u32::MAX`.
-    ///
-    /// This is the token bucket's bound, which `Quota` enforces; `FixedWindow` and
-    /// `SlidingLog` hold every quota within it too. `SlidingWindowCounter` and `Gcra`
-    /// need narrower bounds, checked by their constructors.
-    ///
-    /// Why: a token bucket keeps its token count and its last refill time in one
-    /// 64-bit word, exactly, for every instant a `u64` nanosecond clock can name
-    /// (584 years). The refill time is a count of whole intervals, which needs
-    /// `64 - log2(interval in ns)` bits; the token count gets the rest.
-    pub fn max_capacity(refill_every: Duration) -> u32 {
-        match u64::try_from(refill_every.as_nanos()) {
-            Ok(0) => 0,
-            Ok(nanos) => u32::try_from(max_capacity(nanos)).unwrap_or(u32::MAX),
-            Err(_) => u32::MAX,
-        }
     }
 
     /// The most tokens a key can hold: its largest burst.
@@ -125,16 +98,6 @@ impl Quota {
     pub(crate) fn interval_nanos(&self) -> u64 {
         self.refill_every
     }
-}
-
-/// The largest capacity that fits one state word beside the refill grid index for
-/// `interval` nanoseconds (0 when not even one token fits): the grid index needs
-/// `bits(u64::MAX / interval)` bits, and the token count the rest, with its two highest
-/// values left free to mark retired and moving words.
-pub(crate) const fn max_capacity(interval: u64) -> u64 {
-    let index_bits = u64::BITS - (u64::MAX / interval).leading_zeros();
-    let token_bits = u64::BITS - index_bits;
-    (1u64 << token_bits).saturating_sub(3)
 }
 
 impl fmt::Debug for Quota {
@@ -158,19 +121,9 @@ pub enum QuotaError {
         /// The interval asked for.
         refill_every: Duration,
     },
-    /// The capacity cannot be held beside this refill interval in one state word.
-    CapacityTooLarge {
-        /// The capacity asked for.
-        capacity: u32,
-        /// The interval asked for.
-        refill_every: Duration,
-        /// The largest capacity this interval allows ([`Quota::max_capacity`]).
-        max_capacity: u64,
-    },
     /// The quota is valid, but this algorithm's state cannot hold it exactly. Only
     /// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and [`Gcra`](crate::Gcra)
-    /// have bounds beyond [`Quota::max_capacity`]; each algorithm's documentation
-    /// states its own.
+    /// have bounds; each one's documentation states its own.
     Unsupported {
         /// The algorithm that refused the quota.
         algorithm: &'static str,
@@ -194,17 +147,6 @@ impl fmt::Display for QuotaError {
                 f,
                 "quota refill interval {refill_every:?} exceeds the clock's range of \
                  u64::MAX nanoseconds (about 584 years)"
-            ),
-            QuotaError::CapacityTooLarge {
-                capacity,
-                refill_every,
-                max_capacity,
-            } => write!(
-                f,
-                "quota capacity {capacity} is above the limit of {max_capacity} for a refill \
-                 interval of {refill_every:?}: the 64-bit state word holds the token count \
-                 beside a refill time counted in whole intervals, which allows about one token \
-                 per nanosecond of interval; use a smaller capacity or a longer interval"
             ),
             QuotaError::Unsupported {
                 algorithm,
@@ -271,52 +213,21 @@ mod tests {
     }
 
     #[test]
-    fn capacity_is_bounded_by_what_the_state_word_holds_and_the_error_names_the_bound() {
-        let interval = Duration::from_micros(1);
-        let max = Quota::max_capacity(interval);
-        assert_eq!(max, 509);
-        assert!(Quota::new(max, interval).is_ok());
-        let err = Quota::new(max + 1, interval).unwrap_err();
+    fn every_capacity_and_every_interval_is_a_quota() {
+        for capacity in [1, 1_000_000, u32::MAX] {
+            for nanos in [1, 1_000, u64::MAX] {
+                let quota = Quota::new(capacity, Duration::from_nanos(nanos)).unwrap();
+                assert_eq!(quota.capacity(), capacity);
+                assert_eq!(quota.refill_every(), Duration::from_nanos(nanos));
+            }
+        }
+        let q = Quota::per_second(1_000_000).unwrap();
+        assert_eq!(q.refill_every(), Duration::from_micros(1));
+        // Above a billion a second the interval cannot shrink below 1 ns.
+        let q = Quota::per_second(u32::MAX).unwrap();
         assert_eq!(
-            err,
-            QuotaError::CapacityTooLarge {
-                capacity: max + 1,
-                refill_every: interval,
-                max_capacity: 509
-            }
+            (q.capacity(), q.refill_every()),
+            (u32::MAX, Duration::from_nanos(1))
         );
-        let message = err.to_string();
-        assert!(
-            message.contains("510") && message.contains("509"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn documented_per_period_limits_hold() {
-        // The rustdoc of per_second/per_minute/per_hour quotes these bounds.
-        let largest = |f: fn(u32) -> Result<Quota, QuotaError>| {
-            let (mut ok, mut bad) = (1u32, u32::MAX);
-            while bad - ok > 1 {
-                let mid = ok + (bad - ok) / 2;
-                if f(mid).is_ok() { ok = mid } else { bad = mid }
-            }
-            ok
-        };
-        assert_eq!(largest(Quota::per_second), 30_518);
-        assert_eq!(largest(Quota::per_minute), 228_882);
-        assert_eq!(largest(Quota::per_hour), 1_716_614);
-    }
-
-    #[test]
-    fn one_nanosecond_intervals_leave_no_room_for_tokens() {
-        assert_eq!(Quota::max_capacity(Duration::from_nanos(1)), 0);
-        assert!(matches!(
-            Quota::new(1, Duration::from_nanos(1)),
-            Err(QuotaError::CapacityTooLarge {
-                max_capacity: 0,
-                ..
-            })
-        ));
     }
 }

@@ -24,12 +24,15 @@ use std::time::Duration;
 ///   values free, so the words [`RETIRED`](crate::word::RETIRED) and
 ///   [`MOVED`](crate::word::MOVED) are never a state.
 /// - *window index* (the upper `64 - c` bits): the window of the key's last admitted
-///   request, counted since the limiter's epoch. It holds every window a `u64`
-///   nanosecond clock can reach (`u64::MAX / window`), so nothing wraps.
+///   request, counted since the limiter's epoch.
 ///
-/// Every [`Quota`] fits: the window is at least one refill interval long, so the index
-/// needs no more bits than the token bucket's refill index, and the count no more than
-/// its token count (both `bits(capacity + 2)`).
+/// Every [`Quota`] fits. For nearly all of them the index holds every window a `u64`
+/// nanosecond clock can reach (`u64::MAX / window`), so nothing wraps in the clock's
+/// 584 years. Only intervals of a few nanoseconds (below about 4 ns, where a window
+/// is hardly longer than its count) leave the index fewer bits than that; readings are
+/// then taken no further than the last window the index holds, at least 2⁶² × the
+/// interval after the epoch (146 years at 1 ns): exact until then, and after it the
+/// last window never ends. Nothing wraps either way.
 ///
 /// A word whose window has passed carries no information (a new window starts at
 /// zero), so every new key starts as the constant word 0: window 0, count 0.
@@ -38,6 +41,9 @@ pub struct FixedWindowRules {
     limit: u64,
     window: Window,
     count_bits: u32,
+    /// The last window a reading is taken to: the clock's last, or the last the index
+    /// field holds (see the type's documentation).
+    last_index: u64,
 }
 
 /// Number of bits needed to write `x` in binary.
@@ -51,11 +57,13 @@ impl FixedWindowRules {
         let limit = u64::from(quota.capacity());
         let window = Window::of(quota);
         let count_bits = bits(limit + 2);
-        debug_assert!(count_bits + bits(window.last_index()) <= u64::BITS);
+        // `count_bits ≤ 33`, so the index keeps at least 31 bits.
+        let widest_index = (1 << (u64::BITS - count_bits)) - 1;
         Self {
             limit,
             window,
             count_bits,
+            last_index: window.last_index().min(widest_index),
         }
     }
 
@@ -77,15 +85,29 @@ impl FixedWindowRules {
         (word >> self.count_bits, word & ((1 << self.count_bits) - 1))
     }
 
+    /// Window `index`, or the last the index field holds if it is later.
+    #[inline(always)]
+    fn clamp(&self, index: u64) -> u64 {
+        index.min(self.last_index)
+    }
+
+    /// The window of the reading `now`, no later than the last the index holds.
+    #[inline(always)]
+    fn index(&self, now: u64) -> u64 {
+        self.clamp(self.window.index(now))
+    }
+
     /// The key's window and count as seen at `now`: a later window starts empty; a
     /// reading older than the key's window (another core's clock slightly behind)
     /// counts as no time elapsed, so it sees the key's window.
     #[inline]
     pub fn at(&self, word: u64, now: u64) -> (u64, u64) {
         let (index, count) = self.unpack(word);
+        // Clamped only past the key's window, off the common path of a reading in it
+        // (the key's index is never past the last window the field holds).
         let current = self.window.index(now);
-        if current > index {
-            (current, 0)
+        if current > index && self.clamp(current) > index {
+            (self.clamp(current), 0)
         } else {
             (index, count)
         }
@@ -119,7 +141,7 @@ impl WordAlgorithm for FixedWindowRules {
     /// zero in that reading's window, as for a new key.
     fn forgettable(&self, word: u64, at: u64) -> bool {
         let (index, count) = self.unpack(word);
-        let current = self.window.index(at);
+        let current = self.index(at);
         index < current || (index == current && count == 0)
     }
 }
@@ -160,7 +182,12 @@ pub fn acquire(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> (u6
 /// a denied cost is at most the limit. Out of line, to keep the admitting path short.
 #[inline(never)]
 fn wait(layout: &FixedWindowRules, index: u64, now: u64) -> Duration {
-    nanos_to_duration(layout.window.start(index + 1) - u128::from(now))
+    match layout.window.start(index + 1).checked_sub(u128::from(now)) {
+        // `index` is the reading's window or a later one, so the next starts after it.
+        Some(wait) if wait > 0 => nanos_to_duration(wait),
+        // Only past the last window the index holds, which never ends.
+        _ => Duration::MAX,
+    }
 }
 
 /// `cost` admissions given back in the key's window as seen at `now` (at most what
@@ -186,6 +213,7 @@ pub fn available(layout: &FixedWindowRules, word: u64, now: u64) -> u32 {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
+    use crate::word::MOVED;
 
     const MS: u64 = 1_000_000;
 
@@ -256,29 +284,43 @@ mod tests {
 
     #[test]
     fn the_largest_window_index_and_count_fit_without_overlap() {
-        // The widest fields: every capacity bound of the token bucket's quota, at
-        // intervals from the shortest to the longest.
-        for interval in [
-            4,
-            5,
-            7,
-            1000,
-            1023,
-            1024,
-            MS,
-            1 << 40,
-            u64::MAX / 3,
-            u64::MAX,
-        ] {
-            let bound = Quota::max_capacity(Duration::from_nanos(interval));
-            for limit in [1, bound / 2, bound / 2 + 1, bound - 1, bound] {
-                let l = layout(limit.max(1), Duration::from_nanos(interval));
-                let last = l.window.last_index();
+        for interval in [1, 2, 3, 4, 5, 7, 1000, 1023, 1024, MS, 1 << 40, u64::MAX] {
+            for limit in [1, 2, 1000, 1 << 20, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
+                let l = layout(limit, Duration::from_nanos(interval));
+                let last = l.index(u64::MAX);
                 let word = l.pack(last, l.limit);
                 assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
-                assert!(bits(last) + l.count_bits <= 64, "{interval} {limit}");
+                assert!(word < MOVED, "{interval} {limit}");
+                // The clock's whole range unless the interval is a few nanoseconds,
+                // and then 2⁶² intervals at the least.
+                if interval >= 4 {
+                    assert_eq!(last, l.window.last_index(), "{interval} {limit}");
+                } else if last < l.window.last_index() {
+                    let end = l.window.start(last + 1);
+                    assert!(
+                        end >= (1u128 << 62) * u128::from(interval),
+                        "{interval} {limit}"
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn a_window_the_index_cannot_reach_never_comes() {
+        // u32::MAX per 4.29 s window at 1 ns: the index holds 2³¹ windows (292 years
+        // of them: 146 years and more), not the clock's 4.29 billion.
+        let l = layout(u32::MAX, Duration::from_nanos(1));
+        let last = l.index(u64::MAX);
+        assert_eq!(last, (1 << 31) - 1);
+        let end = u64::try_from(l.window.start(last + 1)).unwrap();
+        let (word, d) = acquire(&l, l.fresh(), end - 1, u32::MAX);
+        assert!(d.is_allowed());
+        // The next window would start at `end`; past the index it never does.
+        let (_, d) = acquire(&l, word, end, 1);
+        assert_eq!(d.retry_after(), Some(Duration::MAX));
+        let (_, d) = acquire(&l, word, end - 1, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(1)));
     }
 
     #[test]

@@ -42,8 +42,9 @@ use std::hash::{BuildHasher, Hash};
 /// **Clock readings.** GCRA keeps no time of the key's last request, only TAT, so a
 /// reading older than it cannot be recognised: its debt counts from the reading, as
 /// if the refill ran backwards. It therefore admits less than the later reading
-/// would, never more, and its `retry_after` is longer by exactly the skew — where
-/// the window algorithms and `TokenBucket` count such a reading as no time elapsed.
+/// would, never more, and its `retry_after` is longer by exactly the skew, as in
+/// `TokenBucket` — where the window algorithms count such a reading as no time
+/// elapsed.
 ///
 /// **Range.** TAT lies up to one full refill (`capacity × refill_every`) past the
 /// reading, so the limiter's time ends that long (and 1 ns) before the clock's

@@ -40,7 +40,9 @@
 //! epoch**: a point every app server agrees on without talking to the others, and one
 //! that lines a daily quota up with UTC midnight. A `TIME` older than a key's last
 //! refill (the server's clock stepped back, a failover to a replica whose clock is
-//! behind) counts as no time elapsed, as in-process.
+//! behind) sees the bucket as of its own grid point, as in-process: the tokens that
+//! arrive between the two are still missing, so it admits less, never more (the
+//! fixed window counts such a time as no time elapsed, as in-process).
 //!
 //! For tests, [`RedisTokenBucketBuilder::client_clock`] takes the time from a
 //! [`Clock`](crate::Clock) instead, in microseconds since the limiter was built;
@@ -64,6 +66,15 @@
 //!   is `now - fmod(now, interval)`, exact, never `floor(now / interval)`, whose
 //!   quotient is rounded first.
 //!
+//! So the Redis limiters refuse two kinds of quota that the in-process token bucket
+//! and fixed window take: an interval finer than `TIME`'s microsecond (a grid point
+//! between two microseconds: reading it exactly would take `⌊µs × 1000 / interval⌋`
+//! in integers beyond 2^53, two-limb arithmetic in the script, which is not built;
+//! every such interval has a whole-microsecond neighbour less than 1 µs longer,
+//! which the error names), and a full refill beyond 2^52 µs (142 years), or
+//! `Quota::new(u32::MAX, d)` for `d` above about 1 s. Every other quota is held, and
+//! decided as in-process.
+//!
 //! # State and expiry
 //! One Redis hash per key: tokens and last refill time for a bucket, window start and
 //! count for a window. Every written key gets a `PEXPIRE` for the moment it stops
@@ -72,8 +83,8 @@
 //! is a full bucket (or an empty window), so Redis forgets idle clients by itself and
 //! nothing needs sweeping. Forgetting is exact with one caveat: a forgotten key no
 //! longer remembers its last refill, so if Redis's clock later steps back past that
-//! moment, the key refills over the span the clock stepped back, which a remembered
-//! key counts as no time.
+//! moment, the key is full at the earlier time, where a remembered key would still
+//! miss the tokens of the span the clock stepped back.
 //! Expiry runs on Redis's clock, so with a client clock that does not advance in real
 //! time, turn it off ([`RedisTokenBucketBuilder::expire_idle_keys`]); the state is then
 //! kept, full buckets included, exactly as in-process.

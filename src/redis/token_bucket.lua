@@ -10,7 +10,7 @@
 -- ARGV[5]  "1": expire the key when its bucket would be full again
 --
 -- Reply: {status, tokens, ahead, missing, replaced}; status 0 allowed, 1 denied, 2
--- cost above capacity; tokens after the decision; for a denial, the wait is exactly
+-- cost above capacity; tokens the reading holds after the decision; for a denial, the wait is exactly
 -- ahead + missing * interval microseconds (the caller adds, in 128-bit integers);
 -- replaced 1 when the key held something other than a bucket, which this check
 -- replaced by a full bucket. A peek replies with the token count alone.
@@ -72,31 +72,42 @@ if replaced == 1 and cost >= 0 then
   redis.call('UNLINK', KEYS[1])
 end
 local old_tokens, last = nil, nil
+-- Grid points the reading lies behind the last refill (another server's clock, a
+-- stepped-back TIME): the tokens that arrive over them are still missing for it.
+local behind = 0
 if stored[1] then
   -- A changed interval moves the stored time down to a point of the new grid; the
   -- min below caps what a key holds under a capacity lowered since it was written.
   old_tokens = whole(stored[1])
   last = whole(stored[2])
   last = last - math.fmod(last, interval)
-  -- A reading older than the last refill counts as no time elapsed.
+  -- A reading older than the last refill sees the bucket as of its own grid point:
+  -- the tokens that arrive between the two are still missing, so it holds fewer,
+  -- never more. Whatever it takes comes after the tokens already spoken for, so the
+  -- state is stepped at the last refill.
   if last > point then
+    behind = (last - point) / interval
     point = last
   end
   tokens = math.min(capacity, old_tokens + (point - last) / interval)
 end
+-- What the reading holds.
+local held = math.max(0, tokens - behind)
 
 if cost < 0 then
-  return tokens
+  return held
 end
 if cost > capacity then
-  return {2, tokens, 0, 0, replaced}
+  return {2, held, 0, 0, replaced}
 end
 
 local status, ahead, missing = 0, 0, 0
-if tokens >= cost then
+if held >= cost then
   tokens = tokens - cost
+  held = held - cost
 else
-  -- The missing tokens arrive at the next (cost - tokens) grid points after point.
+  -- Allowed at the grid point where the bucket, stepped at point, has cost tokens:
+  -- the next (cost - tokens) after point.
   status, ahead, missing = 1, point - now, cost - tokens
 end
 
@@ -122,4 +133,4 @@ if tokens ~= old_tokens or point ~= last then
     end
   end
 end
-return {status, tokens, ahead, missing, replaced}
+return {status, held, ahead, missing, replaced}

@@ -20,7 +20,7 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("tok
 /// shared by all keys, whole-interval refill keeping the unfinished part, the capacity
 /// as the cap, all-or-nothing costs, denials that change nothing, exact `retry_after`,
 /// a cost above the capacity reported as never satisfiable, and a time older than the
-/// key's last refill counted as no time elapsed. Each check is one `EVALSHA` of one
+/// key's last refill seeing the tokens still to come by then as missing. Each check is one `EVALSHA` of one
 /// Lua script, so it is atomic on the Redis side; time is Redis's own (`TIME`, in
 /// microseconds), and the refill grid starts at the Unix epoch, the same for every app
 /// server. Quotas whose refill interval is not a whole number of microseconds are

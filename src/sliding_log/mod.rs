@@ -47,7 +47,11 @@ use std::sync::{Mutex, MutexGuard};
 /// by doubling from 4 slots while the requests in the window need room, never
 /// beyond `limit` slots, and keeps its largest size. A check takes the key's own
 /// lock (never a global one) and allocates only while the key's ring grows; an
-/// admitted cost `k` writes `k` timestamps. Prefer
+/// admitted cost `k` writes `k` timestamps. Every quota is accepted, but a large
+/// limit is as large in memory: a key that uses a limit of a billion holds 8 GB, and
+/// an allocation that fails aborts the process, as anywhere in Rust. For limits in
+/// the millions and beyond (bandwidth in bytes, say), use
+/// [`TokenBucket`](crate::TokenBucket). Prefer
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter) (one word, lock-free,
 /// approximate) unless the limit must hold exactly in every window.
 ///

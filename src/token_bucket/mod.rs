@@ -14,8 +14,8 @@ use std::hash::{BuildHasher, Hash};
 /// A keyed token bucket: each key may burst up to the quota's capacity and gains one
 /// token per refill interval, on a refill grid shared by all keys.
 ///
-/// Each key's whole state — token count and last refill — is one `AtomicU64` (layout
-/// documented in the crate's README), updated by a compare-and-set loop, found through
+/// Each key's whole state — the grid index at which its bucket is full again — is one
+/// `AtomicU64` (see the crate's README), updated by a compare-and-set loop, found through
 /// a lock-free map lookup. Once a key exists, a request takes one clock reading, one map
 /// lookup and usually one CAS: no lock, no allocation. A denial that changes nothing
 /// writes nothing, so under attack the key's cache line stays shared between cores.
@@ -29,7 +29,12 @@ use std::hash::{BuildHasher, Hash};
 ///   an interval is kept; the capacity caps what any silence buys.
 /// - `acquire(cost)` is allowed iff the key has at least `cost` tokens, then takes
 ///   them. A denial changes nothing; its `retry_after` is the exact wait.
-/// - A clock reading older than the key's last refill counts as no time elapsed.
+/// - A clock reading older than the key's latest request (another core's clock a
+///   little behind) sees the tokens that arrive between the two as missing: it
+///   admits less than the later reading would, never more, and takes after what is
+///   already spoken for.
+/// - Every capacity from 1 to `u32::MAX` beside every interval from 1 ns: a million
+///   a second, or a bandwidth limit of a gigabyte at once refilled byte by byte.
 ///
 /// Memory: one boxed 8-byte word per key, plus the key and a pointer in the map's
 /// slot. A key is forgotten once its bucket has been full for the eviction margin (a

@@ -10,70 +10,59 @@ use crate::quota::Quota;
 use crate::word::{MovableWord, WordAlgorithm};
 use std::time::Duration;
 
-/// The layout of a token bucket's state word, fixed per quota.
+/// The rules of a token bucket under one quota, and the meaning of its state word.
 ///
-/// ```text
-///  63                          t   t-1                   0
-/// +-----------------------------+-----------------------+
-/// | last refill (grid index)    | tokens                |
-/// +-----------------------------+-----------------------+
-/// ```
+/// The word is one number, `full_at`: the refill grid index (whole intervals since
+/// the limiter's epoch) at which the bucket is full again, counting every token it
+/// is missing as one grid point still to come. At a reading whose grid index is `g`:
 ///
-/// - *tokens* (the low `t` bits, `t = bits(capacity + 2)`): the token count at the last
-///   refill, `0..=capacity`. The field leaves its two highest values free: no state
-///   has them, so the words [`RETIRED`](crate::word::RETIRED) (all ones) and
-///   [`MOVED`](crate::word::MOVED) (all ones but the lowest bit) are never a state.
-/// - *last refill* (the upper `64 - t` bits): the refill grid index of the last refill,
-///   counted in whole intervals since the limiter's epoch. The field is wide enough for
-///   `u64::MAX / interval`, so every instant a `u64` nanosecond clock can name (584
-///   years) fits and nothing ever wraps. [`Quota`] refuses capacities that would not
-///   leave it that many bits.
+/// - the bucket holds `capacity − (full_at − g)` tokens while `full_at > g` (never
+///   fewer than none), and `capacity` once `full_at ≤ g`;
+/// - a request for `k ≤ capacity` tokens is allowed iff `full_at − g + k ≤ capacity`
+///   (`full_at − g` read as 0 when the bucket is full), and stores
+///   `max(full_at, g) + k`.
 ///
-/// A full bucket needs no refill time: at any later instant it is still full, so
-/// [`TokenBucketRules::full`] is one constant word for every key, with grid index 0.
+/// There is no token field, so nothing bounds the capacity but the quota's `u32`:
+/// every capacity fits beside every interval. The word is at most `g + capacity`, and
+/// `g` is read no further than [`u64::MAX`]` − 2 − capacity`, so the two marker words
+/// [`RETIRED`](crate::word::RETIRED) and [`MOVED`](crate::word::MOVED) are never a
+/// state. That clamp only ever applies to a 1 ns interval (for any longer one,
+/// `u64::MAX / interval + capacity` is far below it): readings are exact for the
+/// clock's whole range, 584 years, less `capacity` nanoseconds for a 1 ns interval;
+/// past that, its grid stops and the bucket gains nothing more.
+///
+/// Every new key starts as the word 0, full at every reading, so a full bucket is
+/// the same constant for every key.
+///
+/// A reading older than the key's latest write (another core's clock slightly
+/// behind) sees the bucket as that word describes it at its own grid index: the
+/// tokens still to come by then are missing, so it never has more than a later
+/// reading, and it can have fewer. It takes nothing back in time: a request it
+/// admits stores `full_at + k`, after the tokens already spoken for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucketRules {
     capacity: u64,
     interval: u64,
-    token_bits: u32,
-}
-
-/// Number of bits needed to write `x` in binary.
-const fn bits(x: u64) -> u32 {
-    u64::BITS - x.leading_zeros()
+    /// The last grid index a reading is taken to (see the type's documentation).
+    last_index: u64,
 }
 
 impl TokenBucketRules {
-    /// The layout for `quota`, which guarantees that it fits.
+    /// The rules for `quota`; every quota fits.
     pub fn new(quota: &Quota) -> Self {
         let capacity = u64::from(quota.capacity());
+        let interval = quota.interval_nanos();
         Self {
             capacity,
-            interval: quota.interval_nanos(),
-            token_bits: bits(capacity + 2),
+            interval,
+            last_index: (u64::MAX / interval).min(u64::MAX - 2 - capacity),
         }
     }
 
     /// The word of a full bucket, which is also every new key's first state.
     #[inline]
     pub const fn full(&self) -> u64 {
-        self.capacity
-    }
-
-    #[inline]
-    const fn tokens(&self, word: u64) -> u64 {
-        word & ((1 << self.token_bits) - 1)
-    }
-
-    #[inline]
-    const fn last_refill(&self, word: u64) -> u64 {
-        word >> self.token_bits
-    }
-
-    /// The word holding `tokens` and refill grid index `last_refill`.
-    #[inline]
-    pub const fn pack(&self, last_refill: u64, tokens: u64) -> u64 {
-        (last_refill << self.token_bits) | tokens
+        0
     }
 
     /// The refill interval in nanoseconds, for models.
@@ -82,10 +71,36 @@ impl TokenBucketRules {
         self.interval
     }
 
-    /// The word's fields as `(last refill grid index, tokens)`, for tests and models.
-    #[cfg(any(test, turnstile_loom))]
-    pub const fn unpack(&self, word: u64) -> (u64, u64) {
-        (self.last_refill(word), self.tokens(word))
+    /// The capacity, for models.
+    #[cfg(turnstile_loom)]
+    pub const fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The grid index of the reading `now`.
+    #[inline(always)]
+    const fn index(&self, now: u64) -> u64 {
+        // A division each time: behind the clock reading it costs nothing measurable
+        // (a multiplication by a precomputed reciprocal measured no faster).
+        let index = now / self.interval;
+        if index < self.last_index {
+            index
+        } else {
+            self.last_index
+        }
+    }
+
+    /// The tokens a bucket full at `full_at` is missing at grid index `index`: 0 when
+    /// it is full, more than the capacity when the reading lags far behind the word.
+    #[inline(always)]
+    const fn missing(full_at: u64, index: u64) -> u64 {
+        full_at.saturating_sub(index)
+    }
+
+    /// The tokens held at grid index `index`.
+    #[inline(always)]
+    const fn tokens(&self, full_at: u64, index: u64) -> u64 {
+        self.capacity.saturating_sub(Self::missing(full_at, index))
     }
 }
 
@@ -97,10 +112,10 @@ impl WordAlgorithm for TokenBucketRules {
         self.full()
     }
 
-    /// Full as of `at`, with its last refill no later than `at`'s grid point: at every
-    /// later reading it refills to full at that reading's grid point, as a new key does.
+    /// Full as of `at`: at every later reading it is full, as a new key is, and a
+    /// request leaves `g + k` on either.
     fn forgettable(&self, word: u64, at: u64) -> bool {
-        self.last_refill(word) <= at / self.interval && refill(self, word, at).0 == self.capacity
+        word <= self.index(at)
     }
 
     #[inline]
@@ -119,99 +134,78 @@ impl WordAlgorithm for TokenBucketRules {
     }
 }
 
-/// The bucket refilled lazily at `now` (nanoseconds since the epoch): its token count
-/// and its new refill grid index.
-///
-/// Counting whole grid points passed keeps the unfinished part of an interval, and a
-/// reading older than the last refill (another core's clock slightly behind) counts as
-/// no time elapsed.
-#[inline]
-fn refill(layout: &TokenBucketRules, word: u64, now: u64) -> (u64, u64) {
-    let last = layout.last_refill(word);
-    // Most readings fall in the interval that the last refill started (`last * interval`
-    // cannot overflow: `last <= u64::MAX / interval`); only the others pay for a
-    // division (about 4 ns here). A reading before that interval wraps to a huge
-    // difference and takes the general path, which clamps it to `last`.
-    let index = if now.wrapping_sub(last * layout.interval) < layout.interval {
-        last
-    } else {
-        (now / layout.interval).max(last)
-    };
-    let tokens = layout.tokens(word);
-    let room = layout.capacity - tokens;
-    let gained = index - last;
-    let tokens = if gained >= room {
-        layout.capacity
-    } else {
-        tokens + gained
-    };
-    (tokens, index)
-}
-
 /// One request for `cost` tokens at `now`: the word to store and the decision.
 ///
-/// The returned word equals `word` exactly when the state did not change (a denial
-/// with nothing refilled, a cost above capacity), so callers write nothing then.
+/// The returned word equals `word` exactly when the state did not change (every
+/// denial, a cost above capacity), so callers write nothing then.
 #[inline]
-pub fn acquire(layout: &TokenBucketRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-    let (tokens, index) = refill(layout, word, now);
+pub fn acquire(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
+    let index = rules.index(now);
+    let tokens = rules.tokens(word, index);
     let cost = u64::from(cost);
-    if cost > layout.capacity {
+    if cost <= tokens {
+        // `word.max(index) + cost ≤ index + capacity` (the tokens held are what is not
+        // missing at `index`), at most `last_index + capacity`: never a marker.
+        let decision = Decision::Allowed {
+            remaining: (tokens - cost) as u32,
+        };
+        (word.max(index) + cost, decision)
+    } else if cost > rules.capacity {
         let decision = Decision::ExceedsCapacity {
             remaining: tokens as u32,
-            capacity: layout.capacity as u32,
+            capacity: rules.capacity as u32,
         };
-        return (word, decision);
-    }
-    if tokens >= cost {
-        let remaining = tokens - cost;
-        let decision = Decision::Allowed {
-            remaining: remaining as u32,
-        };
-        (layout.pack(index, remaining), decision)
+        (word, decision)
     } else {
         let decision = Decision::Denied {
             remaining: tokens as u32,
-            retry_after: wait_for(layout, index, cost - tokens, now),
+            retry_after: wait_for(rules, word, cost, now),
         };
-        // The refill is kept (it is what the reference model does, and it matters when a
-        // later reading is older); with nothing refilled this packs back to `word`.
-        (layout.pack(index, tokens), decision)
+        (word, decision)
     }
 }
 
 /// Tokens available at `now`, without taking any.
 #[inline]
-pub fn available(layout: &TokenBucketRules, word: u64, now: u64) -> u32 {
-    refill(layout, word, now).0 as u32
+pub fn available(rules: &TokenBucketRules, word: u64, now: u64) -> u32 {
+    rules.tokens(word, rules.index(now)) as u32
 }
 
 /// `cost` tokens given back at `now`, capped at the capacity: the word to store. A
 /// bucket already full at `now` is left exactly as it is — it has nothing missing,
 /// and a new key's canonical full word must stay indistinguishable from no key.
 #[inline]
-pub fn refund(layout: &TokenBucketRules, word: u64, now: u64, cost: u32) -> u64 {
-    let (tokens, index) = refill(layout, word, now);
-    if tokens == layout.capacity {
+pub fn refund(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> u64 {
+    let index = rules.index(now);
+    if word <= index {
         return word;
     }
-    let tokens = (tokens + u64::from(cost)).min(layout.capacity);
-    layout.pack(index, tokens)
+    // Full at `index` at the most: a refund never gives more than the capacity.
+    word.saturating_sub(u64::from(cost)).max(index)
 }
 
-/// Exact time from `now` until `missing` more tokens have arrived after grid index
-/// `index`: they arrive at grid points `index + 1 ..= index + missing`.
+/// Exact time from `now` until a request for `cost` (at most the capacity, more than
+/// the bucket holds) is allowed: at grid index `full_at + cost − capacity`, the
+/// first at which the tokens missing and the cost fit the capacity.
 #[inline]
-fn wait_for(layout: &TokenBucketRules, index: u64, missing: u64, now: u64) -> Duration {
-    let ready_at = (u128::from(index) + u128::from(missing)) * u128::from(layout.interval);
-    // `index >= now / interval`, so `ready_at > now`: the wait is never zero.
-    nanos_to_duration(ready_at - u128::from(now))
+fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Duration {
+    // `cost ≤ capacity` and the request was denied, so `full_at + cost − capacity` is
+    // above the reading's grid index and no subtraction wraps.
+    let ready = u128::from(full_at) + u128::from(cost) - u128::from(rules.capacity);
+    let ready_at = ready * u128::from(rules.interval);
+    match ready_at.checked_sub(u128::from(now)) {
+        // Above the reading's grid index, so after the reading: never zero.
+        Some(wait) if wait > 0 => nanos_to_duration(wait),
+        // Only past the clamp at the clock's end (a 1 ns interval, 584 years in): the
+        // grid has stopped, and no wait brings the tokens.
+        _ => Duration::MAX,
+    }
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
-    use crate::quota::max_capacity;
+    use crate::word::MOVED;
 
     const MS: u64 = 1_000_000;
 
@@ -264,7 +258,7 @@ mod tests {
     }
 
     #[test]
-    fn a_denial_that_refilled_stores_the_refill_but_takes_nothing() {
+    fn a_denial_writes_nothing_even_after_a_refill() {
         let l = layout(5, Duration::from_secs(1));
         let (drained, _) = acquire(&l, l.full(), 0, 5);
         let (after, decision) = acquire(&l, drained, 2500 * MS, 3);
@@ -275,7 +269,7 @@ mod tests {
                 retry_after: Duration::from_millis(500)
             }
         );
-        assert_eq!(l.unpack(after), (2, 2));
+        assert_eq!(after, drained);
     }
 
     #[test]
@@ -318,15 +312,32 @@ mod tests {
     }
 
     #[test]
-    fn a_reading_older_than_the_last_refill_counts_as_no_time_elapsed() {
-        let l = layout(2, Duration::from_secs(1));
-        let (word, _) = acquire(&l, l.full(), 5000 * MS, 2);
-        // Another core reads 3000 ms: no underflow, nothing gained, nothing lost.
-        let (after, d) = acquire(&l, word, 3000 * MS, 1);
-        assert!(!d.is_allowed());
+    fn a_reading_older_than_the_last_write_sees_the_tokens_still_to_come_as_missing() {
+        let l = layout(4, Duration::from_secs(1));
+        // At 5 s, 3 of 4 taken: full again at grid point 8.
+        let (word, _) = acquire(&l, l.full(), 5000 * MS, 3);
+        assert_eq!(word, 8);
+        assert_eq!(available(&l, word, 5000 * MS), 1);
+        // Another core reads 4.5 s (grid point 4): 4 of 4 still to come, none held.
+        assert_eq!(available(&l, word, 4500 * MS), 0);
+        let (after, d) = acquire(&l, word, 4500 * MS, 1);
         assert_eq!(after, word);
-        assert_eq!(d.retry_after(), Some(Duration::from_millis(3000)));
-        assert!(acquire(&l, word, 6000 * MS, 1).1.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        // Its wait is to grid point 5, where the token it asks for is there.
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+        // A reading far behind (grid point 1) finds nothing and owes more than the
+        // capacity's worth of intervals; no subtraction wraps.
+        let (_, d) = acquire(&l, word, 1000 * MS, 4);
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(7)));
+        // A lagging reading that is allowed takes after what is spoken for: full
+        // again one grid point later, never earlier. (At grid point 4 the bucket full
+        // at 6 holds 2, so 1 remains.)
+        let (word, _) = acquire(&l, l.full(), 5000 * MS, 1);
+        let (after, d) = acquire(&l, word, 4000 * MS, 1);
+        assert_eq!(d, Decision::Allowed { remaining: 1 });
+        assert_eq!(after, word + 1);
+        assert_eq!(available(&l, after, 5000 * MS), 2);
     }
 
     #[test]
@@ -342,14 +353,64 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_grid_index_and_capacity_fit_without_overlap() {
-        for interval in [4, 1000, MS, 1 << 40, u64::MAX] {
-            let capacity = max_capacity(interval).min(u64::from(u32::MAX)) as u32;
-            let l = layout(capacity, Duration::from_nanos(interval));
-            let last = u64::MAX / interval;
-            let word = l.pack(last, u64::from(capacity));
-            assert_eq!(l.unpack(word), (last, u64::from(capacity)), "{interval}");
+    fn every_capacity_fits_beside_every_interval_and_no_state_is_a_marker() {
+        for interval in [1, 2, 3, 1000, MS, 1 << 40, u64::MAX] {
+            for capacity in [1, 2, 1000, u32::MAX - 1, u32::MAX] {
+                let l = layout(capacity, Duration::from_nanos(interval));
+                // The latest reading there is, draining the bucket: the largest word.
+                let (word, d) = acquire(&l, l.full(), u64::MAX, capacity);
+                assert_eq!(
+                    d,
+                    Decision::Allowed { remaining: 0 },
+                    "{interval} {capacity}"
+                );
+                assert!(word < MOVED, "{interval} {capacity}: {word}");
+                assert_eq!(available(&l, word, u64::MAX), 0);
+                // A reading one interval later is the same or one token richer.
+                let (_, d) = acquire(&l, word, u64::MAX, 1);
+                assert!(!d.is_allowed(), "{interval} {capacity}");
+                assert_eq!(
+                    d.retry_after(),
+                    Some(Duration::MAX)
+                        .filter(|_| interval == 1)
+                        .or(d.retry_after())
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_million_a_second_and_the_largest_burst_at_one_nanosecond_work() {
+        // One token every microsecond, a million at once.
+        let l = TokenBucketRules::new(&Quota::per_second(1_000_000).unwrap());
+        let (word, d) = acquire(&l, l.full(), 0, 1_000_000);
+        assert_eq!(d, Decision::Allowed { remaining: 0 });
+        let (_, d) = acquire(&l, word, 0, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
+        assert_eq!(available(&l, word, 250 * MS), 250_000);
+        // u32::MAX at once, one more every nanosecond.
+        let l = layout(u32::MAX, Duration::from_nanos(1));
+        let (word, d) = acquire(&l, l.full(), 7, u32::MAX);
+        assert_eq!(d, Decision::Allowed { remaining: 0 });
+        assert_eq!(available(&l, word, 7 + 1_000), 1_000);
+        assert_eq!(available(&l, word, 7 + u64::from(u32::MAX)), u32::MAX);
+        let (_, d) = acquire(&l, word, 7, u32::MAX);
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_nanos(u64::from(u32::MAX)))
+        );
+    }
+
+    #[test]
+    fn a_one_nanosecond_grid_stops_capacity_nanoseconds_before_the_clocks_end() {
+        let l = layout(10, Duration::from_nanos(1));
+        let last = u64::MAX - 2 - 10;
+        let (word, _) = acquire(&l, l.full(), last - 3, 10);
+        // Three tokens by the last grid point, none after it.
+        assert_eq!(available(&l, word, last), 3);
+        assert_eq!(available(&l, word, u64::MAX), 3);
+        let (_, d) = acquire(&l, word, u64::MAX, 4);
+        assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 
     #[test]
@@ -359,9 +420,11 @@ mod tests {
         let word = refund(&l, word, 0, 3);
         assert_eq!(available(&l, word, 0), 4);
         assert_eq!(available(&l, refund(&l, word, 0, 3), 0), 5);
-        // Refilled first: at 2 s, 1 + 2 tokens, then 2 back, capped at 5.
+        // Refilled first: at 2 s, 1 + 2 tokens, then 2 back, capped at 5: full at 2 s.
         let (word, _) = acquire(&l, l.full(), 0, 4);
-        assert_eq!(l.unpack(refund(&l, word, 2000 * MS, 2)), (2, 5));
+        assert_eq!(refund(&l, word, 2000 * MS, 2), 2);
+        // A full bucket is left as it is.
+        assert_eq!(refund(&l, l.full(), 2000 * MS, 2), l.full());
     }
 
     #[test]
@@ -378,9 +441,13 @@ impl MovableWord for TokenBucketRules {
         TokenBucketRules::new(quota)
     }
 
-    /// The last refill's grid point: an earlier reading counts as no time elapsed.
+    /// The grid point `capacity` intervals before the bucket is full: no request can
+    /// have stored the word earlier, and every reading up to it finds the bucket
+    /// empty, so each answers as it does.
     fn moment(&self, word: u64) -> u64 {
-        // No overflow: the grid index is at most `u64::MAX / interval`.
-        self.last_refill(word) * self.interval
+        // Below `u64::MAX / interval + 1`: the product stays within `u64` but for the
+        // last grid point, which saturates to the clock's end.
+        word.saturating_sub(self.capacity)
+            .saturating_mul(self.interval)
     }
 }

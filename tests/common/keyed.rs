@@ -23,11 +23,14 @@ use std::time::Duration;
 use turnstile::{Decision, Quota};
 
 /// `nanos` as a `Duration`: a reading far behind a key's own time can owe a wait
-/// beyond u64 nanoseconds.
+/// beyond u64 nanoseconds, and one beyond `Duration`'s range (a window of `u32::MAX`
+/// intervals of centuries) is `Duration::MAX`.
 fn wait(nanos: u128) -> Duration {
     const NANOS_PER_SEC: u128 = 1_000_000_000;
-    let secs = u64::try_from(nanos / NANOS_PER_SEC).expect("a wait within Duration");
-    Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
+        Err(_) => Duration::MAX,
+    }
 }
 
 /// One key's state under one quota, for one algorithm.
@@ -54,7 +57,7 @@ pub trait KeyModel: Clone + std::fmt::Debug {
     /// for them alone.
     fn check(quota: Quota, admitted: &Admitted) -> Result<(), String>;
 
-    /// The key's own latest time: a reading older than it counts as no time elapsed.
+    /// The key's own latest time: every reading older than it answers as it does.
     /// Only for the algorithms whose quotas can change.
     fn latest(&self) -> u64 {
         unreachable!("{self:?} cannot be reconfigured")
@@ -261,41 +264,49 @@ fn nanos(quota: Quota) -> u128 {
     quota.refill_every().as_nanos()
 }
 
-/// The token bucket of the design notes (as `common::Reference`): tokens and the grid
-/// index of the last refill. A new key is full.
+/// The token bucket of the design notes: the grid index at which the key's bucket is
+/// full again, `full_at` (a new key's is 0: full at every reading). At a reading on
+/// grid index `g` it holds `capacity − (full_at − g)` tokens, within `0..=capacity`;
+/// a request it admits takes its tokens after those already spoken for, setting
+/// `full_at = max(full_at, g) + cost`. A reading behind the key's latest write so
+/// finds the tokens still to come by then missing: fewer, never more.
+///
+/// `g` is `now / interval`, read no further than `u64::MAX − 2 − capacity` (where a
+/// 1 ns grid stops, capacity nanoseconds before the clock's end).
 #[derive(Clone, Debug)]
 pub struct Bucket {
     capacity: u128,
     interval: u128,
-    tokens: u128,
-    last: u128,
+    last_index: u128,
+    full_at: u128,
 }
 
 impl Bucket {
-    /// Tokens and refill index at `now`: whole grid points passed since the last
-    /// refill add one token each, up to the capacity; a reading before the last
-    /// refill counts as the last refill.
-    fn refilled(&self, now: u64) -> (u128, u128) {
-        let index = (u128::from(now) / self.interval).max(self.last);
-        (
-            (self.tokens + (index - self.last)).min(self.capacity),
-            index,
-        )
+    /// The grid index of the reading `now`.
+    fn index(&self, now: u64) -> u128 {
+        (u128::from(now) / self.interval).min(self.last_index)
+    }
+
+    /// Tokens held at grid index `g`.
+    fn tokens(&self, g: u128) -> u128 {
+        self.capacity - self.full_at.saturating_sub(g).min(self.capacity)
     }
 }
 
 impl KeyModel for Bucket {
     fn new(quota: Quota) -> Self {
+        let capacity = u128::from(quota.capacity());
         Self {
-            capacity: quota.capacity().into(),
+            capacity,
             interval: nanos(quota),
-            tokens: quota.capacity().into(),
-            last: 0,
+            last_index: u128::from(u64::MAX) - 2 - capacity,
+            full_at: 0,
         }
     }
 
     fn acquire(&mut self, now: u64, cost: u32) -> Decision {
-        let (tokens, index) = self.refilled(now);
+        let g = self.index(now);
+        let tokens = self.tokens(g);
         let cost = u128::from(cost);
         if cost > self.capacity {
             return Decision::ExceedsCapacity {
@@ -303,56 +314,60 @@ impl KeyModel for Bucket {
                 capacity: self.capacity as u32,
             };
         }
-        self.last = index;
         if tokens >= cost {
-            self.tokens = tokens - cost;
+            self.full_at = self.full_at.max(g) + cost;
             Decision::Allowed {
-                remaining: self.tokens as u32,
+                remaining: (tokens - cost) as u32,
             }
         } else {
-            self.tokens = tokens;
-            // The missing tokens arrive at the next (cost − tokens) grid points.
-            let ready_at = (index + (cost - tokens)) * self.interval;
+            // Allowed at the first grid point where what is missing and the cost fit
+            // the capacity; none comes past the grid's last point.
+            let ready_at = (self.full_at + cost - self.capacity) * self.interval;
+            let retry_after = match ready_at.checked_sub(u128::from(now)) {
+                Some(nanos) if nanos > 0 => wait(nanos),
+                _ => Duration::MAX,
+            };
             Decision::Denied {
                 remaining: tokens as u32,
-                retry_after: wait(ready_at - u128::from(now)),
+                retry_after,
             }
         }
     }
 
     fn peek(&self, now: u64) -> u32 {
-        self.refilled(now).0 as u32
+        self.tokens(self.index(now)) as u32
     }
 
-    /// Tokens back into a bucket that is missing some, capped at the capacity; a full
-    /// bucket is left as it is.
+    /// Tokens back into a bucket that is missing some, up to full at the reading; a
+    /// full bucket is left as it is.
     fn refund(&mut self, now: u64, cost: u32) {
-        let (tokens, index) = self.refilled(now);
-        if tokens < self.capacity {
-            self.tokens = (tokens + u128::from(cost)).min(self.capacity);
-            self.last = index;
+        let g = self.index(now);
+        if self.full_at > g {
+            self.full_at = self.full_at.saturating_sub(u128::from(cost)).max(g);
         }
     }
 
-    /// The grid index the request is refilled to.
+    /// The reading's grid index: an admission's tokens lie in `[g, g + capacity)`,
+    /// after every earlier admission's, so admissions at grid indices within `[a, b]`
+    /// hold at most `capacity + b − a` tokens.
     fn counts_at(&self, now: u64) -> u128 {
-        self.refilled(now).1
+        self.index(now)
     }
 
-    /// From grid index `a` to `b`, at most the capacity plus one token per grid point
-    /// passed.
     fn check(quota: Quota, admitted: &Admitted) -> Result<(), String> {
         span_bound(admitted, |a, b| u128::from(quota.capacity()) + b - a)
     }
 
+    /// Capacity grid points before it is full: no request stored its word earlier,
+    /// and every reading up to then finds it empty.
     fn latest(&self) -> u64 {
-        (self.last * self.interval) as u64
+        let at = self.full_at.saturating_sub(self.capacity) * self.interval;
+        u64::try_from(at).unwrap_or(u64::MAX)
     }
 
     fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
         let mut bucket = Self::new(quota);
-        bucket.tokens -= u128::from(taken);
-        bucket.last = u128::from(at) / bucket.interval;
+        bucket.full_at = bucket.index(at) + u128::from(taken);
         bucket
     }
 }
@@ -375,10 +390,16 @@ fn span_bound(admitted: &Admitted, bound: impl Fn(u128, u128) -> u128) -> Result
 
 /// The fixed window (as in tests/fixed_window.rs): the key's window and how much was
 /// admitted in it. A new key is window 0, empty.
+///
+/// A reading's window is `now / window`, taken no further than the last window the
+/// word's index holds: `2^(64 − bits(limit + 2)) − 1`, at least 2⁶² intervals in,
+/// which only a quota with an interval of a few nanoseconds reaches; that window
+/// never ends.
 #[derive(Clone, Debug)]
 pub struct Window {
     limit: u128,
     window: u128,
+    last: u128,
     index: u128,
     count: u128,
 }
@@ -387,7 +408,7 @@ impl Window {
     /// The key's window and count at `now`: a later window starts empty; an earlier
     /// reading sees the key's own window.
     fn at(&self, now: u64) -> (u128, u128) {
-        let current = u128::from(now) / self.window;
+        let current = (u128::from(now) / self.window).min(self.last);
         if self.index >= current {
             (self.index, self.count)
         } else {
@@ -398,9 +419,12 @@ impl Window {
 
 impl KeyModel for Window {
     fn new(quota: Quota) -> Self {
+        let limit = u128::from(quota.capacity());
+        let count_bits = 128 - (limit + 2).leading_zeros();
         Self {
-            limit: quota.capacity().into(),
-            window: u128::from(quota.capacity()) * nanos(quota),
+            limit,
+            window: limit * nanos(quota),
+            last: (1 << (64 - count_bits)) - 1,
             index: 0,
             count: 0,
         }
@@ -415,9 +439,13 @@ impl KeyModel for Window {
                 capacity: self.limit as u32,
             }
         } else if count + cost > self.limit {
+            let retry_after = match ((index + 1) * self.window).checked_sub(u128::from(now)) {
+                Some(nanos) if nanos > 0 => wait(nanos),
+                _ => Duration::MAX, // the last window never ends
+            };
             Decision::Denied {
                 remaining,
-                retry_after: wait((index + 1) * self.window - u128::from(now)),
+                retry_after,
             }
         } else {
             if cost > 0 {
@@ -457,7 +485,8 @@ impl KeyModel for Window {
 
     fn carrying(quota: Quota, at: u64, taken: u32) -> Self {
         let mut window = Self::new(quota);
-        (window.index, window.count) = (u128::from(at) / window.window, taken.into());
+        let index = (u128::from(at) / window.window).min(window.last);
+        (window.index, window.count) = (index, taken.into());
         window
     }
 }

@@ -1,5 +1,5 @@
-//! Shared by the integration tests: a plain reference model of the token bucket and
-//! constructors for every implementation under test; `schedule` has the random
+//! Shared by the integration tests: the token bucket's plain reference model for
+//! many keys and constructors for every implementation under test; `schedule` has the random
 //! schedules and the driver the other algorithms' reference-model tests share;
 //! `keyed` has every algorithm's model with per-key quotas and reconfiguration.
 #![allow(dead_code)]
@@ -7,76 +7,49 @@
 pub mod keyed;
 pub mod schedule;
 
+use keyed::{Bucket, KeyModel};
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
 use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
-/// The token bucket of the design notes, written as plainly as possible: a map from
-/// key to `(tokens, last refill grid index)`, in u128 arithmetic so nothing overflows.
+/// The token bucket of the design notes for many keys: a map from key to its plain
+/// model ([`keyed::Bucket`]); a key not in it is new, full at every reading.
 pub struct Reference {
-    capacity: u128,
-    interval: u128,
-    buckets: HashMap<u32, (u128, u128)>,
+    quota: Quota,
+    buckets: HashMap<u32, Bucket>,
 }
 
 impl Reference {
     pub fn new(quota: Quota) -> Self {
         Self {
-            capacity: quota.capacity().into(),
-            interval: quota.refill_every().as_nanos(),
+            quota,
             buckets: HashMap::new(),
         }
     }
 
-    /// Tokens and refill index of `key` at `now`: a new key is full; whole grid points
-    /// passed since the last refill add one token each, up to the capacity; a reading
-    /// before the last refill counts as the last refill.
-    fn refilled(&self, key: u32, now: u64) -> (u128, u128) {
-        let Some(&(tokens, last)) = self.buckets.get(&key) else {
-            return (self.capacity, u128::from(now) / self.interval);
-        };
-        let index = (u128::from(now) / self.interval).max(last);
-        ((tokens + (index - last)).min(self.capacity), index)
-    }
-
     pub fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let (tokens, index) = self.refilled(key, now);
-        let cost = u128::from(cost);
-        if cost > self.capacity {
-            return Decision::ExceedsCapacity {
-                remaining: tokens as u32,
-                capacity: self.capacity as u32,
-            };
-        }
-        if tokens >= cost {
-            self.buckets.insert(key, (tokens - cost, index));
-            Decision::Allowed {
-                remaining: (tokens - cost) as u32,
-            }
-        } else {
-            self.buckets.insert(key, (tokens, index));
-            // The missing tokens arrive at the next (cost - tokens) grid points.
-            let ready_at = (index + (cost - tokens)) * self.interval;
-            Decision::Denied {
-                remaining: tokens as u32,
-                retry_after: Duration::from_nanos((ready_at - u128::from(now)) as u64),
-            }
-        }
+        let quota = self.quota;
+        let bucket = self
+            .buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::new(quota));
+        bucket.acquire(now, cost)
     }
 
-    /// Gives `cost` back to a key that is missing tokens, capped at the capacity; a
-    /// full bucket (an unknown key is full) is left as it is.
+    /// Gives `cost` back to a key that is missing tokens, capped at full; a full
+    /// bucket (an unknown key is full) is left as it is.
     pub fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let (tokens, index) = self.refilled(key, now);
-        if tokens < self.capacity {
-            let tokens = (tokens + u128::from(cost)).min(self.capacity);
-            self.buckets.insert(key, (tokens, index));
+        if let Some(bucket) = self.buckets.get_mut(&key) {
+            bucket.refund(now, cost);
         }
     }
 
     pub fn peek(&self, key: u32, now: u64) -> u32 {
-        self.refilled(key, now).0 as u32
+        match self.buckets.get(&key) {
+            Some(bucket) => bucket.peek(now),
+            None => self.quota.capacity(),
+        }
     }
 }
 

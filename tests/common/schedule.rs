@@ -36,8 +36,9 @@ pub trait Model {
 }
 
 /// A window algorithm's window for `quota`: capacity × refill interval, in ns.
+/// (saturating at `u64::MAX`: such a window holds every reading).
 pub fn window_ns(quota: Quota) -> u64 {
-    u64::from(quota.capacity()) * interval_ns(quota)
+    u64::from(quota.capacity()).saturating_mul(interval_ns(quota))
 }
 
 pub fn interval_ns(quota: Quota) -> u64 {
@@ -45,13 +46,26 @@ pub fn interval_ns(quota: Quota) -> u64 {
 }
 
 /// Small quotas, so that schedules cross many intervals and windows: capacity up to
-/// `max_capacity`, intervals from a few nanoseconds (where `Quota` bounds the
-/// capacity) to a millisecond.
+/// `max_capacity`, intervals from a nanosecond to a millisecond.
 pub fn small_quota(max_capacity: u32) -> impl Strategy<Value = Quota> {
-    let interval = prop_oneof![4u64..=64, 65u64..=10_000, 10_001u64..=1_000_000];
-    (1..=max_capacity, interval).prop_filter_map("capacity above the quota's bound", |(c, i)| {
-        Quota::new(c, Duration::from_nanos(i)).ok()
-    })
+    let interval = prop_oneof![1u64..=64, 65u64..=10_000, 10_001u64..=1_000_000];
+    (1..=max_capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+}
+
+/// Quotas from the whole range — capacities up to `u32::MAX`, intervals from 1 ns to
+/// `u64::MAX` ns — half of them small (as [`small_quota`]`(6)`), where schedules
+/// cross many grid points.
+pub fn any_quota() -> impl Strategy<Value = Quota> {
+    let capacity = prop_oneof![1..=6u32, 1..=u32::MAX, Just(u32::MAX)];
+    let interval = prop_oneof![
+        1u64..=3,
+        1u64..=1_000_000_000,
+        1u64..=u64::MAX,
+        Just(u64::MAX)
+    ];
+    let large =
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap());
+    prop_oneof![small_quota(6), large]
 }
 
 /// Clock moves that land on, near and across grid points and window boundaries,
@@ -60,14 +74,14 @@ fn step_ns(quota: Quota) -> impl Strategy<Value = u64> {
     let interval = interval_ns(quota);
     let window = window_ns(quota);
     prop_oneof![
-        6 => 0..interval * 3,
-        2 => (0u64..4).prop_map(move |k| k * interval),
+        6 => 0..interval.saturating_mul(3),
+        2 => (0u64..4).prop_map(move |k| k.saturating_mul(interval)),
         1 => Just(interval - 1),
         1 => Just(1),
-        2 => 0..window * 2,
-        1 => (0u64..3).prop_map(move |k| k * window),
+        2 => 0..window.saturating_mul(2),
+        1 => (0u64..3).prop_map(move |k| k.saturating_mul(window)),
         1 => Just(window - 1),
-        1 => 0..window * 1000,
+        1 => 0..window.saturating_mul(1000),
     ]
 }
 
@@ -78,21 +92,24 @@ pub fn start(quota: Quota) -> impl Strategy<Value = u64> {
     prop_oneof![
         8 => Just(0),
         1 => Just(TEN_YEARS),
-        1 => (0..window * 20).prop_map(|before| u64::MAX - before),
+        1 => (0..window.saturating_mul(20)).prop_map(|before| u64::MAX - before),
     ]
 }
 
 /// A schedule for `quota`; with `backwards`, some steps move the clock back.
 pub fn schedule(quota: Quota, backwards: bool) -> impl Strategy<Value = Vec<Step>> {
-    let cost = 0..=quota.capacity() + 1;
+    let cost = 0..=quota.capacity().saturating_add(1);
     let forward = (step_ns(quota), 0..KEYS, cost.clone())
         .prop_map(|(by, key, cost)| Step::Forward { by, key, cost });
     let peek = (step_ns(quota), 0..KEYS).prop_map(|(by, key)| Step::Peek { by, key });
     let refund = (step_ns(quota), 0..KEYS, 0..=quota.capacity())
         .prop_map(|(by, key, cost)| Step::Refund { by, key, cost });
     let step = if backwards {
-        let back = (0..interval_ns(quota) * 3 + window_ns(quota), 0..KEYS, cost)
-            .prop_map(|(by, key, cost)| Step::Back { by, key, cost });
+        let most = interval_ns(quota)
+            .saturating_mul(3)
+            .saturating_add(window_ns(quota));
+        let back =
+            (0..most, 0..KEYS, cost).prop_map(|(by, key, cost)| Step::Back { by, key, cost });
         prop_oneof![8 => forward, 1 => back, 1 => peek, 1 => refund].boxed()
     } else {
         prop_oneof![8 => forward, 1 => peek, 1 => refund].boxed()
