@@ -27,6 +27,9 @@ const CONTENDERS: [&str; 9] = [
     "floor-lookup",
 ];
 /// turnstile's algorithms, compared with one another (uniform pattern, 500 per ms).
+/// The direct (unkeyed) limiters of benches/direct.rs.
+const DIRECT: [&str; 3] = ["turnstile", "turnstile-gcra", "governor"];
+
 const ALGORITHMS: [&str; 5] = [
     "token-bucket",
     "gcra",
@@ -125,6 +128,12 @@ fn throughput_tables(figures: &Figures) -> String {
     for scenario in ["algorithms-allowed", "algorithms-denied"] {
         if figures.throughput.iter().any(|t| t.scenario == scenario) {
             out += &throughput_table(figures, scenario, &ALGORITHMS, "token-bucket");
+            out.push('\n');
+        }
+    }
+    for scenario in ["direct-allowed", "direct-denied"] {
+        if figures.throughput.iter().any(|t| t.scenario == scenario) {
+            out += &throughput_table(figures, scenario, &DIRECT, "governor");
             out.push('\n');
         }
     }
@@ -494,7 +503,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          words) + one CAS with no limiting logic; `floor-cas` is one CAS on a \
          pre-resolved word; `floor-clock` (one clock reading) and `floor-lookup` (one \
          lookup) are its other parts alone, measured once (uniform allowed). \
-         Allowed mix: a burst of ~537 million per key; denied mix: one \
+         Allowed mix: a burst of `u32::MAX` per key; denied mix: one \
          token an hour, taken before measuring. The machine is shared: compare ratios \
          within this run, not across runs.\n\n\
          ![throughput vs threads](throughput.svg)\n\n\
@@ -508,9 +517,12 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          the key up in this map could meet it on this machine.\n\n{}\n{}\
          ## Where we lose\n\n{}\n{}\n\
          ## Throughput\n\n\
-         The last two tables put turnstile's algorithms side by side on the uniform pattern \
-         under a quota every one of them holds (500 per millisecond per key; one an hour \
-         for the denied mix), ratios to the token bucket.\n\n{}\
+         The algorithms tables put turnstile's algorithms side by side on the uniform \
+         pattern under a quota every one of them holds (500 per millisecond per key; one \
+         an hour for the denied mix), ratios to the token bucket. The direct tables \
+         (`benches/direct.rs`) put the unkeyed limiters side by side, every thread \
+         checking the one limit (burst `u32::MAX`; one an hour for the denied mix), \
+         ratios to governor's direct limiter.\n\n{}\
          ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \

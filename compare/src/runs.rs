@@ -1,4 +1,4 @@
-//! Builds and runs the three bench binaries, then reads back their figures.
+//! Builds and runs the bench binaries, then reads back their figures.
 
 use crate::Options;
 use serde_json::Value;
@@ -63,7 +63,7 @@ pub struct Figures {
     pub sweeps: Vec<SweepPause>,
 }
 
-const BENCHES: [&str; 4] = ["throughput", "ratios", "latency", "memory"];
+const BENCHES: [&str; 5] = ["throughput", "direct", "ratios", "latency", "memory"];
 
 /// The workspace root: the parent of this crate.
 fn workspace_root() -> PathBuf {
