@@ -7,7 +7,7 @@ use ::redis::aio::ConnectionManager;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::time::Duration;
-use turnstile::redis::{FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::redis::{ConfigError, FailurePolicy, Outcome, RedisTokenBucket};
 use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 /// One step of a schedule, times in nanoseconds.
@@ -21,10 +21,13 @@ enum Step {
     Peek { by: u64, key: u8 },
 }
 
-/// Quotas whose interval is whole microseconds, from 1 µs to 10 s.
+/// Quotas whose interval is whole microseconds: small capacities (schedules cross
+/// many grid points) with intervals from 1 µs to 10 s, or any capacity up to
+/// `u32::MAX` with intervals up to 1 ms (a full refill within the scripts' 2^52 µs).
 fn quota() -> impl Strategy<Value = Quota> {
-    let interval_us = prop_oneof![1u64..=1000, 1000u64..=10_000_000];
-    (1u32..=6, interval_us).prop_map(|(capacity, interval_us)| {
+    let small = (1u32..=6, prop_oneof![1u64..=1000, 1000u64..=10_000_000]);
+    let large = (1u32..=u32::MAX, 1u64..=1000);
+    prop_oneof![3 => small, 1 => large].prop_map(|(capacity, interval_us)| {
         Quota::new(capacity, Duration::from_micros(interval_us)).expect("a valid quota")
     })
 }
@@ -44,7 +47,7 @@ fn step_ns(interval: u64, aligned: bool) -> impl Strategy<Value = u64> {
 
 fn schedule(quota: Quota, aligned: bool) -> impl Strategy<Value = Vec<Step>> {
     let interval = quota.refill_every().as_nanos() as u64;
-    let cost = 0..=quota.capacity() + 1;
+    let cost = 0..=quota.capacity().saturating_add(1);
     let unit = if aligned { 1000 } else { 1 };
     let step = prop_oneof![
         8 => (step_ns(interval, aligned), 0u8..4, cost.clone())
@@ -221,23 +224,69 @@ async fn denials_change_nothing_and_wait_exactly() {
 }
 
 #[tokio::test]
-async fn a_time_older_than_the_last_refill_counts_as_no_time_elapsed() {
+async fn a_time_older_than_the_last_refill_sees_the_tokens_still_to_come_as_missing() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let quota = Quota::new(2, Duration::from_secs(1)).unwrap();
+    let quota = Quota::new(4, Duration::from_secs(1)).unwrap();
     let limiter = client_clock_limiter(manager(&server).await, quota, &clock);
+    // At 5 s, 3 of 4 taken: 1 left, full again at 8 s.
     clock.set(Duration::from_secs(5));
-    assert!(decided(limiter.acquire("k", 2)).await.is_allowed());
+    assert!(decided(limiter.acquire("k", 3)).await.is_allowed());
+    // Another server's clock reads 4.5 s: the token that arrives at 5 s is missing.
+    clock.set(Duration::from_millis(4500));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    assert_eq!(
+        decided(limiter.acquire("k", 1)).await,
+        Decision::Denied {
+            remaining: 0,
+            retry_after: Duration::from_millis(500)
+        }
+    );
+    // Far behind, the wait is longer by exactly the lag.
     clock.set(Duration::from_secs(3));
     assert_eq!(
         decided(limiter.acquire("k", 1)).await,
         Decision::Denied {
             remaining: 0,
-            retry_after: Duration::from_secs(3)
+            retry_after: Duration::from_secs(2)
         }
     );
-    clock.set(Duration::from_secs(6));
-    assert!(decided(limiter.acquire("k", 1)).await.is_allowed());
+    clock.set(Duration::from_secs(5));
+    assert_eq!(
+        decided(limiter.acquire("k", 1)).await,
+        Decision::Allowed { remaining: 0 }
+    );
+}
+
+#[tokio::test]
+async fn a_million_a_second_and_the_largest_burst_are_held_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let conn = manager(&server).await;
+    let million = client_clock_limiter(conn.clone(), Quota::per_second(1_000_000).unwrap(), &clock);
+    assert_eq!(
+        decided(million.acquire("api", 1_000_000)).await,
+        Decision::Allowed { remaining: 0 }
+    );
+    clock.set(Duration::from_millis(1));
+    assert_eq!(million.peek("api").await.unwrap(), 1_000);
+    let largest = Quota::new(u32::MAX, Duration::from_micros(1)).unwrap();
+    let bytes = client_clock_limiter(conn, largest, &clock);
+    assert!(decided(bytes.acquire("link", u32::MAX)).await.is_allowed());
+    assert_eq!(
+        decided(bytes.acquire("link", 2)).await.retry_after(),
+        Some(Duration::from_micros(2))
+    );
+    // Finer than TIME's microsecond: refused, naming the interval to use instead.
+    let nanosecond = Quota::new(u32::MAX, Duration::from_nanos(1)).unwrap();
+    let refused = RedisTokenBucket::builder(nanosecond, FailurePolicy::Closed)
+        .build(manager(&server).await)
+        .err();
+    assert!(
+        matches!(refused, Some(ConfigError::IntervalNotWholeMicros { rounded_up, .. })
+            if rounded_up == Duration::from_micros(1)),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]
