@@ -4,7 +4,8 @@
 //! A key is forgotten only when its state is *forgettable* as of `now - margin`: from
 //! then on, every request would answer exactly as it would on a brand-new key, and
 //! leave the same state behind. For the token bucket that is a bucket already full
-//! (with its last refill no later than that instant); for the other algorithms, the
+//! at that instant (full again at a grid point no later than it); for the other
+//! algorithms, the
 //! equivalent (see each algorithm's `forgettable`). A throttled key is never
 //! forgotten, so forgetting never hands a client a fresh allowance. Forgetting never
 //! changes a decision, reconfigured or not: a key whose quota changed since its last

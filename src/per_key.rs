@@ -21,15 +21,28 @@
 //!    watermark instead, which bounds that lag by the eviction margin).
 //! 3. **Otherwise the key keeps what it had left**, capped at what the new quota
 //!    holds; the rest counts as used under the new quota. Both are taken at the
-//!    request's reading raised to the key's own latest time (a token bucket's last
-//!    refill, a fixed window's start, a sliding log's newest admission), and the new
-//!    state starts at that instant: a reading that lags behind the key's own history
-//!    reads what that history left, never an allowance invented by going back in
-//!    time. For a token bucket: its tokens,
-//!    capped at the new capacity, refilling from then on at the new rate on the new
-//!    grid. For a sliding log, the kept-back requests are recorded at that reading,
-//!    so they leave the window no earlier than the originals would: across a move
-//!    the log may admit less than an exact log would, never more than its limit.
+//!    request's reading raised to the key's own latest time — the earliest instant
+//!    its state can have been written at: a fixed window's start, a sliding log's
+//!    newest admission, a token bucket's grid point `capacity` intervals before it is
+//!    full again — and the new state starts at that instant. A reading that lags
+//!    behind the key's own history reads what that history left, never more. For a
+//!    token bucket: its tokens, capped at the new capacity, refilling from then on at
+//!    the new rate on the new grid. For a sliding log, the kept-back requests are
+//!    recorded at that reading, so they leave the window no earlier than the
+//!    originals would: across a move the log may admit less than an exact log would,
+//!    never more than its limit.
+//!
+//!    One corner is not exact, and is bounded. A token bucket's word records when it
+//!    will be full, not when it was last written, so a moving request whose clock
+//!    lags behind the key's latest request (clocks that disagree) reads fewer tokens
+//!    — never more — but starts the new quota that much earlier. If the new quota
+//!    refills faster, the key gains the new refill over the lag: at most `lag / new
+//!    interval` tokens more than a move at the latest request's time would give,
+//!    never beyond the new capacity, and the lag is below `capacity × old interval`.
+//!    Each quota's own limit holds over its stretch. Stamping the move at the latest
+//!    instant the write could have had instead would hold every move to a faster quota
+//!    back at the old rate until the old bucket was nearly full; we chose exactness
+//!    for moves by clocks that agree.
 //!
 //! # Exact under concurrency, and what runs when
 //! The resolver — user code — runs first, with nothing frozen: a resolver that
@@ -101,8 +114,9 @@ impl<A: Reconfigurable> Entry<A> {
         let left = old.left(frozen, at);
         if left < old.fresh_available(|| (), at) {
             // Stamp the state at `at` (take one and give it back there), so that a
-            // reading before `at` counts as `at`, as it did for the old state; then
-            // take all but what the key keeps. A fresh state is never blocked, and
+            // reading before `at` sees the state as of `at` at the most (for the
+            // token bucket: fewer tokens; for the windows: as `at`); then take all but
+            // what the key keeps. A fresh state is never blocked, and
             // taking at most its whole allowance is never refused.
             let whole = rules.available(&state, at).unwrap_or(0);
             let _ = rules.acquire(&state, at, 1);

@@ -849,3 +849,42 @@ proptest! {
         })?;
     }
 }
+
+/// Tokens a key has at 5 µs after taking 1 of 2 (one per µs) at 5 µs and moving to 20
+/// per 100 ns at a reading of `mover` ns.
+fn tokens_at_5us_after_a_move_at(mover: u64) -> usize {
+    let ns = Duration::from_nanos;
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(quota(2, ns(1000)))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    clock.set(ns(5000));
+    assert!(limiter.acquire(&1, 1).is_allowed());
+    limiter.set_quota(quota(20, ns(100)));
+    clock.set(ns(mover));
+    let _ = limiter.peek(&1); // moves the key
+    clock.set(ns(5000));
+    (0..100).filter(|_| limiter.try_acquire(&1)).count()
+}
+
+/// The one inexact corner of a token bucket's move (per_key's docs): a mover whose
+/// clock lags behind the key's latest request starts the new quota that early, and a
+/// faster new quota refills over the lag — at most lag / new interval tokens more than
+/// a move at the latest request's time, never beyond the new capacity.
+#[test]
+fn a_move_by_a_lagging_clock_gains_at_most_the_new_refill_over_the_lag() {
+    // Moved at the key's latest request, or after it: exactly the 1 token left.
+    assert_eq!(tokens_at_5us_after_a_move_at(5000), 1);
+    assert_eq!(tokens_at_5us_after_a_move_at(5050), 1);
+    for lag in [1, 99, 100, 250, 500, 999] {
+        let extra = tokens_at_5us_after_a_move_at(5000 - lag) - 1;
+        let bound = (lag as usize).div_ceil(100).min(19);
+        assert!(extra <= bound, "lag {lag} ns: {extra} extra, bound {bound}");
+    }
+    // The lag is below capacity × old interval: a reading before 4 µs reads the key
+    // as of 4 µs, where nothing of its 2 was left.
+    assert_eq!(
+        tokens_at_5us_after_a_move_at(500),
+        tokens_at_5us_after_a_move_at(4000)
+    );
+}

@@ -26,10 +26,9 @@ const CONTENDERS: [&str; 9] = [
     "floor-clock",
     "floor-lookup",
 ];
-/// turnstile's algorithms, compared with one another (uniform pattern, 500 per ms).
 /// The direct (unkeyed) limiters of benches/direct.rs.
 const DIRECT: [&str; 3] = ["turnstile", "turnstile-gcra", "governor"];
-
+/// turnstile's algorithms, compared with one another (uniform pattern, 500 per ms).
 const ALGORITHMS: [&str; 5] = [
     "token-bucket",
     "gcra",

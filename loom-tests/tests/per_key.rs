@@ -72,7 +72,8 @@ fn mutant_8_moving_without_freezing_is_rejected() {
 
 /// A key that took its only token at 50 ns is reconfigured to `new` while a core
 /// whose clock lags asks at 5 ns, then at 51 ns: both are denied, as without the
-/// reconfiguration (the key's last refill is at 50 ns; the next token is due at 60).
+/// reconfiguration (the key is full again at 60 ns, so no reading before then has a
+/// token).
 fn lagging_readings_invent_nothing(new: Quota) {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u64>::builder(quota(1))
@@ -118,9 +119,10 @@ fn mutant_9_moving_at_the_raw_reading_is_rejected() {
     });
 }
 
-/// A key drained at 50 ns (2 tokens, one per 10 ns) is peeked at 65 ns while the
+/// A key drained at 50 ns (2 tokens, one per 10 ns) is peeked at 70 ns while the
 /// limiter is set to the same quota, then asked at a lagging 55 ns: denied, as without
-/// the reconfiguration (at 55 ns its last refill, at 50, has given nothing back yet).
+/// the reconfiguration (full again at 70 ns, so at 55 ns it holds nothing yet). A key
+/// rebuilt at 70 ns would be full there, so a new one — full at every reading.
 fn an_unchanged_quota_changes_nothing() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u64>::builder(quota(2))
@@ -132,7 +134,7 @@ fn an_unchanged_quota_changes_nothing() {
     let asker = {
         let limiter = limiter.clone();
         thread::spawn(move || {
-            clock.set(Duration::from_nanos(65));
+            clock.set(Duration::from_nanos(70));
             limiter.peek(&KEY);
             clock.set(Duration::from_nanos(55));
             limiter.try_acquire(&KEY)

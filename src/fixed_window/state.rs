@@ -182,12 +182,12 @@ pub fn acquire(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> (u6
 /// a denied cost is at most the limit. Out of line, to keep the admitting path short.
 #[inline(never)]
 fn wait(layout: &FixedWindowRules, index: u64, now: u64) -> Duration {
-    match layout.window.start(index + 1).checked_sub(u128::from(now)) {
-        // `index` is the reading's window or a later one, so the next starts after it.
-        Some(wait) if wait > 0 => nanos_to_duration(wait),
-        // Only past the last window the index holds, which never ends.
-        _ => Duration::MAX,
+    if index >= layout.last_index && layout.last_index < layout.window.last_index() {
+        // The last window the index field holds never ends.
+        return Duration::MAX;
     }
+    // `index` is the reading's window or a later one, so the next starts after it.
+    nanos_to_duration(layout.window.start(index + 1) - u128::from(now))
 }
 
 /// `cost` admissions given back in the key's window as seen at `now` (at most what
@@ -316,11 +316,16 @@ mod tests {
         let end = u64::try_from(l.window.start(last + 1)).unwrap();
         let (word, d) = acquire(&l, l.fresh(), end - 1, u32::MAX);
         assert!(d.is_allowed());
-        // The next window would start at `end`; past the index it never does.
+        // The next window would start at `end`; past the index it never does, and
+        // a denial says so rather than promising a wait that would not pass.
         let (_, d) = acquire(&l, word, end, 1);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
         let (_, d) = acquire(&l, word, end - 1, 1);
-        assert_eq!(d.retry_after(), Some(Duration::from_nanos(1)));
+        assert_eq!(d.retry_after(), Some(Duration::MAX));
+        // A window before the last ends as any does.
+        let (word, _) = acquire(&l, l.fresh(), end - (1 << 33), u32::MAX);
+        let (_, d) = acquire(&l, word, end - (1 << 33), 1);
+        assert!(d.retry_after() < Some(Duration::from_secs(5)), "{d:?}");
     }
 
     #[test]

@@ -13,9 +13,9 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// `d` in whole seconds, rounded up: a client that waits that long has waited at
-/// least `d`.
+/// least `d`. `Duration::MAX` (a wait that never ends) saturates at `u64::MAX`.
 pub(crate) fn seconds_rounded_up(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// `Retry-After` for a refusal that can pass after `retry_after`: whole seconds,
@@ -103,6 +103,21 @@ mod tests {
         assert_eq!(secs(Duration::from_nanos(1)), "1");
         assert_eq!(secs(Duration::from_millis(59_001)), "60");
         assert_eq!(secs(Duration::ZERO), "1");
+        // A wait that never ends (a denial past the end of a limiter's clock).
+        assert_eq!(secs(Duration::MAX), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn a_window_beyond_durations_range_saturates_t() {
+        let endless =
+            Limit::windowed(Quota::new(u32::MAX, Duration::from_nanos(u64::MAX)).unwrap());
+        let allowed = Decision::Allowed { remaining: 5 };
+        assert_eq!(reset_seconds(allowed, endless), u64::MAX);
+        let never = Decision::Denied {
+            remaining: 0,
+            retry_after: Duration::MAX,
+        };
+        assert_eq!(reset_seconds(never, endless), u64::MAX);
     }
 
     #[test]

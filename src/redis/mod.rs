@@ -42,7 +42,10 @@
 //! refill (the server's clock stepped back, a failover to a replica whose clock is
 //! behind) sees the bucket as of its own grid point, as in-process: the tokens that
 //! arrive between the two are still missing, so it admits less, never more (the
-//! fixed window counts such a time as no time elapsed, as in-process).
+//! fixed window counts such a time as no time elapsed, as in-process). So a refill
+//! time far in the future — written while a server's clock ran ahead, or by hand —
+//! holds the key back until `TIME` reaches it, as one far-future reading does to an
+//! in-process bucket: the price of never admitting more on a lagging clock.
 //!
 //! For tests, [`RedisTokenBucketBuilder::client_clock`] takes the time from a
 //! [`Clock`](crate::Clock) instead, in microseconds since the limiter was built;

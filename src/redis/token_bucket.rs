@@ -207,8 +207,9 @@ fn decide([capacity, interval]: [u64; 2], reply: &[i64]) -> Option<Decision> {
     match status {
         0 => Some(Decision::Allowed { remaining }),
         1 => {
-            // The missing tokens arrive at the next `missing` grid points after the
-            // refill point, which is `ahead` µs from now (negative: in the past).
+            // Allowed `missing` grid points after the refill point, which is `ahead`
+            // µs from now (negative: in the past); a reading behind the refill point
+            // has `ahead` positive, and `missing` may then be 0 or below.
             let wait = i128::from(ahead) + i128::from(missing) * i128::from(interval);
             let wait = u64::try_from(wait).ok().filter(|&wait| wait > 0)?;
             Some(Decision::Denied {

@@ -192,14 +192,14 @@ fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Dura
     // `cost ≤ capacity` and the request was denied, so `full_at + cost − capacity` is
     // above the reading's grid index and no subtraction wraps.
     let ready = u128::from(full_at) + u128::from(cost) - u128::from(rules.capacity);
-    let ready_at = ready * u128::from(rules.interval);
-    match ready_at.checked_sub(u128::from(now)) {
-        // Above the reading's grid index, so after the reading: never zero.
-        Some(wait) if wait > 0 => nanos_to_duration(wait),
-        // Only past the clamp at the clock's end (a 1 ns interval, 584 years in): the
-        // grid has stopped, and no wait brings the tokens.
-        _ => Duration::MAX,
+    if ready > u128::from(rules.last_index) && rules.last_index < u64::MAX / rules.interval {
+        // Past the grid's last point where it stops before the clock's end (a 1 ns
+        // interval, 584 years in): no wait brings the tokens. (Past the clock's end
+        // itself, the wait is exact, to a time no reading reaches.)
+        return Duration::MAX;
     }
+    // Above the reading's grid index, so after the reading: never zero.
+    nanos_to_duration(ready * u128::from(rules.interval) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -366,15 +366,16 @@ mod tests {
                 );
                 assert!(word < MOVED, "{interval} {capacity}: {word}");
                 assert_eq!(available(&l, word, u64::MAX), 0);
-                // A reading one interval later is the same or one token richer.
+                // The next token comes after the clock's last reading: at a grid
+                // point the clock cannot reach (an exact wait), or never, where a
+                // 1 ns grid stops first.
                 let (_, d) = acquire(&l, word, u64::MAX, 1);
                 assert!(!d.is_allowed(), "{interval} {capacity}");
-                assert_eq!(
-                    d.retry_after(),
-                    Some(Duration::MAX)
-                        .filter(|_| interval == 1)
-                        .or(d.retry_after())
-                );
+                let wait = d.retry_after().expect("a denial");
+                assert!(wait > Duration::ZERO, "{interval} {capacity}");
+                if interval == 1 {
+                    assert_eq!(d.retry_after(), Some(Duration::MAX), "{capacity}");
+                }
             }
         }
     }

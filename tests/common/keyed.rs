@@ -321,11 +321,14 @@ impl KeyModel for Bucket {
             }
         } else {
             // Allowed at the first grid point where what is missing and the cost fit
-            // the capacity; none comes past the grid's last point.
-            let ready_at = (self.full_at + cost - self.capacity) * self.interval;
-            let retry_after = match ready_at.checked_sub(u128::from(now)) {
-                Some(nanos) if nanos > 0 => wait(nanos),
-                _ => Duration::MAX,
+            // the capacity; none comes past the grid's last point when it stops
+            // before the clock's end, and such a wait is `Duration::MAX`: never.
+            let ready = self.full_at + cost - self.capacity;
+            let stops = self.last_index < u128::from(u64::MAX) / self.interval;
+            let retry_after = if stops && ready > self.last_index {
+                Duration::MAX
+            } else {
+                wait(ready * self.interval - u128::from(now))
             };
             Decision::Denied {
                 remaining: tokens as u32,
@@ -439,9 +442,13 @@ impl KeyModel for Window {
                 capacity: self.limit as u32,
             }
         } else if count + cost > self.limit {
-            let retry_after = match ((index + 1) * self.window).checked_sub(u128::from(now)) {
-                Some(nanos) if nanos > 0 => wait(nanos),
-                _ => Duration::MAX, // the last window never ends
+            // The last window the index holds never ends (when the clock would
+            // reach a later one).
+            let clamped = self.last < u128::from(u64::MAX) / self.window;
+            let retry_after = if clamped && index >= self.last {
+                Duration::MAX
+            } else {
+                wait((index + 1) * self.window - u128::from(now))
             };
             Decision::Denied {
                 remaining,
