@@ -1,59 +1,63 @@
 //! Direct (unkeyed) limiters side by side: turnstile's `DirectTokenBucket` and
-//! `DirectGcra`, and governor's direct `RateLimiter` (a GCRA), every thread checking the one limit, allowed and
-//! denied, at each thread count (`TURNSTILE_BENCH_THREADS`, default 1, 2, 4, 8).
-//! Throughput is aggregate checks per second.
+//! `DirectGcra`, and governor's direct `RateLimiter` (a GCRA), every thread checking
+//! the one limit, allowed and denied, at each thread count (`TURNSTILE_BENCH_THREADS`,
+//! default 1, 2, 4, 8). Interleaved medians (as `benches/ratios.rs`): at each thread
+//! count every contender under both mixes runs a short sample in turn, round after
+//! round. Prints and writes `direct.csv`: aggregate checks per second.
 //!
 //! Run: `cargo bench --bench direct`
 
 mod common;
 
 use common::direct::{DIRECT, with_direct};
-use common::{Contender, Mix, Pattern, Visit, run, thread_counts};
-use criterion::{BenchmarkGroup, BenchmarkId, Throughput, measurement::WallTime};
+use common::{
+    Contender, Mix, Pattern, Sampler, Visit, interleaved_medians, interleaving, out_dir,
+    thread_counts,
+};
+use std::fmt::Write as _;
 
-/// Registers one contender's runs at every thread count in the group.
-struct Register<'g, 'c> {
-    group: &'g mut BenchmarkGroup<'c, WallTime>,
-    name: &'static str,
-    mix: Mix,
-    keys: &'g [Vec<u64>],
-}
+/// Builds a contender; under the denied mix, takes its one token first.
+struct Build(Mix);
 
-impl Visit for Register<'_, '_> {
-    type Output = ();
+impl Visit for Build {
+    type Output = Box<dyn Sampler>;
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) {
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Box<dyn Sampler> {
         let contender = make();
-        if self.mix == Mix::Denied {
+        if self.0 == Mix::Denied {
             assert!(contender.check(0), "the one token, taken before measuring");
         }
-        let label = self.name.trim_start_matches("direct-");
-        for threads in thread_counts() {
-            self.group.throughput(Throughput::Elements(threads as u64));
-            self.group
-                .bench_function(BenchmarkId::new(label, threads), |b| {
-                    b.iter_custom(|iters| run(&contender, Pattern::Hot, self.keys, threads, iters))
-                });
-        }
+        Box::new(contender)
     }
 }
 
 fn main() {
-    let mut criterion = common::criterion();
-    let keys: Vec<Vec<u64>> = (0..thread_counts().into_iter().max().unwrap_or(1))
+    let settings = interleaving();
+    let threads = thread_counts();
+    let keys: Vec<Vec<u64>> = (0..threads.iter().copied().max().unwrap_or(1))
         .map(|t| Pattern::Hot.keys(t))
         .collect();
-    for mix in [Mix::Allowed, Mix::Denied] {
-        let mut group = criterion.benchmark_group(format!("direct-{}", mix.name()));
-        for name in DIRECT {
-            let register = Register {
-                group: &mut group,
-                name,
-                mix,
-                keys: &keys,
-            };
-            with_direct(name, mix, register);
+    let entries: Vec<(Mix, &str, Box<dyn Sampler>)> = [Mix::Allowed, Mix::Denied]
+        .into_iter()
+        .flat_map(|mix| DIRECT.iter().map(move |&name| (mix, name)))
+        .map(|(mix, name)| (mix, name, with_direct(name, mix, Build(mix))))
+        .collect();
+    let samplers: Vec<&dyn Sampler> = entries.iter().map(|(_, _, c)| c.as_ref()).collect();
+    let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
+    for &n in &threads {
+        let medians = interleaved_medians(&samplers, Pattern::Hot, &keys, n, settings);
+        for ((mix, name, _), median) in entries.iter().zip(medians) {
+            let label = name.trim_start_matches("direct-");
+            let row = format!(
+                "direct-{},{label},{n},{median:.0},{}",
+                mix.name(),
+                settings.0
+            );
+            println!("{row}");
+            writeln!(csv, "{row}").expect("write to string");
         }
-        group.finish();
     }
+    let path = out_dir().join("direct.csv");
+    std::fs::write(&path, csv).expect("write direct.csv");
+    eprintln!("wrote {}", path.display());
 }

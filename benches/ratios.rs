@@ -7,21 +7,11 @@
 mod common;
 
 use common::{
-    Contender, LIMITERS, Mix, Pattern, Visit, full_mode, out_dir, prepopulate, run, with_contender,
+    LIMITERS, Mix, Pattern, Sampler, Visit, interleaved_medians, interleaving, out_dir,
+    prepopulate, with_contender,
 };
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
-
-/// A contender behind one dynamic call per sample; its hot loop is monomorphised.
-trait Sampler: Sync {
-    fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration;
-}
-
-impl<T: Contender> Sampler for T {
-    fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration {
-        run(self, pattern, keys, threads, iters)
-    }
-}
+use std::time::Instant;
 
 /// Builds a contender, with its keys already stored (and drained, under the denied mix).
 struct Build(Pattern);
@@ -29,24 +19,15 @@ struct Build(Pattern);
 impl Visit for Build {
     type Output = Box<dyn Sampler>;
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Box<dyn Sampler> {
+    fn visit<T: common::Contender + 'static>(self, make: impl Fn() -> T) -> Box<dyn Sampler> {
         let contender = make();
         prepopulate(&contender, self.0);
         Box::new(contender)
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
-    let (rounds, sample) = if full_mode() {
-        (21, Duration::from_millis(100))
-    } else {
-        (7, Duration::from_millis(40))
-    };
+    let settings = interleaving();
     let names: Vec<&str> = LIMITERS.iter().copied().chain(["floor-stack"]).collect();
     let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
     for pattern in [Pattern::Hot, Pattern::Uniform] {
@@ -64,28 +45,12 @@ fn main() {
                 )
             })
             .collect();
+        let samplers: Vec<&dyn Sampler> = entries.iter().map(|(_, _, c)| c.as_ref()).collect();
         for threads in [1, 2, 4] {
-            // Calibrate: iterations per thread for about one sample's time.
-            let probe = 100_000;
-            let iters: Vec<u64> = entries
-                .iter()
-                .map(|(_, _, c)| {
-                    let took = c.sample(pattern, &keys, threads, probe);
-                    (probe as f64 * sample.as_secs_f64() / took.as_secs_f64()).max(1_000.0) as u64
-                })
-                .collect();
-            let mut rates = vec![Vec::new(); entries.len()];
             let started = Instant::now();
-            for round in 0..rounds {
-                // Rotate who goes first, so no contender always follows the same one.
-                for k in 0..entries.len() {
-                    let i = (k + round) % entries.len();
-                    let took = entries[i].2.sample(pattern, &keys, threads, iters[i]);
-                    rates[i].push((threads as u64 * iters[i]) as f64 / took.as_secs_f64());
-                }
-            }
-            for ((scenario, name, _), rates) in entries.iter().zip(rates) {
-                let row = format!("{scenario},{name},{threads},{:.0},{rounds}", median(rates));
+            let medians = interleaved_medians(&samplers, pattern, &keys, threads, settings);
+            for ((scenario, name, _), median) in entries.iter().zip(medians) {
+                let row = format!("{scenario},{name},{threads},{median:.0},{}", settings.0);
                 println!("{row}");
                 writeln!(csv, "{row}").expect("write to string");
             }

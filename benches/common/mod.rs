@@ -404,6 +404,64 @@ pub fn prepopulate(contender: &dyn Contender, pattern: Pattern) {
         });
 }
 
+/// A contender behind one dynamic call per sample; its hot loop is monomorphised.
+pub trait Sampler: Sync {
+    fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration;
+}
+
+impl<T: Contender> Sampler for T {
+    fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration {
+        run(self, pattern, keys, threads, iters)
+    }
+}
+
+/// Rounds and the length of one sample for interleaved medians: longer in full mode.
+pub fn interleaving() -> (usize, Duration) {
+    if full_mode() {
+        (21, Duration::from_millis(100))
+    } else {
+        (7, Duration::from_millis(40))
+    }
+}
+
+/// Interleaved medians: each contender's aggregate checks per second at `threads`,
+/// the median of `rounds` samples of about `sample` each, where every round runs every
+/// contender once, in an order rotated round by round. On a shared machine whose
+/// speed drifts, every contender meets the same drift, so their ratios hold where
+/// back-to-back runs can land in different weather.
+pub fn interleaved_medians(
+    contenders: &[&dyn Sampler],
+    pattern: Pattern,
+    keys: &[Vec<u64>],
+    threads: usize,
+    (rounds, sample): (usize, Duration),
+) -> Vec<f64> {
+    // Calibrate: iterations per thread for about one sample's time.
+    let probe = 100_000;
+    let iters: Vec<u64> = contenders
+        .iter()
+        .map(|c| {
+            let took = c.sample(pattern, keys, threads, probe);
+            (probe as f64 * sample.as_secs_f64() / took.as_secs_f64()).max(1_000.0) as u64
+        })
+        .collect();
+    let mut rates = vec![Vec::new(); contenders.len()];
+    for round in 0..rounds {
+        // Rotate who goes first, so no contender always follows the same one.
+        for k in 0..contenders.len() {
+            let i = (k + round) % contenders.len();
+            let took = contenders[i].sample(pattern, keys, threads, iters[i]);
+            rates[i].push((threads as u64 * iters[i]) as f64 / took.as_secs_f64());
+        }
+    }
+    rates.into_iter().map(median).collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// Runs `iters` checks on each of `threads` threads released together by a barrier;
 /// returns the wall time from the first thread's start to the last one's end.
 pub fn run<T: Contender + ?Sized>(

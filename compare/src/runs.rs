@@ -57,6 +57,8 @@ pub struct Figures {
     pub throughput: Vec<Throughput>,
     /// Interleaved medians (benches/ratios.rs): what the targets are judged on.
     pub interleaved: Vec<Throughput>,
+    /// Interleaved medians of the direct limiters (benches/direct.rs).
+    pub direct: Vec<Throughput>,
     pub latency: Vec<Latency>,
     pub memory: Vec<Memory>,
     pub churn_memory: Vec<ChurnMemory>,
@@ -156,6 +158,12 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
     Ok(Figures {
         throughput: read_criterion(&criterion_home)?,
         interleaved: read_csv(&scratch.join("ratios.csv"), |f| Throughput {
+            scenario: f[0].to_string(),
+            limiter: f[1].to_string(),
+            threads: f[2].parse().unwrap_or(0),
+            ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
+        })?,
+        direct: read_csv(&scratch.join("direct.csv"), |f| Throughput {
             scenario: f[0].to_string(),
             limiter: f[1].to_string(),
             threads: f[2].parse().unwrap_or(0),
