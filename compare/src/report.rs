@@ -296,12 +296,17 @@ fn losses(figures: &Figures) -> Vec<String> {
     lost
 }
 
-/// The direct limiters' interleaved medians, one table per mix, ratios to governor.
-fn direct_tables(figures: &Figures) -> String {
+/// Interleaved medians from `list`, one table per scenario that has any: `contenders` ×
+/// thread counts, each with its ratio to `base`.
+fn medians_tables(
+    list: &[Throughput],
+    scenarios: &[&str],
+    contenders: &[&str],
+    base: &str,
+) -> String {
     let mut out = String::new();
-    for scenario in ["direct-allowed", "direct-denied"] {
-        let mut threads: Vec<usize> = figures
-            .direct
+    for &scenario in scenarios {
+        let mut threads: Vec<usize> = list
             .iter()
             .filter(|t| t.scenario == scenario)
             .map(|t| t.threads)
@@ -318,65 +323,15 @@ fn direct_tables(figures: &Figures) -> String {
             header.join(" | ")
         );
         let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
-        for limiter in DIRECT {
+        for &limiter in contenders {
             let cells: Vec<String> = threads
                 .iter()
                 .map(|&n| {
                     match (
-                        find(&figures.direct, scenario, limiter, n),
-                        find(&figures.direct, scenario, "governor", n),
+                        find(list, scenario, limiter, n),
+                        find(list, scenario, base, n),
                     ) {
-                        (Some(v), Some(b)) if limiter != "governor" => {
-                            format!("{} ({:.2}×)", millions(v), v / b)
-                        }
-                        (Some(v), _) => millions(v),
-                        (None, _) => "–".to_string(),
-                    }
-                })
-                .collect();
-            let _ = writeln!(out, "| {limiter} | {} |", cells.join(" | "));
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// The interleaved medians, one table per scenario, ratios to turnstile.
-fn interleaved_tables(figures: &Figures) -> String {
-    let mut out = String::new();
-    for scenario in [
-        "hot-allowed",
-        "hot-denied",
-        "uniform-allowed",
-        "uniform-denied",
-    ] {
-        let rows: Vec<&Throughput> = figures
-            .interleaved
-            .iter()
-            .filter(|t| t.scenario == scenario)
-            .collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let mut threads: Vec<usize> = rows.iter().map(|t| t.threads).collect();
-        threads.sort_unstable();
-        threads.dedup();
-        let header: Vec<String> = threads.iter().map(|t| format!("{t} thr")).collect();
-        let _ = writeln!(
-            out,
-            "### {scenario} (interleaved)\n\n| contender | {} |",
-            header.join(" | ")
-        );
-        let _ = writeln!(out, "|---|{}", "---|".repeat(threads.len()));
-        for limiter in CONTENDERS {
-            let cells: Vec<String> = threads
-                .iter()
-                .map(|&n| {
-                    match (
-                        find(&figures.interleaved, scenario, limiter, n),
-                        find(&figures.interleaved, scenario, "turnstile", n),
-                    ) {
-                        (Some(v), Some(b)) if limiter != "turnstile" => {
+                        (Some(v), Some(b)) if limiter != base => {
                             format!("{} ({:.2}×)", millions(v), v / b)
                         }
                         (Some(v), _) => millions(v),
@@ -391,6 +346,24 @@ fn interleaved_tables(figures: &Figures) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The interleaved medians of benches/ratios.rs, one table per scenario, ratios to
+/// turnstile.
+fn interleaved_tables(figures: &Figures) -> String {
+    let scenarios = [
+        "hot-allowed",
+        "hot-denied",
+        "uniform-allowed",
+        "uniform-denied",
+    ];
+    medians_tables(&figures.interleaved, &scenarios, &CONTENDERS, "turnstile")
+}
+
+/// The direct limiters' interleaved medians, one table per mix, ratios to governor.
+fn direct_tables(figures: &Figures) -> String {
+    let scenarios = ["direct-allowed", "direct-denied"];
+    medians_tables(&figures.direct, &scenarios, &DIRECT, "governor")
 }
 
 fn latency_table(figures: &Figures) -> String {
