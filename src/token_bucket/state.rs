@@ -18,9 +18,9 @@ use std::time::Duration;
 ///
 /// - the bucket holds `capacity − (full_at − g)` tokens while `full_at > g` (never
 ///   fewer than none), and `capacity` once `full_at ≤ g`;
-/// - a request for `k ≤ capacity` tokens is allowed iff `full_at − g + k ≤ capacity`
-///   (`full_at − g` read as 0 when the bucket is full), and stores
-///   `max(full_at, g) + k`.
+/// - a request for `k` tokens is allowed iff the bucket holds at least `k` (for
+///   `k ≥ 1`: iff `full_at − g + k ≤ capacity`, `full_at − g` read as 0 when the
+///   bucket is full), and stores `max(full_at, g) + k`.
 ///
 /// There is no token field, so nothing bounds the capacity but the quota's `u32`:
 /// every capacity fits beside every interval. The word is at most `g + capacity`, and
