@@ -198,6 +198,7 @@ mod connect;
 mod engine;
 mod failure;
 mod fixed_window;
+mod lease;
 mod token_bucket;
 
 pub use breaker::{CircuitBreaker, CircuitState};
@@ -205,4 +206,8 @@ pub use config::{ConfigError, DEFAULT_TIMEOUT};
 pub use connect::{MAX_RECONNECT_DELAY, connection_config};
 pub use failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
+pub use lease::{
+    DEFAULT_LEASE_LIFETIME, LeaseCounts, LeaseState, RedisLeasedTokenBucket,
+    RedisLeasedTokenBucketBuilder,
+};
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};
