@@ -575,9 +575,10 @@ where
         })
     }
 
-    /// One fetch for `key`, by the holder of its fetch slot: the check of `cost` (zero
-    /// ahead of need) taking up to the lease size less what the lease holds; the grant
-    /// beyond the cost goes into the lease, and the size moves by the rule.
+    /// One fetch for `key`, by the holder of its fetch slot: sizes the lease by the
+    /// rule (`size.rs`), then runs the check of `cost` (zero ahead of need) taking up
+    /// to the size less what the lease holds; the grant beyond the cost goes into the
+    /// lease, and a denial is remembered.
     async fn fetch(
         &self,
         lease: &KeyLease,
@@ -585,14 +586,9 @@ where
         cost: u32,
         deadline: Option<tokio::time::Instant>,
     ) -> Fetched {
-        let (size, retired) = {
-            let slow = lease.slow();
-            (slow.size, slow.retired)
-        };
-        if retired {
+        let Some(up_to) = self.size_lease(lease, cost) else {
             return Fetched::Retired;
-        }
-        let up_to = size.saturating_sub(held(lease, self.now())).max(cost);
+        };
         if up_to == 0 {
             return Fetched::Full;
         }
@@ -619,8 +615,33 @@ where
         Fetched::Done(result, held)
     }
 
-    /// Puts what a fetch Redis answered into the lease and its size, and remembers a
-    /// denial; the tokens held after it.
+    /// Before a fetch: drops the lease's expired tokens, moves its size by the rule,
+    /// and says how many tokens to ask for at most (`None`: the entry was swept away).
+    fn size_lease(&self, lease: &KeyLease, cost: u32) -> Option<u32> {
+        let now = self.now();
+        let mut slow = lease.slow();
+        if slow.retired {
+            return None;
+        }
+        let expired = lease_word::drop_expired(&lease.word, tick(now));
+        self.counters.expired(expired);
+        let observed = Observed {
+            since_last_fetch: slow.last_fetch.map(|last| now.saturating_sub(last)),
+            expired,
+        };
+        let (size, resize) = size::next(slow.size, self.max_lease, self.lifetime, observed);
+        self.counters.resized(resize);
+        slow.size = size;
+        slow.last_fetch = Some(now);
+        // Relaxed: a hint for the hot path (see `take`).
+        lease
+            .refill_below
+            .store(u64::from(refill_below(size)), Ordering::Relaxed);
+        Some(size.saturating_sub(held(lease, now)).max(cost))
+    }
+
+    /// Puts what a fetch Redis answered into the lease, or remembers its denial; the
+    /// tokens held after it.
     fn settle_lease(
         &self,
         lease: &KeyLease,
@@ -629,34 +650,19 @@ where
         cost: u32,
         now: u64,
     ) -> u32 {
-        let at = tick(now);
         match leased.checked.decision {
             Decision::Allowed { .. } => {
-                let leftover = leased.taken - cost;
-                let (held, expired) = if leftover > 0 {
-                    let until = tick(now.saturating_add(self.lifetime));
-                    let added = lease_word::add(&lease.word, leftover, until, at);
-                    self.counters.expired(added.expired + added.overflow);
-                    (added.held, added.expired)
-                } else {
-                    let expired = lease_word::drop_expired(&lease.word, at);
-                    self.counters.expired(expired);
-                    (held(lease, now), expired)
-                };
-                let observed = Observed {
-                    since_last_fetch: slow.last_fetch.map(|last| now.saturating_sub(last)),
-                    expired,
-                };
-                let (size, resize) = size::next(slow.size, self.max_lease, self.lifetime, observed);
-                self.counters.resized(resize);
-                slow.size = size;
-                slow.last_fetch = Some(now);
                 slow.denied = None;
-                // Relaxed: a hint for the hot path (see `take`).
-                lease
-                    .refill_below
-                    .store(u64::from(refill_below(size)), Ordering::Relaxed);
-                held
+                let leftover = leased.taken - cost;
+                if leftover == 0 {
+                    return held(lease, now);
+                }
+                let until = tick(now.saturating_add(self.lifetime));
+                let added = lease_word::add(&lease.word, leftover, until, tick(now));
+                // Tokens that expired during the round trip, and any grant beyond the
+                // word (never, within `max_lease`), are dropped and counted.
+                self.counters.expired(added.expired + added.overflow);
+                added.held
             }
             Decision::Denied { retry_after, .. } => {
                 let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);

@@ -1,0 +1,407 @@
+//! `RedisLeasedTokenBucket`: tokens leased from the Redis bucket and served in process.
+//! Five limiters on connections of their own admit exactly what the bucket gave up;
+//! leases expire, grow and shrink as counted; a killed Redis leaves the held tokens
+//! served, then the policy. Every clock here is a `ManualClock`, so no count depends
+//! on timing.
+
+use crate::server::RedisServer;
+use crate::{fresh_prefix, manager};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use turnstile::redis::{
+    CircuitBreaker, FailurePolicy, LeaseCounts, Outcome, RedisLeasedTokenBucket,
+    RedisLeasedTokenBucketBuilder, RedisTokenBucket,
+};
+use turnstile::{Decision, ManualClock, Quota};
+
+const LIFETIME: Duration = Duration::from_millis(100);
+
+/// A leased limiter's builder on `clock` (which the tests move by hand), with Redis's
+/// key expiry off, as a clock that does not run in real time needs.
+fn builder(
+    quota: Quota,
+    policy: FailurePolicy,
+    prefix: &str,
+    clock: &ManualClock,
+) -> RedisLeasedTokenBucketBuilder {
+    RedisLeasedTokenBucket::builder(quota, policy)
+        .prefix(prefix)
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .lifetime(LIFETIME)
+        .timeout(Duration::from_secs(5))
+}
+
+/// A quota that never refills within a test: `capacity` a day.
+fn per_day(capacity: u32) -> Quota {
+    Quota::new(capacity, Duration::from_secs(24 * 3600) / capacity).unwrap()
+}
+
+/// Waits until no fetch for `key` is in flight (a fetch ahead of need runs as a task).
+async fn settled(limiter: &RedisLeasedTokenBucket, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while limiter.lease(key).is_some_and(|lease| lease.fetching) {
+        assert!(Instant::now() < deadline, "a fetch never ended");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// One allowed request, from the lease or a fetch.
+async fn allowed(limiter: &RedisLeasedTokenBucket, key: &str) -> u32 {
+    match limiter.acquire(key, 1).await {
+        Outcome::Decided(Decision::Allowed { remaining }) => remaining,
+        other => panic!("expected an allowed request, got {other:?}"),
+    }
+}
+
+/// Every token a limiter took from Redis is served, held, or expired.
+fn assert_accounted(counts: &LeaseCounts, held: u32, admitted: u64) {
+    assert_eq!(
+        counts.served_by_fetch + counts.served_locally(u64::from(held)),
+        admitted,
+        "{counts:?}, held {held}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_leased_limiters_and_a_plain_one_admit_exactly_what_the_one_bucket_gave_up() {
+    const CAPACITY: u32 = 1000;
+    const MAX_LEASE: u32 = 16;
+    const SERVERS: usize = 5;
+    const TASKS: usize = 4;
+    const TRIES: usize = 120;
+    let server = RedisServer::start();
+    let prefix = fresh_prefix("lease-five");
+    let clock = ManualClock::new();
+    let quota = per_day(CAPACITY);
+
+    let mut limiters = Vec::new();
+    for _ in 0..SERVERS {
+        let limiter = builder(quota, FailurePolicy::Closed, &prefix, &clock)
+            .max_lease(MAX_LEASE)
+            .build(manager(&server).await)
+            .unwrap();
+        limiters.push(limiter);
+    }
+    // A plain limiter on the same prefix takes from the same bucket.
+    let plain = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
+        .prefix(&prefix)
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .build(manager(&server).await)
+        .unwrap();
+
+    let mut tasks = JoinSet::new();
+    for (server, limiter) in limiters.iter().enumerate() {
+        for _ in 0..TASKS {
+            let limiter = limiter.clone();
+            tasks.spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..TRIES {
+                    admitted += u64::from(limiter.try_acquire("the-one-client").await);
+                }
+                (Some(server), admitted)
+            });
+        }
+    }
+    let other = plain.clone();
+    tasks.spawn(async move {
+        let mut admitted = 0u64;
+        for _ in 0..TRIES {
+            admitted += u64::from(other.try_acquire("the-one-client").await);
+        }
+        (None, admitted)
+    });
+    let mut per_server = [0u64; SERVERS];
+    let mut by_plain = 0;
+    while let Some(result) = tasks.join_next().await {
+        match result.expect("a task finished") {
+            (Some(server), admitted) => per_server[server] += admitted,
+            (None, admitted) => by_plain += admitted,
+        }
+    }
+
+    let mut held = 0;
+    for (limiter, &admitted) in limiters.iter().zip(&per_server) {
+        settled(limiter, "the-one-client").await;
+        assert_eq!(
+            limiter.failures(),
+            Default::default(),
+            "every fetch answered"
+        );
+        let counts = limiter.counts();
+        let mine = limiter.held("the-one-client");
+        assert!(mine <= MAX_LEASE, "a process holds at most max_lease");
+        assert_eq!(counts.expired, 0, "the clock stood still");
+        assert_accounted(&counts, mine, admitted);
+        held += u64::from(mine);
+    }
+    let admitted: u64 = per_server.iter().sum::<u64>() + by_plain;
+    let left = u64::from(plain.peek("the-one-client").await.unwrap());
+    // Exactly what the bucket gave up was admitted or is still held.
+    assert_eq!(admitted + held, u64::from(CAPACITY) - left);
+    // So never more than the one bucket; less by at most what the leases hold.
+    assert!(admitted <= u64::from(CAPACITY));
+    assert!(
+        admitted >= u64::from(CAPACITY) - SERVERS as u64 * u64::from(MAX_LEASE),
+        "{admitted} admitted"
+    );
+    // With 2,520 tries for 1,000 tokens, the bucket ran dry.
+    assert_eq!(left, 0);
+    // The leases did their job: far fewer fetches than admissions.
+    let fetches: u64 = limiters.iter().map(|l| l.counts().fetches).sum();
+    let by_leases: u64 = per_server.iter().sum();
+    assert!(
+        fetches < by_leases / 2,
+        "{fetches} fetches for {by_leases} admitted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_tokens_stop_counting_at_the_lease_expiry_and_are_not_returned() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let prefix = fresh_prefix("lease-expiry");
+    let limiter = builder(per_day(1000), FailurePolicy::Closed, &prefix, &clock)
+        .max_lease(8)
+        .refill_ahead(false)
+        .build(manager(&server).await)
+        .unwrap();
+    // A fetch sizes the lease before it asks: 1; 2 (one left, taken next); 4 (three
+    // left).
+    for _ in 0..4 {
+        allowed(&limiter, "k").await;
+    }
+    assert_eq!(limiter.held("k"), 3);
+    let before = limiter.counts();
+    assert_eq!((before.fetches, before.leased, before.grew), (3, 7, 2));
+    assert_eq!(limiter.peek("k").await.unwrap(), 1000 - 7);
+
+    // Just before the expiry the tokens count; from it, they do not.
+    clock.advance(LIFETIME - Duration::from_millis(2));
+    assert_eq!(limiter.held("k"), 3);
+    clock.advance(Duration::from_millis(2));
+    assert_eq!(limiter.held("k"), 0);
+
+    // The next request fetches, drops the three expired, and halves the size first.
+    assert_eq!(allowed(&limiter, "k").await, 1, "a lease of 2, one taken");
+    let after = limiter.counts();
+    assert_eq!(after.expired, 3);
+    assert_eq!(after.shrank, 1);
+    assert_eq!(after.fetches, 4);
+    assert_eq!(limiter.lease("k").unwrap().size, 2);
+    // Not returned: the bucket lost them.
+    assert_eq!(limiter.peek("k").await.unwrap(), 1000 - 9);
+    assert_accounted(&after, limiter.held("k"), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_grows_its_lease_to_the_maximum_and_an_idle_one_shrinks_it_to_one() {
+    const MAX_LEASE: u32 = 32;
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = builder(
+        per_day(100_000),
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-size"),
+        &clock,
+    )
+    .max_lease(MAX_LEASE)
+    .build(manager(&server).await)
+    .unwrap();
+
+    // A key seen once costs one fetch of exactly its cost, as the plain limiter.
+    allowed(&limiter, "hot").await;
+    let first = limiter.counts();
+    assert_eq!((first.fetches, first.leased, first.grew), (1, 1, 0));
+    assert_eq!(limiter.lease("hot").unwrap().size, 1);
+
+    // Hot: with the clock still, every fetch comes at once after the last.
+    for _ in 0..400 {
+        allowed(&limiter, "hot").await;
+        settled(&limiter, "hot").await;
+    }
+    let hot = limiter.counts();
+    assert_eq!(limiter.lease("hot").unwrap().size, MAX_LEASE);
+    assert_eq!(hot.grew, 5, "1 → 32 in five doublings");
+    assert_eq!(hot.shrank, 0);
+    assert!(hot.fetched_ahead > 0, "refills ahead of need");
+    // Amortised: most of the 401 requests were served without a round trip.
+    let held = limiter.held("hot");
+    assert!(hot.served_locally(u64::from(held)) > 300, "{hot:?}");
+    assert!(hot.fetches < 40, "{hot:?}");
+    assert_accounted(&hot, held, 401);
+
+    // Idle: each lease expires unused, and the next fetch halves the size.
+    for step in 1..=5 {
+        clock.advance(LIFETIME);
+        allowed(&limiter, "hot").await;
+        settled(&limiter, "hot").await;
+        assert_eq!(limiter.lease("hot").unwrap().size, MAX_LEASE >> step);
+    }
+    let idle = limiter.counts();
+    assert_eq!(idle.shrank, 5);
+    assert!(idle.expired > 0);
+    assert_accounted(&idle, limiter.held("hot"), 406);
+}
+
+async fn killed_mid_run(policy: FailurePolicy, refill_ahead: bool) {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = builder(per_day(1000), policy, &fresh_prefix("lease-killed"), &clock)
+        .max_lease(8)
+        .refill_ahead(refill_ahead)
+        .timeout(Duration::from_millis(100))
+        .circuit_breaker(CircuitBreaker::off())
+        .build(manager(&server).await)
+        .unwrap();
+    // Grow the lease to 8 and take one: seven held.
+    for _ in 0..9 {
+        allowed(&limiter, "k").await;
+        settled(&limiter, "k").await;
+    }
+    let held = limiter.held("k");
+    assert!(held >= 4, "held {held}");
+
+    server.kill();
+    // The held tokens are still served, every one decided.
+    for _ in 0..held {
+        allowed(&limiter, "k").await;
+    }
+    // Then the lease is spent and the fetch gets no answer: the policy answers.
+    let outcome = limiter.acquire("k", 1).await;
+    assert!(outcome.is_fallback(), "{outcome:?}");
+    assert_eq!(outcome.is_allowed(), policy == FailurePolicy::Open);
+    let failures = limiter.failures();
+    let expected = match policy {
+        FailurePolicy::Open => (1, 0),
+        FailurePolicy::Closed => (0, 1),
+    };
+    assert_eq!(
+        (failures.allowed, failures.denied),
+        expected,
+        "{failures:?}"
+    );
+    assert!(failures.timeouts + failures.errors >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_leaves_the_held_tokens_served_then_fails_closed() {
+    killed_mid_run(FailurePolicy::Closed, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_leaves_the_held_tokens_served_then_fails_open() {
+    killed_mid_run(FailurePolicy::Open, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_find_a_fetch_in_flight_wait_for_it_rather_than_start_another() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = builder(
+        per_day(1000),
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-wait"),
+        &clock,
+    )
+    .timeout(Duration::from_millis(300))
+    .circuit_breaker(CircuitBreaker::off())
+    .build(manager(&server).await)
+    .unwrap();
+    // Connected, then frozen: the one fetch times out, and every request waited on it.
+    allowed(&limiter, "warm").await;
+    server.pause();
+    let mut tasks = JoinSet::new();
+    for _ in 0..10 {
+        let limiter = limiter.clone();
+        tasks.spawn(async move { limiter.acquire("cold", 1).await });
+    }
+    while let Some(outcome) = tasks.join_next().await {
+        let outcome = outcome.unwrap();
+        assert!(
+            outcome.is_fallback() && !outcome.is_allowed(),
+            "{outcome:?}"
+        );
+    }
+    server.resume();
+    let failures = limiter.failures();
+    assert_eq!(failures.denied, 10);
+    assert_eq!(limiter.counts().fetches, 1, "only the warm-up was answered");
+    // One fetch went out for the ten: once Redis runs what it was sent, the bucket has
+    // lost at most that one's token (ten fetches would have taken ten).
+    let left = limiter.peek("cold").await.unwrap();
+    assert!(
+        left >= 999,
+        "{left} left: more than one fetch reached Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_is_remembered_until_its_wait_is_over() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    // Two tokens, one per 10 s.
+    let quota = Quota::new(2, Duration::from_secs(10)).unwrap();
+    let limiter = builder(
+        quota,
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-denied"),
+        &clock,
+    )
+    .lifetime(Duration::from_secs(60))
+    .build(manager(&server).await)
+    .unwrap();
+    allowed(&limiter, "k").await;
+    allowed(&limiter, "k").await;
+    let denied = limiter.acquire("k", 1).await;
+    assert_eq!(denied.retry_after(), Some(Duration::from_secs(10)));
+    let fetches = limiter.counts().fetches;
+    clock.advance(Duration::from_secs(4));
+    // Answered locally, with the rest of Redis's wait.
+    let again = limiter.acquire("k", 1).await;
+    assert_eq!(again.retry_after(), Some(Duration::from_secs(6)));
+    assert_eq!(limiter.counts().fetches, fetches);
+    assert_eq!(limiter.counts().denied_locally, 1);
+    // Once the wait is over, Redis is asked, and the refilled token is there.
+    clock.advance(Duration::from_secs(6));
+    allowed(&limiter, "k").await;
+    assert_eq!(limiter.counts().fetches, fetches + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_seen_once_cost_one_fetch_of_their_cost_and_idle_entries_are_swept() {
+    const KEYS: u32 = 3000;
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = builder(
+        per_day(100),
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-cold"),
+        &clock,
+    )
+    .max_lease(3)
+    .build(manager(&server).await)
+    .unwrap();
+    for key in 0..KEYS {
+        allowed(&limiter, &format!("old-{key}")).await;
+    }
+    let counts = limiter.counts();
+    assert_eq!(
+        (counts.fetches, counts.leased),
+        (u64::from(KEYS), u64::from(KEYS))
+    );
+    assert_eq!(limiter.peek("old-7").await.unwrap(), 99);
+    // A lifetime later the old entries are idle; new keys set off sweeps.
+    clock.advance(LIFETIME);
+    for key in 0..KEYS {
+        allowed(&limiter, &format!("new-{key}")).await;
+    }
+    assert_eq!(
+        limiter.keys(),
+        u64::from(KEYS),
+        "only the new keys are kept"
+    );
+    assert!(limiter.lease("old-7").is_none());
+    assert!(limiter.lease("new-7").is_some());
+}
