@@ -38,7 +38,10 @@ fn per_day(capacity: u32) -> Quota {
 }
 
 /// Waits until no fetch for `key` is in flight (a fetch ahead of need runs as a task).
-async fn settled(limiter: &RedisLeasedTokenBucket, key: &str) {
+async fn settled<C>(limiter: &RedisLeasedTokenBucket<C>, key: &str)
+where
+    C: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     let deadline = Instant::now() + Duration::from_secs(10);
     while limiter.lease(key).is_some_and(|lease| lease.fetching) {
         assert!(Instant::now() < deadline, "a fetch never ended");
@@ -404,4 +407,56 @@ async fn keys_seen_once_cost_one_fetch_of_their_cost_and_idle_entries_are_swept(
     );
     assert!(limiter.lease("old-7").is_none());
     assert!(limiter.lease("new-7").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_leased_limiters_on_a_cluster_admit_what_each_bucket_gave_up() {
+    const KEYS: usize = 30;
+    const CAPACITY: u32 = 40;
+    const MAX_LEASE: u32 = 4;
+    let cluster = crate::cluster_server::Cluster::start();
+    let prefix = fresh_prefix("lease-cluster");
+    let clock = ManualClock::new();
+    let mut limiters = Vec::new();
+    for _ in 0..5 {
+        let limiter = builder(per_day(CAPACITY), FailurePolicy::Closed, &prefix, &clock)
+            .max_lease(MAX_LEASE)
+            .circuit_breaker(CircuitBreaker::off())
+            .build(cluster.connection().await)
+            .unwrap();
+        limiters.push(limiter);
+    }
+    let mut tasks = JoinSet::new();
+    for limiter in limiters.clone() {
+        tasks.spawn(async move {
+            let mut admitted = vec![0u32; KEYS];
+            for _ in 0..12 {
+                for (key, count) in admitted.iter_mut().enumerate() {
+                    match limiter.acquire(format!("user{key}"), 1).await {
+                        Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
+                        Outcome::Fallback { error, .. } => panic!("no fallback expected: {error}"),
+                    }
+                }
+            }
+            admitted
+        });
+    }
+    let mut total = vec![0u32; KEYS];
+    while let Some(admitted) = tasks.join_next().await {
+        for (sum, n) in total.iter_mut().zip(admitted.unwrap()) {
+            *sum += n;
+        }
+    }
+    for (key, &admitted) in total.iter().enumerate() {
+        let key = format!("user{key}");
+        let mut held = 0;
+        for limiter in &limiters {
+            settled(limiter, &key).await;
+            held += limiter.held(&key);
+        }
+        let left = limiters[0].peek(&key).await.unwrap();
+        assert_eq!(admitted + held, CAPACITY - left, "{key}");
+        assert!(admitted <= CAPACITY);
+        assert!(admitted >= CAPACITY - 5 * MAX_LEASE, "{key}: {admitted}");
+    }
 }

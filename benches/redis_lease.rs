@@ -1,0 +1,308 @@
+//! The leased Redis limiter (`RedisLeasedTokenBucket`) beside the plain one
+//! (`RedisTokenBucket`, one script per check), against a real `redis-server` this
+//! binary starts on a free loopback port (persistence off); skips when there is none
+//! on PATH. Side by side in one run, each pair interleaved over three rounds (medians
+//! and ranges printed):
+//!
+//! - **one hot key**: checks per second with 1, 8 and 64 tokio tasks on one limiter;
+//! - **cold keys**: every check a key never seen before, 1 and 64 tasks;
+//! - **latency**: each check on a hot key timed alone (one task), p50 / p99 / p99.9;
+//! - **five processes** (five limiters, each on a connection of its own) sharing one
+//!   hot key for 10 s at ten times its rate: admitted against the one bucket's bound
+//!   (capacity plus the grid points Redis's clock passed) and that bound less
+//!   `5 × max_lease`.
+//!
+//! Prints markdown tables for `results/redis.md`.
+//!
+//! Run: `cargo bench --features redis --bench redis_lease`
+
+#[path = "../tests/redis/server.rs"]
+mod server;
+
+use ::redis::aio::ConnectionManager;
+use hdrhistogram::Histogram;
+use server::RedisServer;
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+use tokio::task::JoinSet;
+use turnstile::Quota;
+use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
+
+const ROUNDS: usize = 3;
+
+/// A bucket no run empties: 4·10^9 tokens, one more per microsecond.
+fn roomy() -> Quota {
+    Quota::new(4_000_000_000, Duration::from_micros(1)).expect("a valid quota")
+}
+
+/// Runs `checks` checks split over `tasks` tasks; checks per second.
+async fn rate<F, Fut>(tasks: u64, checks: u64, check: F) -> f64
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let per_task = checks / tasks;
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    for task in 0..tasks {
+        let check = check.clone();
+        set.spawn(async move {
+            for i in 0..per_task {
+                black_box(check(task * per_task + i).await);
+            }
+        });
+    }
+    while let Some(result) = set.join_next().await {
+        result.expect("a benchmark task finished");
+    }
+    (per_task * tasks) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The median and range of `samples`.
+fn summary(mut samples: Vec<f64>) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+    )
+}
+
+fn per_second(rate: (f64, f64, f64)) -> String {
+    let (median, low, high) = rate;
+    format!("{median:.0} ({low:.0}–{high:.0})")
+}
+
+struct Limiters {
+    leased: RedisLeasedTokenBucket,
+    plain: RedisTokenBucket,
+}
+
+async fn limiters(server: &RedisServer, prefix: &str) -> Limiters {
+    let conn = || async {
+        ConnectionManager::new(server.client())
+            .await
+            .expect("connects to the benchmark's redis-server")
+    };
+    let leased = RedisLeasedTokenBucket::builder(roomy(), FailurePolicy::Open)
+        .prefix(format!("{prefix}:leased:"))
+        .timeout(Duration::from_secs(1))
+        .max_lease(16_384)
+        .build(conn().await)
+        .expect("a valid limiter");
+    let plain = RedisTokenBucket::builder(roomy(), FailurePolicy::Open)
+        .prefix(format!("{prefix}:plain:"))
+        .timeout(Duration::from_secs(1))
+        .build(conn().await)
+        .expect("a valid limiter");
+    Limiters { leased, plain }
+}
+
+/// Hot key and cold keys: checks per second, leased and plain, interleaved.
+fn throughput(runtime: &Runtime, server: &RedisServer) {
+    println!("\n| workload | tasks | leased checks/s | plain checks/s | leased / plain |");
+    println!("|---|---|---|---|---|");
+    let round_counter = Arc::new(AtomicU64::new(0));
+    for (workload, tasks, leased_checks, plain_checks) in [
+        ("one hot key", 1, 4_000_000, 20_000),
+        ("one hot key", 8, 4_000_000, 40_000),
+        ("one hot key", 64, 4_000_000, 60_000),
+        ("cold keys", 1, 20_000, 20_000),
+        ("cold keys", 64, 60_000, 60_000),
+    ] {
+        let (mut leased_rates, mut plain_rates) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let round = round_counter.fetch_add(1, Ordering::Relaxed);
+            let Limiters { leased, plain } =
+                runtime.block_on(limiters(server, &format!("bench:{round}")));
+            let cold = workload == "cold keys";
+            let key = move |i: u64| {
+                if cold {
+                    format!("user:{i}")
+                } else {
+                    "hot".to_owned()
+                }
+            };
+            let limiter = leased.clone();
+            leased_rates.push(runtime.block_on(rate(tasks, leased_checks, move |i| {
+                let limiter = limiter.clone();
+                async move { limiter.try_acquire(key(i)).await }
+            })));
+            let limiter = plain.clone();
+            plain_rates.push(runtime.block_on(rate(tasks, plain_checks, move |i| {
+                let limiter = limiter.clone();
+                async move { limiter.try_acquire(key(i)).await }
+            })));
+            assert_eq!(
+                leased.failures(),
+                Default::default(),
+                "every fetch answered"
+            );
+            assert_eq!(plain.failures(), Default::default(), "every check answered");
+        }
+        let (leased_rate, plain_rate) = (summary(leased_rates), summary(plain_rates));
+        println!(
+            "| {workload} | {tasks} | {} | {} | {:.1}× |",
+            per_second(leased_rate),
+            per_second(plain_rate),
+            leased_rate.0 / plain_rate.0
+        );
+    }
+}
+
+/// `checks` checks, each timed alone, one after another.
+async fn histogram<F, Fut>(checks: u64, check: F) -> Histogram<u64>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut histogram = Histogram::<u64>::new(3).expect("a histogram");
+    for _ in 0..checks {
+        let started = Instant::now();
+        black_box(check().await);
+        histogram
+            .record(started.elapsed().as_nanos() as u64)
+            .expect("in range");
+    }
+    histogram
+}
+
+/// Each check on a hot key timed alone, one task.
+fn latency(runtime: &Runtime, server: &RedisServer) {
+    let Limiters { leased, plain } = runtime.block_on(limiters(server, "bench:latency"));
+    let leased_histogram = runtime.block_on(histogram(2_000_000, || leased.try_acquire("hot")));
+    let plain_histogram = runtime.block_on(histogram(20_000, || plain.try_acquire("hot")));
+    println!("\n| hot-key check, one task | p50 | p99 | p99.9 | max |");
+    println!("|---|---|---|---|---|");
+    for (name, h) in [("leased", &leased_histogram), ("plain", &plain_histogram)] {
+        let at = |q: f64| Duration::from_nanos(h.value_at_quantile(q));
+        println!(
+            "| {name} | {:.2?} | {:.2?} | {:.2?} | {:.2?} |",
+            at(0.5),
+            at(0.99),
+            at(0.999),
+            Duration::from_nanos(h.max())
+        );
+    }
+    let counts = leased.counts();
+    println!(
+        "\nleased: {} fetches ({} ahead of need) for {} checks",
+        counts.fetches, counts.fetched_ahead, 2_000_000
+    );
+}
+
+/// Redis's clock, microseconds since the Unix epoch.
+async fn server_time(conn: &mut ConnectionManager) -> u64 {
+    let (secs, micros): (u64, u64) = ::redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1_000_000 + micros
+}
+
+/// Five limiters, one hot key, 10 s at ten times its rate.
+fn five_processes(runtime: &Runtime, server: &RedisServer) {
+    const PROCESSES: usize = 5;
+    const RATE: u32 = 1000;
+    const SPAN: Duration = Duration::from_secs(10);
+    // Ten times the rate between them: 2,000 a second each, 2 every millisecond.
+    const PER_TICK: usize = 2;
+    let quota = Quota::new(RATE, Duration::from_micros(1_000_000 / u64::from(RATE))).unwrap();
+    println!(
+        "\n| five processes, 10 s at 10× | admitted | one bucket's bound | bound − 5 × max_lease | held at end | expired | left in Redis | fetches | denied locally |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for round in 0..ROUNDS {
+        let prefix = format!("bench:five:{round}:");
+        let (admitted, bound, lower, held, counts, left) = runtime.block_on(async {
+            let mut limiters = Vec::new();
+            for _ in 0..PROCESSES {
+                let conn = ConnectionManager::new(server.client()).await.unwrap();
+                let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+                    .prefix(&prefix)
+                    .timeout(Duration::from_secs(1))
+                    .build(conn)
+                    .unwrap();
+                limiters.push(limiter);
+            }
+            let mut inspect = ConnectionManager::new(server.client()).await.unwrap();
+            let before = server_time(&mut inspect).await;
+            let mut set = JoinSet::new();
+            for limiter in &limiters {
+                let limiter = limiter.clone();
+                set.spawn(async move {
+                    let mut admitted = 0u64;
+                    let mut ticks = tokio::time::interval(Duration::from_millis(1));
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                    let end = tokio::time::Instant::now() + SPAN;
+                    while ticks.tick().await < end {
+                        for _ in 0..PER_TICK {
+                            admitted += u64::from(limiter.try_acquire("hot").await);
+                        }
+                    }
+                    admitted
+                });
+            }
+            let mut admitted = 0;
+            while let Some(count) = set.join_next().await {
+                admitted += count.unwrap();
+            }
+            let after = server_time(&mut inspect).await;
+            let interval = 1_000_000 / u64::from(RATE);
+            let bound = u64::from(RATE) + (after / interval - before / interval);
+            let max_lease = u64::from(limiters[0].max_lease());
+            let lower = bound - PROCESSES as u64 * max_lease;
+            let held: u64 = limiters.iter().map(|l| u64::from(l.held("hot"))).sum();
+            let mut counts = limiters[0].counts();
+            for limiter in &limiters[1..] {
+                let more = limiter.counts();
+                counts.fetches += more.fetches;
+                counts.expired += more.expired;
+                counts.denied_locally += more.denied_locally;
+            }
+            for limiter in &limiters {
+                assert_eq!(
+                    limiter.failures(),
+                    Default::default(),
+                    "every fetch answered"
+                );
+            }
+            let left = limiters[0].peek("hot").await.unwrap();
+            (admitted, bound, lower, held, counts, left)
+        });
+        println!(
+            "| round {} | {admitted} | {bound} | {lower} | {held} | {} | {left} | {} | {} |",
+            round + 1,
+            counts.expired,
+            counts.fetches,
+            counts.denied_locally
+        );
+        assert!(
+            admitted <= bound,
+            "admitted {admitted} above the one bucket's {bound}"
+        );
+    }
+}
+
+fn main() {
+    if !RedisServer::available() {
+        eprintln!(
+            "benches/redis_lease: no redis-server on PATH; skipping (apt-get install redis-server)"
+        );
+        return;
+    }
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs this as a test: skip.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        return;
+    }
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    throughput(&runtime, &server);
+    latency(&runtime, &server);
+    five_processes(&runtime, &server);
+}
