@@ -34,9 +34,11 @@ use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
 
 const ROUNDS: usize = 3;
 
-/// A bucket no run empties: 4·10^9 tokens, one more per microsecond.
+/// A bucket no run empties: the largest capacity a one-second interval allows
+/// (about 5·10^8 tokens).
 fn roomy() -> Quota {
-    Quota::new(4_000_000_000, Duration::from_micros(1)).expect("a valid quota")
+    let every = Duration::from_secs(1);
+    Quota::new(Quota::max_capacity(every), every).expect("a valid quota")
 }
 
 /// Runs `checks` checks split over `tasks` tasks; checks per second.
