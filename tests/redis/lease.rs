@@ -441,7 +441,7 @@ async fn five_leased_limiters_on_a_cluster_admit_what_each_bucket_gave_up() {
             admitted
         });
     }
-    let mut total = vec![0u32; KEYS];
+    let mut total = [0u32; KEYS];
     while let Some(admitted) = tasks.join_next().await {
         for (sum, n) in total.iter_mut().zip(admitted.unwrap()) {
             *sum += n;
