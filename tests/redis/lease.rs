@@ -460,3 +460,89 @@ async fn five_leased_limiters_on_a_cluster_admit_what_each_bucket_gave_up() {
         assert!(admitted >= CAPACITY - 5 * MAX_LEASE, "{key}: {admitted}");
     }
 }
+
+/// Polls `future` once on this thread: the hot path completes without waiting.
+fn poll_once<F: std::future::Future>(future: F) -> std::task::Poll<F::Output> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::pin!(future).poll(&mut context)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_served_from_a_lease_or_a_remembered_denial_allocates_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let hot = builder(
+        per_day(100_000),
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-alloc"),
+        &clock,
+    )
+    .max_lease(1024)
+    .refill_ahead(false)
+    .build(manager(&server).await)
+    .unwrap();
+    while hot.held("k") < 600 {
+        allowed(&hot, "k").await;
+    }
+    let quota = Quota::new(1, Duration::from_secs(10)).unwrap();
+    let dry = builder(
+        quota,
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-alloc-dry"),
+        &clock,
+    )
+    .build(manager(&server).await)
+    .unwrap();
+    allowed(&dry, "k").await;
+    assert!(
+        !dry.try_acquire("k").await,
+        "denied, and the denial remembered"
+    );
+
+    let (mut served, mut denied) = (0, 0);
+    let info = allocation_counter::measure(|| {
+        for _ in 0..500 {
+            match poll_once(hot.acquire("k", 1)) {
+                std::task::Poll::Ready(outcome) => served += u32::from(outcome.is_allowed()),
+                std::task::Poll::Pending => panic!("a leased check waited"),
+            }
+            match poll_once(dry.acquire("k", 1)) {
+                std::task::Poll::Ready(outcome) => denied += u32::from(!outcome.is_allowed()),
+                std::task::Poll::Pending => panic!("a remembered denial waited"),
+            }
+        }
+    });
+    assert_eq!((served, denied), (500, 500));
+    assert_eq!(dry.counts().denied_locally, 500);
+    assert_eq!(info.count_total, 0, "{info:?}");
+}
+
+#[tokio::test]
+async fn lease_settings_out_of_range_are_refused() {
+    let build = |max_lease: Option<u32>, lifetime: Duration| {
+        let builder =
+            RedisLeasedTokenBucket::builder(per_day(100), FailurePolicy::Closed).lifetime(lifetime);
+        let builder = match max_lease {
+            Some(tokens) => builder.max_lease(tokens),
+            None => builder,
+        };
+        builder.connect("redis://127.0.0.1:1/")
+    };
+    assert!(build(None, LIFETIME).is_ok());
+    assert_eq!(
+        build(None, LIFETIME).unwrap().max_lease(),
+        3,
+        "capacity / 32"
+    );
+    assert!(build(Some(100), LIFETIME).is_ok());
+    for refused in [
+        build(Some(0), LIFETIME),
+        build(Some(101), LIFETIME),
+        build(None, Duration::from_millis(1)),
+    ] {
+        assert!(
+            matches!(refused, Err(turnstile::redis::ConfigError::Lease(_))),
+            "{refused:?}"
+        );
+    }
+}
