@@ -191,10 +191,11 @@
 //! # Leases: global limits at local speed
 //! [`RedisLeasedTokenBucket`] takes tokens from the same bucket (same script, fields
 //! and grid) in batches and serves them in process from one atomic word per key: a
-//! check on a key with a lease is a compare-and-set, not a round trip. The processes
-//! together never admit more than the one bucket would; a window may see more by the
-//! leases held at its start, and unused leased tokens are under-admission, both at
-//! most `processes × max_lease` per key. The [`lease`] module states the bound
+//! check on a key with a lease is a compare-and-set, not a round trip. Over any span
+//! the processes together admit at most the bucket's capacity plus its refills plus
+//! what leases held at the span's start (at most `processes × max_lease` per key);
+//! unused leased tokens are under-admission, at most `processes × max_lease` per key
+//! held at once. The [`lease`] module states the bound
 //! exactly, the adaptive lease size, expiry, and what an outage does (held tokens are
 //! served, then the policy answers).
 //!

@@ -40,23 +40,33 @@
 //! `loom-tests/tests/lease.rs`). So, for any number of processes (each with its own
 //! leased limiter, plain limiters on the same prefix included):
 //!
-//! - **Never more than the one bucket, in total.** From any start, the requests all
-//!   processes admit are at most the tokens the Redis bucket gave up, which is at most
-//!   what the one bucket would admit over the same span (its capacity plus its
-//!   refills). Exactly: every token a fetch took is served to one request, still held,
-//!   or expired — [`LeaseCounts`]: `leased = served_by_fetch + served_locally +
-//!   expired + held`, tested across five limiters on connections of their own.
-//! - **In a window, more by at most what was held at its start.** A token leased
-//!   before a window and served inside it shifts an admission in time: the requests
-//!   admitted within any window `[a, b]` are at most what the one bucket gives out in
-//!   `[a, b]` plus the tokens leased before `a` still held at `a`, which is at most
-//!   `processes × max_lease` per key. No token outlives its lease's lifetime plus
-//!   refills: a lease's tokens stop counting [`lifetime`](RedisLeasedTokenBucketBuilder::lifetime)
-//!   after the key's latest fetch in that process.
-//! - **Under-admission, at most what leases hold.** Tokens held unused by one process
-//!   are not available to the others: at any moment the bucket holds less than it
-//!   would without leases by the tokens held, at most `processes × max_lease` per key;
-//!   unused tokens stop counting at their lease's expiry.
+//! - **Never more than the one bucket can admit.** Write `C` for the capacity, `R(a, b]`
+//!   for the refill grid points in `(a, b]`, and `H(a)` for the tokens the processes'
+//!   leases hold at `a` (at most `processes × max_lease` per key). Over any span
+//!   `[a, b]`, the processes together admit at most `C + R(a, b] + H(a)` for a key.
+//!   From a moment nothing is held — the key's first request, or a lifetime after its
+//!   last fetch everywhere — that is at most `C + R(a, b]`: the most the one bucket can
+//!   admit over the span. Exactly: every token a fetch took is served to one request,
+//!   still held, or expired — [`LeaseCounts`]: `leased = served_by_fetch +
+//!   served_locally + expired + held` — and the bucket lost the tokens the fetches
+//!   took; tested across five leased limiters and a plain one on connections of their
+//!   own, and on a cluster.
+//! - **A shift in time, bounded by the leases.** Against one bucket that sees the same
+//!   requests at the same times, a leased token counts against the bucket when it is
+//!   fetched and is admitted later; meanwhile the bucket refills from a lower level,
+//!   so a burst after a quiet spell can be served both from leases and from the
+//!   refilled bucket. That surplus is at most `H(a)` over a window starting at `a`,
+//!   which the bound above already counts, and a token is admitted at most
+//!   [`lifetime`](RedisLeasedTokenBucketBuilder::lifetime) after the latest fetch of
+//!   its key in its process.
+//! - **Under-admission, at most what leases hold and drop.** Tokens the bucket gave up
+//!   that no request got are exactly the tokens held plus the tokens expired (both
+//!   counted). At any moment a process holds at most `max_lease` per key, so the
+//!   processes at most `processes × max_lease`; a key's lease in a process expires at
+//!   most once per lifetime (its expiry is a lifetime after its latest fetch), so each
+//!   process drops at most `max_lease` tokens per key per lifetime. A remembered
+//!   denial can also make a token wait up to one round trip longer than Redis would
+//!   (see how a check goes); the token stays in the bucket for the next fetch.
 //!
 //! The lease size never exceeds [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease)
 //! (by default 1/32 of the capacity, at least 1): a fetch asks for at most
@@ -139,10 +149,11 @@ const MIN_LIFETIME: Duration = Duration::from_nanos(10 << lease_word::TICK_SHIFT
 /// batches and serves in process: a check on a key with a lease is a compare-and-set
 /// on one atomic word, not a round trip.
 ///
-/// The processes together never admit more than the one Redis bucket would; a window
-/// may see more by the leases held at its start, and unused leased tokens are
-/// under-admission, both at most `processes × max_lease` per key. See the
-/// [module docs](self) for the bound, stated exactly, and how a check goes.
+/// The processes together never admit more than the one Redis bucket can (its
+/// capacity plus its refills over any span, plus what leases held at the span's
+/// start); unused leased tokens are under-admission, at most `processes × max_lease`
+/// per key held at once. See the [module docs](self) for the bound, stated exactly,
+/// and how a check goes.
 ///
 /// Cloning is cheap and shares the leases, the connection and the counters.
 ///
