@@ -93,7 +93,7 @@
 //! limiter's, and apply to fetches. **During an outage a process keeps serving the
 //! tokens it holds**, as long as they live; a request that finds its lease empty
 //! fetches, and when the fetch gets no answer (or the breaker is open), the
-//! [`FailurePolicy`] answers with [`Outcome::Fallback`] and counts it, exactly as the
+//! [`FailurePolicy`](super::FailurePolicy) answers with [`Outcome::Fallback`] and counts it, exactly as the
 //! plain limiter. A fetch ahead of need that fails answers no request: its error is
 //! counted in [`FailureCounts`] (timeouts, errors), not as allowed or denied. A
 //! remembered denial is still answered during an outage, until its wait is over.
@@ -116,33 +116,28 @@
 //! allocates (a task, the key). Decisions made locally are not reported to a named
 //! limiter's metrics and events; fetches are, as checks.
 
+mod builder;
 mod counts;
+mod fetch;
 mod local;
 mod size;
+
+pub use builder::{DEFAULT_LEASE_LIFETIME, RedisLeasedTokenBucketBuilder};
 
 pub use counts::LeaseCounts;
 
 use super::breaker::CircuitState;
-use super::config::{ConfigError, Settings, TimeSource, settings_methods};
-use super::connect::connect_methods;
-use super::engine::{Checked, Leased, ScriptLimiter};
-use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
-use crate::lease_word::{self, MAX_HELD, tick};
+use super::engine::ScriptLimiter;
+use super::failure::{CheckError, FailureCounts, Outcome};
+use crate::lease_word::{self, tick};
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
-use local::{Denial, KeyLease, Leases, Slow, held};
-use size::{Observed, refill_below};
+use local::{KeyLease, Leases, held};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How long a lease's tokens count unless told otherwise: one second.
-pub const DEFAULT_LEASE_LIFETIME: Duration = Duration::from_secs(1);
-
-/// The shortest lease lifetime accepted: ten ticks of the word's expiry (about 10 ms).
-const MIN_LIFETIME: Duration = Duration::from_nanos(10 << lease_word::TICK_SHIFT);
 
 /// A token bucket in Redis, shared by every process like
 /// [`RedisTokenBucket`](super::RedisTokenBucket), whose tokens each process leases in
@@ -210,111 +205,6 @@ struct Inner<C> {
     max_lease: u32,
     refill_ahead: bool,
     counters: LeaseCounters,
-}
-
-impl RedisLeasedTokenBucket {
-    /// A builder for a limiter applying `quota` to every key, answering `policy` when
-    /// Redis does not and the key's lease is spent. Keys are prefixed with
-    /// `turnstile:tb:`, as [`RedisTokenBucket`](super::RedisTokenBucket)'s, unless told
-    /// otherwise: the two share a key's bucket.
-    pub fn builder(quota: Quota, policy: FailurePolicy) -> RedisLeasedTokenBucketBuilder {
-        RedisLeasedTokenBucketBuilder {
-            quota,
-            settings: Settings::new(policy, "turnstile:tb:"),
-            lifetime: DEFAULT_LEASE_LIFETIME,
-            max_lease: None,
-            refill_ahead: true,
-        }
-    }
-}
-
-/// Builds a [`RedisLeasedTokenBucket`] (made by [`RedisLeasedTokenBucket::builder`]).
-#[must_use = "a builder does nothing until it is built"]
-#[derive(Debug)]
-pub struct RedisLeasedTokenBucketBuilder {
-    quota: Quota,
-    pub(crate) settings: Settings,
-    lifetime: Duration,
-    max_lease: Option<u32>,
-    refill_ahead: bool,
-}
-
-impl RedisLeasedTokenBucketBuilder {
-    settings_methods!();
-    connect_methods!(RedisLeasedTokenBucket);
-
-    /// How long a lease's tokens count after its fetch (default
-    /// [`DEFAULT_LEASE_LIFETIME`], 1 s; at least about 10 ms). Shorter: unused tokens
-    /// stop counting sooner; longer: a key's lease can grow to cover slower traffic.
-    pub fn lifetime(mut self, lifetime: Duration) -> Self {
-        self.lifetime = lifetime;
-        self
-    }
-
-    /// The most tokens this process holds for one key (default 1/32 of the capacity,
-    /// at least 1). The under-admission and the window bound are at most
-    /// `processes × max_lease` per key; a hot key amortises a round trip over up to
-    /// about `max_lease / 2` checks. At most the capacity and 2^24 - 1.
-    pub fn max_lease(mut self, tokens: u32) -> Self {
-        self.max_lease = Some(tokens);
-        self
-    }
-
-    /// Whether a lease below half its size is refilled by a task ahead of need
-    /// (default `true`). Off, every refill is made by the request that finds the lease
-    /// short, on its path.
-    pub fn refill_ahead(mut self, ahead: bool) -> Self {
-        self.refill_ahead = ahead;
-        self
-    }
-
-    /// The limiter, on `conn` (see
-    /// [`RedisTokenBucketBuilder::build`](super::RedisTokenBucketBuilder::build)).
-    ///
-    /// # Errors
-    /// What the plain token bucket refuses; a lifetime under about 10 ms or beyond
-    /// 2^52 µs; a `max_lease` of zero, above the capacity or above 2^24 - 1.
-    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, ConfigError>
-    where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
-    {
-        let algorithm = super::token_bucket::algorithm(&self.quota)?;
-        let settings = self.settings.checked()?;
-        let capacity = self.quota.capacity();
-        let max_lease = self.max_lease.unwrap_or((capacity / 32).max(1));
-        if max_lease == 0 || max_lease > capacity || max_lease > MAX_HELD {
-            return Err(ConfigError::Lease(
-                "max_lease must be at least 1 and at most the capacity and 2^24 - 1",
-            ));
-        }
-        if self.lifetime < MIN_LIFETIME
-            || self.lifetime > Duration::from_micros(super::config::MAX_MICROS)
-        {
-            return Err(ConfigError::Lease(
-                "a lease lifetime must be at least 10.5 ms and at most 2^52 µs",
-            ));
-        }
-        let clock: Arc<dyn Clock> = match &settings.time {
-            TimeSource::Client { clock, .. } => Arc::clone(clock),
-            TimeSource::Server => Arc::new(crate::QuantaClock::new()),
-        };
-        let epoch = clock.now();
-        let inner = Inner {
-            limiter: ScriptLimiter::new(algorithm, settings, conn),
-            quota: self.quota,
-            leases: Leases::new(),
-            clock,
-            epoch,
-            // In range: at most 2^52 µs.
-            lifetime: self.lifetime.as_nanos() as u64,
-            max_lease,
-            refill_ahead: self.refill_ahead,
-            counters: LeaseCounters::default(),
-        };
-        Ok(RedisLeasedTokenBucket {
-            inner: Arc::new(inner),
-        })
-    }
 }
 
 /// Where a key's lease stands in this process (see
@@ -434,29 +324,6 @@ where
     }
 }
 
-/// What a fetch came to.
-enum Fetched {
-    /// The sweep removed the key's entry before the fetch began: look it up again.
-    Retired,
-    /// Ahead of need, with the lease already at its size: nothing asked.
-    Full,
-    /// Redis's answer (or why there was none), and the tokens held after it.
-    Done(Result<Leased, CheckError>, u32),
-}
-
-/// Holds a key's one fetch slot: released however the fetch ends (its future dropped
-/// included), waking the requests that waited on it.
-struct FetchSlot(Arc<KeyLease>);
-
-impl Drop for FetchSlot {
-    fn drop(&mut self) {
-        // Release: pairs with the Acquire of the next fetcher's swap, so that it reads
-        // the lease after this fetch's grant (and asks for no more than the size).
-        self.0.fetching.store(false, Ordering::Release);
-        self.0.fetched.notify_waiters();
-    }
-}
-
 impl<C> Inner<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -478,7 +345,7 @@ where
         now: u64,
     ) -> Result<u32, u32> {
         let left = lease_word::take(&lease.word, cost, tick(now))?;
-        // Relaxed: both are hints; the swap in `refill_ahead` decides.
+        // Relaxed: both are hints; the swap in `start_refill` decides.
         if self.refill_ahead
             && u64::from(left) < lease.refill_below.load(Ordering::Relaxed)
             && !lease.fetching.load(Ordering::Relaxed)
@@ -486,246 +353,5 @@ where
             self.start_refill(lease, key);
         }
         Ok(left)
-    }
-
-    /// Starts one task fetching `key`'s next lease, unless a fetch is in flight or
-    /// there is no tokio runtime to run it.
-    #[cold]
-    fn start_refill(self: &Arc<Self>, lease: &Arc<KeyLease>, key: &[u8]) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        // Acquire: see `FetchSlot::drop`.
-        if lease.fetching.swap(true, Ordering::Acquire) {
-            return;
-        }
-        let slot = FetchSlot(Arc::clone(lease));
-        let inner = Arc::clone(self);
-        let key = key.to_vec();
-        runtime.spawn(async move {
-            let fetched = inner.fetch(&slot.0, &key, 0, None).await;
-            if let Fetched::Done(result, _) = &fetched {
-                inner.limiter.count_background(&key, result);
-            }
-            drop(slot);
-        });
-    }
-
-    /// A check the lease could not answer: a remembered denial, a wait for the fetch in
-    /// flight, or a fetch, within the timeout.
-    async fn acquire_slow(self: &Arc<Self>, key: &[u8], cost: u32) -> Outcome {
-        let timeout = self.limiter.timeout();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let lease = self
-                .leases
-                .entry(key, |lease, slow| self.removable(lease, slow));
-            let now = self.now();
-            let held = match self.take(&lease, key, cost, now) {
-                Ok(remaining) => return Outcome::Decided(Decision::Allowed { remaining }),
-                Err(held) => held,
-            };
-            if let Some(denied) = self.remembered_denial(&lease, cost, held, now) {
-                return Outcome::Decided(denied);
-            }
-            let notified = lease.fetched.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Acquire: see `FetchSlot::drop`.
-            if lease.fetching.swap(true, Ordering::Acquire) {
-                // Another fetch is in flight: wait for it rather than start a second.
-                if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                    return self.limiter.settle(key, Err(CheckError::Timeout(timeout)));
-                }
-                let now = self.now();
-                if let Ok(remaining) = self.take(&lease, key, cost, now) {
-                    return Outcome::Decided(Decision::Allowed { remaining });
-                }
-                let failure = lease.slow().failure.as_ref().map(copy_error);
-                if let Some(error) = failure {
-                    return self.limiter.settle(key, Err(error));
-                }
-                // It answered, for less than this cost: a remembered denial, or this
-                // request's own fetch, next.
-                continue;
-            }
-            let slot = FetchSlot(Arc::clone(&lease));
-            match self.fetch(&lease, key, cost, Some(deadline)).await {
-                Fetched::Retired => continue,
-                // A fetch for a cost of at least one always asks.
-                Fetched::Full => unreachable!("a request's fetch asks for its cost"),
-                Fetched::Done(result, held) => {
-                    drop(slot);
-                    let result = result.map(|leased| Checked {
-                        decision: with_remaining(leased.checked.decision, held),
-                        replaced: leased.checked.replaced,
-                    });
-                    return self.limiter.settle(key, result);
-                }
-            }
-        }
-    }
-
-    /// A denial from the one Redis gave `key` for a cost at most `cost`, while its wait
-    /// lasts.
-    fn remembered_denial(
-        &self,
-        lease: &KeyLease,
-        cost: u32,
-        held: u32,
-        now: u64,
-    ) -> Option<Decision> {
-        let denial = lease.slow().denied?;
-        if now >= denial.until || cost < denial.cost {
-            return None;
-        }
-        self.counters.denied_locally();
-        Some(Decision::Denied {
-            remaining: held,
-            retry_after: Duration::from_nanos(denial.until - now),
-        })
-    }
-
-    /// One fetch for `key`, by the holder of its fetch slot: sizes the lease by the
-    /// rule (`size.rs`), then runs the check of `cost` (zero ahead of need) taking up
-    /// to the size less what the lease holds; the grant beyond the cost goes into the
-    /// lease, and a denial is remembered.
-    async fn fetch(
-        &self,
-        lease: &KeyLease,
-        key: &[u8],
-        cost: u32,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Fetched {
-        let Some(up_to) = self.size_lease(lease, cost) else {
-            return Fetched::Retired;
-        };
-        if up_to == 0 {
-            return Fetched::Full;
-        }
-        let request = self.limiter.lease(key, cost, up_to);
-        let result = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, request)
-                .await
-                .unwrap_or_else(|_| Err(CheckError::Timeout(self.limiter.timeout()))),
-            None => request.await,
-        };
-        let now = self.now();
-        let mut slow = lease.slow();
-        let held = match &result {
-            Ok(leased) => {
-                slow.failure = None;
-                self.counters.fetched(cost == 0, leased.taken, cost);
-                self.settle_lease(lease, &mut slow, leased, cost, now)
-            }
-            Err(error) => {
-                slow.failure = Some(copy_error(error));
-                held(lease, now)
-            }
-        };
-        Fetched::Done(result, held)
-    }
-
-    /// Before a fetch: drops the lease's expired tokens, moves its size by the rule,
-    /// and says how many tokens to ask for at most (`None`: the entry was swept away).
-    fn size_lease(&self, lease: &KeyLease, cost: u32) -> Option<u32> {
-        let now = self.now();
-        let mut slow = lease.slow();
-        if slow.retired {
-            return None;
-        }
-        let expired = lease_word::drop_expired(&lease.word, tick(now));
-        self.counters.expired(expired);
-        let observed = Observed {
-            since_last_fetch: slow.last_fetch.map(|last| now.saturating_sub(last)),
-            expired,
-        };
-        let (size, resize) = size::next(slow.size, self.max_lease, self.lifetime, observed);
-        self.counters.resized(resize);
-        slow.size = size;
-        slow.last_fetch = Some(now);
-        // Relaxed: a hint for the hot path (see `take`).
-        lease
-            .refill_below
-            .store(u64::from(refill_below(size)), Ordering::Relaxed);
-        Some(size.saturating_sub(held(lease, now)).max(cost))
-    }
-
-    /// Puts what a fetch Redis answered into the lease, or remembers its denial; the
-    /// tokens held after it.
-    fn settle_lease(
-        &self,
-        lease: &KeyLease,
-        slow: &mut Slow,
-        leased: &Leased,
-        cost: u32,
-        now: u64,
-    ) -> u32 {
-        match leased.checked.decision {
-            Decision::Allowed { .. } => {
-                slow.denied = None;
-                let leftover = leased.taken - cost;
-                if leftover == 0 {
-                    return held(lease, now);
-                }
-                let until = tick(now.saturating_add(self.lifetime));
-                let added = lease_word::add(&lease.word, leftover, until, tick(now));
-                // Tokens that expired during the round trip, and any grant beyond the
-                // word (never, within `max_lease`), are dropped and counted.
-                self.counters.expired(added.expired + added.overflow);
-                added.held
-            }
-            Decision::Denied { retry_after, .. } => {
-                let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
-                slow.denied = Some(Denial {
-                    until: now.saturating_add(wait),
-                    cost,
-                });
-                held(lease, now)
-            }
-            _ => held(lease, now),
-        }
-    }
-
-    /// Whether the sweep may forget `lease`: nothing held (expired tokens are dropped
-    /// and counted here), its last fetch a lifetime old, no denial remembered.
-    fn removable(&self, lease: &KeyLease, slow: &Slow) -> bool {
-        let now = self.now();
-        self.counters
-            .expired(lease_word::drop_expired(&lease.word, tick(now)));
-        held(lease, now) == 0
-            && slow
-                .last_fetch
-                .is_none_or(|last| now.saturating_sub(last) >= self.lifetime)
-            && slow.denied.is_none_or(|denial| now >= denial.until)
-    }
-}
-
-/// `decision` with `remaining` set to the tokens this process holds.
-fn with_remaining(decision: Decision, held: u32) -> Decision {
-    match decision {
-        Decision::Allowed { .. } => Decision::Allowed { remaining: held },
-        Decision::Denied { retry_after, .. } => Decision::Denied {
-            remaining: held,
-            retry_after,
-        },
-        Decision::ExceedsCapacity { capacity, .. } => Decision::ExceedsCapacity {
-            remaining: held,
-            capacity,
-        },
-        other => other,
-    }
-}
-
-/// A copy of `error` for each request that waited on the fetch that got it.
-fn copy_error(error: &CheckError) -> CheckError {
-    match error {
-        CheckError::Timeout(after) => CheckError::Timeout(*after),
-        CheckError::Redis(error) => CheckError::Redis(error.clone()),
-        CheckError::UnexpectedReply(reply) => CheckError::UnexpectedReply(reply.clone()),
-        CheckError::TaskLost => CheckError::TaskLost,
-        CheckError::CircuitOpen { retry_in } => CheckError::CircuitOpen {
-            retry_in: *retry_in,
-        },
     }
 }
