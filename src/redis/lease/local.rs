@@ -173,3 +173,16 @@ impl Leases {
 pub(super) fn held(lease: &KeyLease, now: u64) -> u32 {
     lease_word::load(&lease.word, lease_word::tick(now))
 }
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_stays_small() {
+        // The docs say about 200 bytes a key with its map slot, Arc header and key.
+        let size = std::mem::size_of::<KeyLease>();
+        println!("KeyLease: {size} bytes");
+        assert!(size <= 160, "{size}");
+    }
+}

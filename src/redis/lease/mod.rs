@@ -17,7 +17,9 @@
 //!    wait. Exact in one direction: only refill adds tokens to a bucket (no process
 //!    returns any), so until then the bucket cannot have the cost. The wait is
 //!    measured from the reply's arrival, so it may end up to one round trip after
-//!    Redis's: such a denial can be a round trip late, never early.
+//!    Redis's: such a denial can be a round trip late, never early. (A bucket reset in
+//!    Redis meanwhile — its key deleted, the database flushed — is seen when the wait
+//!    is over.)
 //! 3. **A fetch**: one script call takes the cost, all or nothing, exactly as the plain
 //!    limiter's check, and when allowed, whatever else the bucket holds up to the
 //!    key's lease size less what the lease still holds; the rest of the grant goes
@@ -107,8 +109,8 @@
 //!
 //! # Memory and cost
 //! One entry per key with a live lease, a fetch in flight or a remembered denial, in a
-//! lock-free-read map (`scc::HashIndex`, the crate's store), about 200 bytes with the
-//! key. Entries are swept when the map has doubled since the last sweep: those whose
+//! lock-free-read map (`scc::HashIndex`, the crate's store): about 200 bytes (the
+//! entry is 144) plus the key's. Entries are swept when the map has doubled since the last sweep: those whose
 //! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
 //! over go, so the map holds the keys of about one lifetime of traffic. A check on a
 //! key with a live lease reads the clock, looks the key up and takes from its word:
