@@ -546,3 +546,115 @@ async fn lease_settings_out_of_range_are_refused() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_circuit_breaker_applies_to_fetches_and_held_tokens_are_served_while_it_is_open() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = builder(
+        per_day(1000),
+        FailurePolicy::Closed,
+        &fresh_prefix("lease-breaker"),
+        &clock,
+    )
+    .max_lease(8)
+    .refill_ahead(false)
+    .timeout(Duration::from_millis(100))
+    .circuit_breaker(CircuitBreaker::new(
+        3,
+        Duration::from_millis(20),
+        Duration::from_millis(80),
+    ))
+    .build(manager(&server).await)
+    .unwrap();
+    // Two keys: one with six tokens held, one never fetched.
+    for _ in 0..9 {
+        allowed(&limiter, "leased").await;
+    }
+    let held = limiter.held("leased");
+    assert_eq!(held, 6);
+
+    server.kill();
+    // Three fetches that get no answer open the breaker; the next is not sent.
+    for _ in 0..3 {
+        let outcome = limiter.acquire("other", 1).await;
+        assert!(
+            outcome.is_fallback() && !outcome.is_allowed(),
+            "{outcome:?}"
+        );
+    }
+    let outcome = limiter.acquire("other", 1).await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Fallback {
+                allowed: false,
+                error: turnstile::redis::CheckError::CircuitOpen { .. }
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(limiter.failures().trips, 1);
+    // The breaker is open, and the held tokens are still served, decided.
+    for _ in 0..held {
+        allowed(&limiter, "leased").await;
+    }
+    assert!(limiter.acquire("leased", 1).await.is_fallback());
+    assert_eq!(limiter.failures().short_circuited, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_time_with_expiry_every_token_taken_is_admitted_or_held() {
+    const CAPACITY: u32 = 500;
+    let server = RedisServer::start();
+    let mut inspect = crate::inspector(&server).await;
+    let prefix = fresh_prefix("lease-server-time");
+    let quota = per_day(CAPACITY);
+    // The production path: Redis's clock, keys expiring, the default lifetime.
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+            .prefix(&prefix)
+            .max_lease(20)
+            .timeout(Duration::from_secs(5))
+            .build(manager(&server).await)
+            .unwrap();
+        limiters.push(limiter);
+    }
+    let before = crate::server_time(&mut inspect).await;
+    let mut tasks = JoinSet::new();
+    for limiter in limiters.clone() {
+        tasks.spawn(async move {
+            let mut admitted = 0u32;
+            for _ in 0..300 {
+                admitted += u32::from(limiter.try_acquire("k").await);
+            }
+            admitted
+        });
+    }
+    let mut admitted = 0;
+    while let Some(count) = tasks.join_next().await {
+        admitted += count.unwrap();
+    }
+    let mut held = 0;
+    for limiter in &limiters {
+        settled(limiter, "k").await;
+        held += limiter.held("k");
+        assert_eq!(
+            limiter.counts().expired,
+            0,
+            "well within a lease's lifetime"
+        );
+    }
+    let left = limiters[0].peek("k").await.unwrap();
+    let after = crate::server_time(&mut inspect).await;
+    let interval = quota.refill_every().as_micros() as u64;
+    let refills = (after / interval - before / interval) as u32;
+    // What the bucket gave up, refills included, was admitted or is held.
+    let taken = admitted + held;
+    assert!(
+        (CAPACITY - left..=CAPACITY - left + refills).contains(&taken),
+        "{admitted} admitted, {held} held, {left} left, {refills} refills"
+    );
+    assert!(admitted <= CAPACITY + refills);
+}
