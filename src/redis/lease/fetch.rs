@@ -56,7 +56,7 @@ where
         let inner = Arc::clone(self);
         let key = key.to_vec();
         runtime.spawn(async move {
-            let fetched = inner.fetch(&slot.0, &key, 0, None).await;
+            let fetched = inner.fetch(&slot.0, &key, 0).await;
             if let Fetched::Done(result, _) = &fetched {
                 inner.limiter.count_background(&key, result);
             }
@@ -65,7 +65,7 @@ where
     }
 
     /// A check the lease could not answer: a remembered denial, a wait for the fetch in
-    /// flight, or a fetch, within the timeout.
+    /// flight (within the timeout), or a fetch of its own (within the timeout).
     pub(super) async fn acquire_slow(self: &Arc<Self>, key: &[u8], cost: u32) -> Outcome {
         let timeout = self.limiter.timeout();
         let deadline = tokio::time::Instant::now() + timeout;
@@ -103,7 +103,7 @@ where
                 continue;
             }
             let slot = FetchSlot(Arc::clone(&lease));
-            match self.fetch(&lease, key, cost, Some(deadline)).await {
+            match self.fetch(&lease, key, cost).await {
                 Fetched::Retired => continue,
                 // A fetch for a cost of at least one always asks.
                 Fetched::Full => unreachable!("a request's fetch asks for its cost"),
@@ -143,26 +143,17 @@ where
     /// rule (`size.rs`), then runs the check of `cost` (zero ahead of need) taking up
     /// to the size less what the lease holds; the grant beyond the cost goes into the
     /// lease, and a denial is remembered.
-    async fn fetch(
-        &self,
-        lease: &KeyLease,
-        key: &[u8],
-        cost: u32,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Fetched {
+    async fn fetch(&self, lease: &KeyLease, key: &[u8], cost: u32) -> Fetched {
         let Some(up_to) = self.size_lease(lease, cost) else {
             return Fetched::Retired;
         };
         if up_to == 0 {
             return Fetched::Full;
         }
-        let request = self.limiter.lease(key, cost, up_to);
-        let result = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, request)
-                .await
-                .unwrap_or_else(|_| Err(CheckError::Timeout(self.limiter.timeout()))),
-            None => request.await,
-        };
+        // Within the engine's timeout alone: a deadline of our own around it would
+        // drop the request at that same moment, and a dropped request tells the
+        // circuit breaker nothing.
+        let result = self.limiter.lease(key, cost, up_to).await;
         let now = self.now();
         let mut slow = lease.slow();
         let held = match &result {

@@ -233,7 +233,9 @@ where
     /// A cost of zero is always allowed; a cost above the capacity is answered
     /// [`Decision::ExceedsCapacity`] without asking Redis. When the lease is short and
     /// Redis does not answer within the timeout, the failure policy answers
-    /// ([`Outcome::Fallback`]); a check never waits longer than the timeout.
+    /// ([`Outcome::Fallback`]). A check waits at most the timeout for a fetch in flight
+    /// and at most the timeout for a fetch of its own (which it starts only when the
+    /// one it waited for answered with too few tokens): at most twice the timeout.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
         let key = key.as_ref();
         let inner = &self.inner;
