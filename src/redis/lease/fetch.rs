@@ -158,7 +158,6 @@ where
         let mut slow = lease.slow();
         let held = match &result {
             Ok(leased) => {
-                slow.failure = None;
                 self.counters.fetched(cost == 0, leased.taken, cost);
                 self.settle_lease(lease, &mut slow, leased, cost, now)
             }
@@ -178,6 +177,8 @@ where
         if slow.retired {
             return None;
         }
+        // Whatever the last fetch failed with is this one's to say now.
+        slow.failure = None;
         let expired = lease_word::drop_expired(&lease.word, tick(now));
         self.counters.expired(expired);
         let observed = Observed {
