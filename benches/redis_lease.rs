@@ -1,10 +1,11 @@
 //! The leased Redis limiter (`RedisLeasedTokenBucket`) beside the plain one
 //! (`RedisTokenBucket`, one script per check), against a real `redis-server` this
 //! binary starts on a free loopback port (persistence off); skips when there is none
-//! on PATH. Side by side in one run, each pair interleaved over three rounds (medians
+//! on PATH. Side by side in one run, each pair interleaved over five rounds (medians
 //! and ranges printed):
 //!
-//! - **one hot key**: checks per second with 1, 8 and 64 tokio tasks on one limiter;
+//! - **one hot key**: checks per second with 1, 8 and 64 tokio tasks on one limiter,
+//!   and a second plain limiter against the first (A/A: the harness's noise floor);
 //! - **cold keys**: every check a key never seen before, 1 and 64 tasks;
 //! - **latency**: each check on a hot key timed alone (one task), p50 / p99 / p99.9;
 //! - **five processes** (five limiters, each on a connection of its own) sharing one
@@ -32,7 +33,7 @@ use tokio::task::JoinSet;
 use turnstile::Quota;
 use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// A bucket no run empties: the largest capacity a one-second interval allows
 /// (about 5·10^8 tokens).
@@ -82,6 +83,9 @@ fn per_second(rate: (f64, f64, f64)) -> String {
 struct Limiters {
     leased: RedisLeasedTokenBucket,
     plain: RedisTokenBucket,
+    /// A second plain limiter, on a connection of its own: plain against plain (an
+    /// A/A comparison) shows how far the harness's noise alone moves a ratio.
+    other_plain: RedisTokenBucket,
 }
 
 async fn limiters(server: &RedisServer, prefix: &str) -> Limiters {
@@ -96,18 +100,37 @@ async fn limiters(server: &RedisServer, prefix: &str) -> Limiters {
         .max_lease(16_384)
         .build(conn().await)
         .expect("a valid limiter");
-    let plain = RedisTokenBucket::builder(roomy(), FailurePolicy::Open)
-        .prefix(format!("{prefix}:plain:"))
-        .timeout(Duration::from_secs(1))
-        .build(conn().await)
-        .expect("a valid limiter");
-    Limiters { leased, plain }
+    let plain = |name: &str| {
+        RedisTokenBucket::builder(roomy(), FailurePolicy::Open)
+            .prefix(format!("{prefix}:{name}:"))
+            .timeout(Duration::from_secs(1))
+    };
+    Limiters {
+        leased,
+        plain: plain("plain").build(conn().await).expect("a valid limiter"),
+        other_plain: plain("other").build(conn().await).expect("a valid limiter"),
+    }
+}
+
+/// Empties the benchmark's Redis.
+async fn flush(server: &RedisServer) {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connects to the benchmark's redis-server");
+    ::redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("FLUSHALL");
 }
 
 /// Hot key and cold keys: checks per second, leased and plain, interleaved.
 fn throughput(runtime: &Runtime, server: &RedisServer) {
-    println!("\n| workload | tasks | leased checks/s | plain checks/s | leased / plain |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "\n| workload | tasks | leased checks/s | plain checks/s | leased / plain | A/A: plain / plain |"
+    );
+    println!("|---|---|---|---|---|---|");
     let round_counter = Arc::new(AtomicU64::new(0));
     for (workload, tasks, leased_checks, plain_checks) in [
         ("one hot key", 1, 4_000_000, 20_000),
@@ -116,11 +139,15 @@ fn throughput(runtime: &Runtime, server: &RedisServer) {
         ("cold keys", 1, 20_000, 20_000),
         ("cold keys", 64, 60_000, 60_000),
     ] {
-        let (mut leased_rates, mut plain_rates) = (Vec::new(), Vec::new());
+        let (mut leased_rates, mut plain_rates, mut other_rates) =
+            (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let round = round_counter.fetch_add(1, Ordering::Relaxed);
-            let Limiters { leased, plain } =
-                runtime.block_on(limiters(server, &format!("bench:{round}")));
+            let Limiters {
+                leased,
+                plain,
+                other_plain,
+            } = runtime.block_on(limiters(server, &format!("bench:{round}")));
             let cold = workload == "cold keys";
             let key = move |i: u64| {
                 if cold {
@@ -129,16 +156,33 @@ fn throughput(runtime: &Runtime, server: &RedisServer) {
                     "hot".to_owned()
                 }
             };
-            let limiter = leased.clone();
-            leased_rates.push(runtime.block_on(rate(tasks, leased_checks, move |i| {
+            // Each round starts from an empty Redis, and the two take turns going
+            // first: a cold check adds a key, and a bigger keyspace (its rehashing
+            // included) must not fall on one side only.
+            runtime.block_on(flush(server));
+            let run_leased = || {
+                let limiter = leased.clone();
+                runtime.block_on(rate(tasks, leased_checks, move |i| {
+                    let limiter = limiter.clone();
+                    async move { limiter.try_acquire(key(i)).await }
+                }))
+            };
+            let run_plain = |limiter: &RedisTokenBucket| {
                 let limiter = limiter.clone();
-                async move { limiter.try_acquire(key(i)).await }
-            })));
-            let limiter = plain.clone();
-            plain_rates.push(runtime.block_on(rate(tasks, plain_checks, move |i| {
-                let limiter = limiter.clone();
-                async move { limiter.try_acquire(key(i)).await }
-            })));
+                runtime.block_on(rate(tasks, plain_checks, move |i| {
+                    let limiter = limiter.clone();
+                    async move { limiter.try_acquire(key(i)).await }
+                }))
+            };
+            if round % 2 == 0 {
+                leased_rates.push(run_leased());
+                plain_rates.push(run_plain(&plain));
+                other_rates.push(run_plain(&other_plain));
+            } else {
+                other_rates.push(run_plain(&other_plain));
+                plain_rates.push(run_plain(&plain));
+                leased_rates.push(run_leased());
+            }
             assert_eq!(
                 leased.failures(),
                 Default::default(),
@@ -147,11 +191,13 @@ fn throughput(runtime: &Runtime, server: &RedisServer) {
             assert_eq!(plain.failures(), Default::default(), "every check answered");
         }
         let (leased_rate, plain_rate) = (summary(leased_rates), summary(plain_rates));
+        let other_rate = summary(other_rates);
         println!(
-            "| {workload} | {tasks} | {} | {} | {:.1}× |",
+            "| {workload} | {tasks} | {} | {} | {:.1}× | {:.2}× |",
             per_second(leased_rate),
             per_second(plain_rate),
-            leased_rate.0 / plain_rate.0
+            leased_rate.0 / plain_rate.0,
+            other_rate.0 / plain_rate.0
         );
     }
 }
@@ -175,7 +221,7 @@ where
 
 /// Each check on a hot key timed alone, one task.
 fn latency(runtime: &Runtime, server: &RedisServer) {
-    let Limiters { leased, plain } = runtime.block_on(limiters(server, "bench:latency"));
+    let Limiters { leased, plain, .. } = runtime.block_on(limiters(server, "bench:latency"));
     let leased_histogram = runtime.block_on(histogram(2_000_000, || leased.try_acquire("hot")));
     let plain_histogram = runtime.block_on(histogram(20_000, || plain.try_acquire("hot")));
     println!("\n| hot-key check, one task | p50 | p99 | p99.9 | max |");
