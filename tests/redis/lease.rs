@@ -217,7 +217,10 @@ async fn a_hot_key_grows_its_lease_to_the_maximum_and_an_idle_one_shrinks_it_to_
     allowed(&limiter, "hot").await;
     let first = limiter.counts();
     assert_eq!((first.fetches, first.leased, first.grew), (1, 1, 0));
-    assert_eq!(limiter.lease("hot").unwrap().size, 1);
+    assert!(
+        limiter.lease("hot").is_none(),
+        "a key seen once has no entry"
+    );
 
     // Hot: with the clock still, every fetch comes at once after the last.
     for _ in 0..400 {
@@ -308,12 +311,18 @@ async fn requests_that_find_a_fetch_in_flight_wait_for_it_rather_than_start_anot
         &fresh_prefix("lease-wait"),
         &clock,
     )
+    .refill_ahead(false)
     .timeout(Duration::from_millis(300))
     .circuit_breaker(CircuitBreaker::off())
     .build(manager(&server).await)
     .unwrap();
-    // Connected, then frozen: the one fetch times out, and every request waited on it.
-    allowed(&limiter, "warm").await;
+    // A key with an entry and an empty lease (sizes 1, 2: one left, taken).
+    for _ in 0..3 {
+        allowed(&limiter, "cold").await;
+    }
+    assert_eq!(limiter.held("cold"), 0);
+    // Frozen: the next fetch (up to a lease of 4) times out, and every request waited
+    // on it.
     server.pause();
     let mut tasks = JoinSet::new();
     for _ in 0..10 {
@@ -330,12 +339,12 @@ async fn requests_that_find_a_fetch_in_flight_wait_for_it_rather_than_start_anot
     server.resume();
     let failures = limiter.failures();
     assert_eq!(failures.denied, 10);
-    assert_eq!(limiter.counts().fetches, 1, "only the warm-up was answered");
+    assert_eq!(limiter.counts().fetches, 2, "only the warm-up was answered");
     // One fetch went out for the ten: once Redis runs what it was sent, the bucket has
-    // lost at most that one's token (ten fetches would have taken ten).
+    // lost at most that one's lease of 4 (ten fetches would have taken 40).
     let left = limiter.peek("cold").await.unwrap();
     assert!(
-        left >= 999,
+        left >= 1000 - 3 - 4,
         "{left} left: more than one fetch reached Redis"
     );
 }
@@ -386,19 +395,31 @@ async fn keys_seen_once_cost_one_fetch_of_their_cost_and_idle_entries_are_swept(
     .max_lease(3)
     .build(manager(&server).await)
     .unwrap();
+    // Seen once: one fetch of exactly the cost, and no entry.
     for key in 0..KEYS {
-        allowed(&limiter, &format!("old-{key}")).await;
+        allowed(&limiter, &format!("once-{key}")).await;
     }
     let counts = limiter.counts();
     assert_eq!(
         (counts.fetches, counts.leased),
         (u64::from(KEYS), u64::from(KEYS))
     );
-    assert_eq!(limiter.peek("old-7").await.unwrap(), 99);
+    assert_eq!(limiter.keys(), 0);
+    assert_eq!(limiter.peek("once-7").await.unwrap(), 99);
+
+    // Seen twice in a row: an entry each.
+    for key in 0..KEYS {
+        for _ in 0..2 {
+            allowed(&limiter, &format!("old-{key}")).await;
+        }
+    }
+    assert_eq!(limiter.keys(), u64::from(KEYS));
     // A lifetime later the old entries are idle; new keys set off sweeps.
     clock.advance(LIFETIME);
     for key in 0..KEYS {
-        allowed(&limiter, &format!("new-{key}")).await;
+        for _ in 0..2 {
+            allowed(&limiter, &format!("new-{key}")).await;
+        }
     }
     assert_eq!(
         limiter.keys(),

@@ -3,6 +3,7 @@
 
 use super::counts::LeaseCounters;
 use super::local::Leases;
+use super::seen::Sightings;
 use super::{Inner, RedisLeasedTokenBucket};
 use crate::lease_word::{self, MAX_HELD};
 use crate::redis::FailurePolicy;
@@ -109,6 +110,7 @@ impl RedisLeasedTokenBucketBuilder {
             limiter: ScriptLimiter::new(algorithm, settings, conn),
             quota: self.quota,
             leases: Leases::new(),
+            seen: Sightings::new(),
             clock,
             epoch,
             // In range: at most 2^52 µs.

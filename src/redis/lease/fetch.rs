@@ -67,12 +67,26 @@ where
     /// A check the lease could not answer: a remembered denial, a wait for the fetch in
     /// flight (within the timeout), or a fetch of its own (within the timeout).
     pub(super) async fn acquire_slow(self: &Arc<Self>, key: &[u8], cost: u32) -> Outcome {
+        let mut seen_before = None;
+        if self.leases.with(key, |_| ()).is_none() {
+            // A key with no entry gets one when it is seen again within a lifetime;
+            // seen once, its request is a plain check: one round trip, its cost alone.
+            seen_before = self.seen.sighting(key, self.now(), self.lifetime);
+            if seen_before.is_none() {
+                return self.first_sighting(key, cost).await;
+            }
+        }
         let timeout = self.limiter.timeout();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let lease = self
                 .leases
                 .entry(key, |lease, slow| self.removable(lease, slow));
+            if let Some(first) = seen_before.take() {
+                // The first sighting's fetch is the new entry's previous one.
+                let mut slow = lease.slow();
+                slow.last_fetch = slow.last_fetch.or(Some(first));
+            }
             let now = self.now();
             let held = match self.take(&lease, key, cost, now) {
                 Ok(remaining) => return Outcome::Decided(Decision::Allowed { remaining }),
@@ -117,6 +131,20 @@ where
                 }
             }
         }
+    }
+
+    /// The request of a key seen for the first time (lately): the plain limiter's
+    /// check, taking exactly `cost` and leaving no lease, no entry.
+    async fn first_sighting(&self, key: &[u8], cost: u32) -> Outcome {
+        let result = self.limiter.lease(key, cost, cost).await;
+        let result = result.map(|leased| {
+            self.counters.fetched(false, leased.taken, cost);
+            Checked {
+                decision: with_remaining(leased.checked.decision, 0),
+                replaced: leased.checked.replaced,
+            }
+        });
+        self.limiter.settle(key, result)
     }
 
     /// A denial from the one Redis gave `key` for a cost at most `cost`, while its wait

@@ -8,6 +8,10 @@
 //! compare-and-set on an `AtomicU64`: no lock, no allocation, no I/O.
 //!
 //! # How a check goes
+//! 0. **A key not seen lately** (no entry, and not seen within a lifetime): the plain
+//!    limiter's check, one round trip taking exactly the cost, leaving no lease and no
+//!    entry; the key is noted in a fixed table of sightings (`seen.rs`). Seen again
+//!    within a lifetime, it gets an entry and goes on as below.
 //! 1. **Held tokens** (the hot path): the key's lease holds at least the cost, not
 //!    expired: the cost is taken from the word; [`Outcome::Decided`] with
 //!    [`Decision::Allowed`]. When that leaves the lease below half its size, one
@@ -28,9 +32,10 @@
 //!    (within the timeout) and then takes from it, or, if it failed, is answered by the
 //!    failure policy with its error; it does not start a second.
 //!
-//! A key seen once has a lease size of one: its fetch takes exactly its cost, one
-//! round trip, as today. The size then adapts per key (`size.rs`): doubled by a fetch
-//! within half a lifetime of the key's previous one (the lease ran low that fast), up
+//! A key seen once costs one round trip, as with the plain limiter. Its entry starts
+//! at a lease size of one, with the first sighting as its previous fetch; the size then
+//! adapts per key (`size.rs`): doubled by a fetch within half a lifetime of the key's
+//! previous one (the lease ran low that fast), up
 //! to [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease); halved by a fetch that
 //! finds tokens of the previous lease expired unused; kept otherwise. A lease thus
 //! settles at about half a lifetime of the key's traffic in this process.
@@ -108,20 +113,22 @@
 //! [`Decision::ExceedsCapacity`] locally.
 //!
 //! # Memory and cost
-//! One entry per key with a live lease, a fetch in flight or a remembered denial, in a
-//! lock-free-read map (`scc::HashIndex`, the crate's store): about 200 bytes (the
-//! entry is 144) plus the key's. Entries are swept when the map has doubled since the last sweep: those whose
+//! Keys seen once take no entry, only a slot of a fixed table of 8,192 sightings
+//! (64 KiB a limiter). A key seen again gets one entry in a lock-free-read map
+//! (`scc::HashIndex`, the crate's store): about 200 bytes (the entry is 144) plus the
+//! key's. Entries are swept when the map has doubled since the last sweep: those whose
 //! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
-//! over go, so the map holds the keys of about one lifetime of traffic. A check on a
-//! key with a live lease reads the clock, looks the key up and takes from its word:
-//! no allocation, no lock (measured in `results/redis.md`). Starting a fetch ahead
-//! allocates (a task, the key). Decisions made locally are not reported to a named
-//! limiter's metrics and events; fetches are, as checks.
+//! over go, so the map holds the keys that came back within about one lifetime. A
+//! check on a key with a live lease reads the clock, looks the key up and takes from
+//! its word: no allocation, no lock (measured in `results/redis.md`). Starting a fetch
+//! ahead allocates (a task, the key). Decisions made locally are not reported to a
+//! named limiter's metrics and events; fetches are, as checks.
 
 mod builder;
 mod counts;
 mod fetch;
 mod local;
+mod seen;
 mod size;
 
 pub use builder::{DEFAULT_LEASE_LIFETIME, RedisLeasedTokenBucketBuilder};
@@ -137,6 +144,7 @@ use crate::{Clock, Decision, Quota};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
 use local::{KeyLease, Leases, held};
+use seen::Sightings;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,6 +205,8 @@ struct Inner<C> {
     limiter: ScriptLimiter<C>,
     quota: Quota,
     leases: Leases,
+    /// Keys seen lately: a key gets a lease entry when it is seen again.
+    seen: Sightings,
     /// The clock leases expire on: the client clock if the limiter has one, else a
     /// monotonic one of its own.
     clock: Arc<dyn Clock>,
@@ -246,6 +256,12 @@ where
             return Outcome::Decided(Decision::ExceedsCapacity {
                 remaining: remaining.unwrap_or(0),
                 capacity,
+            });
+        }
+        if cost == 0 {
+            let remaining = inner.leases.with(key, |lease| held(lease, now));
+            return Outcome::Decided(Decision::Allowed {
+                remaining: remaining.unwrap_or(0),
             });
         }
         let taken = inner
