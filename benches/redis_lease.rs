@@ -1,8 +1,8 @@
 //! The leased Redis limiter (`RedisLeasedTokenBucket`) beside the plain one
 //! (`RedisTokenBucket`, one script per check), against a real `redis-server` this
 //! binary starts on a free loopback port (persistence off); skips when there is none
-//! on PATH. Side by side in one run, each pair interleaved over five rounds (medians
-//! and ranges printed):
+//! on PATH. Side by side in one run, the contenders interleaved over six rounds, each
+//! going first, second and third twice (medians and ranges printed):
 //!
 //! - **one hot key**: checks per second with 1, 8 and 64 tokio tasks on one limiter,
 //!   and a second plain limiter against the first (A/A: the harness's noise floor);
@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 use turnstile::Quota;
 use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
 
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 6;
 
 /// A bucket no run empties: the largest capacity a one-second interval allows
 /// (about 5·10^8 tokens).
@@ -156,9 +156,9 @@ fn throughput(runtime: &Runtime, server: &RedisServer) {
                     "hot".to_owned()
                 }
             };
-            // Each round starts from an empty Redis, and the two take turns going
-            // first: a cold check adds a key, and a bigger keyspace (its rehashing
-            // included) must not fall on one side only.
+            // Each round starts from an empty Redis, and the contenders take turns
+            // going first: a cold check adds a key, and a bigger keyspace (its
+            // rehashing included) must not fall on one side only.
             runtime.block_on(flush(server));
             let run_leased = || {
                 let limiter = leased.clone();
@@ -174,14 +174,13 @@ fn throughput(runtime: &Runtime, server: &RedisServer) {
                     async move { limiter.try_acquire(key(i)).await }
                 }))
             };
-            if round % 2 == 0 {
-                leased_rates.push(run_leased());
-                plain_rates.push(run_plain(&plain));
-                other_rates.push(run_plain(&other_plain));
-            } else {
-                other_rates.push(run_plain(&other_plain));
-                plain_rates.push(run_plain(&plain));
-                leased_rates.push(run_leased());
+            // Each of the three goes first, second and third equally often.
+            for turn in 0..3 {
+                match (round + turn) % 3 {
+                    0 => leased_rates.push(run_leased()),
+                    1 => plain_rates.push(run_plain(&plain)),
+                    _ => other_rates.push(run_plain(&other_plain)),
+                }
             }
             assert_eq!(
                 leased.failures(),
