@@ -8,6 +8,7 @@
 //!   and a second plain limiter against the first (A/A: the harness's noise floor);
 //! - **cold keys**: every check a key never seen before, 1 and 64 tasks;
 //! - **latency**: each check on a hot key timed alone (one task), p50 / p99 / p99.9;
+//!   and each check on a new key, the two limiters taking turns check by check;
 //! - **five processes** (five limiters, each on a connection of its own) sharing one
 //!   hot key for 10 s at ten times its rate: admitted against the one bucket's bound
 //!   (capacity plus the grid points Redis's clock passed) and that bound less
@@ -242,6 +243,53 @@ fn latency(runtime: &Runtime, server: &RedisServer) {
     );
 }
 
+/// Each check on a key never seen before timed alone, one task, the two limiters
+/// taking turns check by check (so drift in the machine's load falls on both alike).
+fn cold_latency(runtime: &Runtime, server: &RedisServer) {
+    const CHECKS: u64 = 20_000;
+    runtime.block_on(flush(server));
+    let Limiters { leased, plain, .. } = runtime.block_on(limiters(server, "bench:cold"));
+    let new = || Histogram::<u64>::new(3).expect("a histogram");
+    let (mut leased_histogram, mut plain_histogram) = (new(), new());
+    runtime.block_on(async {
+        for i in 0..CHECKS {
+            let key = format!("user:{i}");
+            let turns = if i % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for leased_turn in turns {
+                let started = Instant::now();
+                if leased_turn {
+                    black_box(leased.try_acquire(&key).await);
+                } else {
+                    black_box(plain.try_acquire(&key).await);
+                }
+                let took = started.elapsed().as_nanos() as u64;
+                let histogram = if leased_turn {
+                    &mut leased_histogram
+                } else {
+                    &mut plain_histogram
+                };
+                histogram.record(took).expect("in range");
+            }
+        }
+    });
+    println!("\n| cold-key check, one task, turn by turn | mean | p50 | p99 | p99.9 |");
+    println!("|---|---|---|---|---|");
+    for (name, h) in [("leased", &leased_histogram), ("plain", &plain_histogram)] {
+        let at = |q: f64| Duration::from_nanos(h.value_at_quantile(q));
+        println!(
+            "| {name} | {:.2?} | {:.2?} | {:.2?} | {:.2?} |",
+            Duration::from_nanos(h.mean() as u64),
+            at(0.5),
+            at(0.99),
+            at(0.999)
+        );
+    }
+}
+
 /// Redis's clock, microseconds since the Unix epoch.
 async fn server_time(conn: &mut ConnectionManager) -> u64 {
     let (secs, micros): (u64, u64) = ::redis::cmd("TIME").query_async(conn).await.expect("TIME");
@@ -351,5 +399,6 @@ fn main() {
         .expect("a runtime");
     throughput(&runtime, &server);
     latency(&runtime, &server);
+    cold_latency(&runtime, &server);
     five_processes(&runtime, &server);
 }
