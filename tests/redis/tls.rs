@@ -75,13 +75,15 @@ async fn a_leased_limiter_over_tls_serves_from_its_leases_and_accounts_for_every
         },
     )
     .unwrap();
-    let limiter =
-        RedisLeasedTokenBucket::builder(Quota::per_hour(100).unwrap(), FailurePolicy::Closed)
-            .prefix(fresh_prefix("tls-leased"))
-            .timeout(Duration::from_secs(5))
-            .max_lease(8)
-            .connect_client(client)
-            .unwrap();
+    // 100 a day: no refill falls within the test (but for a chance of its duration
+    // in 864 s).
+    let quota = Quota::new(100, Duration::from_secs(864)).unwrap();
+    let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+        .prefix(fresh_prefix("tls-leased"))
+        .timeout(Duration::from_secs(5))
+        .max_lease(8)
+        .connect_client(client)
+        .unwrap();
     for _ in 0..40 {
         assert!(matches!(
             limiter.acquire("k", 1).await.decision(),
