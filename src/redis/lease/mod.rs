@@ -11,7 +11,9 @@
 //! 0. **A key not seen lately** (no entry, and not seen within a lifetime): the plain
 //!    limiter's check, one round trip taking exactly the cost, leaving no lease and no
 //!    entry; the key is noted in a fixed table of sightings (`seen.rs`). Seen again
-//!    within a lifetime, it gets an entry and goes on as below.
+//!    within a lifetime, it gets an entry and goes on as below. (Requests that arrive
+//!    together for a key not seen before are each such a check, as with the plain
+//!    limiter: "one fetch in flight" starts with the entry.)
 //! 1. **Held tokens** (the hot path): the key's lease holds at least the cost, not
 //!    expired: the cost is taken from the word; [`Outcome::Decided`] with
 //!    [`Decision::Allowed`]. When that leaves the lease below half its size, one
@@ -33,10 +35,10 @@
 //!    failure policy with its error; it does not start a second.
 //!
 //! A key seen once costs one round trip, as with the plain limiter. Its entry starts
-//! at a lease size of one, with the first sighting as its previous fetch; the size then
-//! adapts per key (`size.rs`): doubled by a fetch within half a lifetime of the key's
-//! previous one (the lease ran low that fast), up
-//! to [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease); halved by a fetch that
+//! at a lease size of one, with the first sighting as its previous fetch; the size
+//! then adapts per key (`size.rs`): doubled by a fetch within half a lifetime of the
+//! key's previous one (the lease ran low that fast), up to
+//! [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease); halved by a fetch that
 //! finds tokens of the previous lease expired unused; kept otherwise. A lease thus
 //! settles at about half a lifetime of the key's traffic in this process.
 //! [`LeaseCounts::grew`] and [`LeaseCounts::shrank`] count the steps.
