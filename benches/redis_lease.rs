@@ -14,6 +14,9 @@
 //!   (capacity plus the grid points Redis's clock passed) and that bound less
 //!   `5 × max_lease`.
 //!
+//! - **outage**: a hot key's lease while its Redis (one of its own) is killed: the
+//!   checks its held tokens still decide, and what the checks after them cost.
+//!
 //! Prints markdown tables for `results/redis.md`.
 //!
 //! Run: `cargo bench --features redis --bench redis_lease`
@@ -380,6 +383,53 @@ fn five_processes(runtime: &Runtime, server: &RedisServer) {
     }
 }
 
+/// A hot key's lease while its Redis is killed: the checks the held tokens still
+/// serve, how fast, and what the checks after them cost (the policy answering; the
+/// circuit breaker on, as by default).
+fn outage(runtime: &Runtime) {
+    let mut server = RedisServer::start();
+    let Limiters { leased, .. } = runtime.block_on(limiters(&server, "bench:outage"));
+    runtime.block_on(async {
+        // Grow the lease to its largest, and let the last fetch ahead land.
+        for _ in 0..200_000 {
+            black_box(leased.try_acquire("hot").await);
+        }
+        while leased.lease("hot").is_some_and(|lease| lease.fetching) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    let held = leased.held("hot");
+    server.kill();
+    let (served, took, after) = runtime.block_on(async {
+        let started = Instant::now();
+        let (mut served, mut took) = (0u64, Duration::ZERO);
+        // Until the first check the policy answers (its fetch's wait not counted).
+        while leased.acquire("hot", 1).await.decision().is_some() {
+            served += 1;
+            took = started.elapsed();
+        }
+        let mut after = Histogram::<u64>::new(3).expect("a histogram");
+        for _ in 0..1000 {
+            let started = Instant::now();
+            black_box(leased.acquire("hot", 1).await.is_allowed());
+            after
+                .record(started.elapsed().as_nanos() as u64)
+                .expect("in range");
+        }
+        (served, took, after)
+    });
+    println!(
+        "\n| Redis killed, one hot key | held at the kill | decided after the kill | their rate | then, per check: p50 | p99 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| leased, open policy, breaker on | {held} | {served} | {:.1} M/s | {:.2?} | {:.2?} |",
+        served as f64 / took.as_secs_f64() / 1e6,
+        Duration::from_nanos(after.value_at_quantile(0.5)),
+        Duration::from_nanos(after.value_at_quantile(0.99))
+    );
+}
+
 fn main() {
     if !RedisServer::available() {
         eprintln!(
@@ -401,4 +451,5 @@ fn main() {
     latency(&runtime, &server);
     cold_latency(&runtime, &server);
     five_processes(&runtime, &server);
+    outage(&runtime);
 }
