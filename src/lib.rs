@@ -101,6 +101,8 @@ mod gcra;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 mod keyed;
+#[cfg(any(feature = "redis", turnstile_loom))]
+mod lease_word;
 mod limiter;
 #[cfg(turnstile_loom)]
 #[doc(hidden)]

@@ -13,6 +13,13 @@ use std::hash::{BuildHasher, Hash};
 pub use crate::algorithm::Blocked;
 pub use crate::sync::mutants::{Mutant, with as with_mutant};
 pub use crate::token_bucket::state::{TokenBucketRules, acquire, available, refund};
+
+/// The leased Redis limiter's per-key word (`lease_word.rs`), for its model.
+pub mod lease {
+    pub use crate::lease_word::{
+        Added, MAX_HELD, TICK_SHIFT, add, drop_expired, held, load, pack, take, tick,
+    };
+}
 pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};
 
 /// The raw state word of `key` in `limiter` (None if the key has no state), with the

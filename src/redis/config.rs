@@ -209,6 +209,9 @@ pub enum ConfigError {
     /// The circuit breaker's settings: a zero minimum back-off, or a maximum below
     /// the minimum.
     CircuitBreaker(&'static str),
+    /// A leased limiter's settings: a lease lifetime too short or too long, or a
+    /// `max_lease` of zero or beyond the capacity or 2^24 - 1.
+    Lease(&'static str),
     /// The blocking limiter's runtime could not be started.
     Runtime(std::io::Error),
     /// The connection manager could not be made: a URL the `redis` crate does not
@@ -257,6 +260,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
             ConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
+            ConfigError::Lease(why) => write!(f, "lease settings refused: {why}"),
             ConfigError::Runtime(error) => {
                 write!(f, "could not start the blocking limiter's runtime: {error}")
             }

@@ -23,6 +23,14 @@ pub(crate) struct Checked {
     pub(crate) replaced: bool,
 }
 
+/// A lease's reply: the check of its cost, and the tokens that left the bucket (the
+/// cost and whatever more the bucket gave, when allowed; none otherwise).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Leased {
+    pub(crate) checked: Checked,
+    pub(crate) taken: u32,
+}
+
 /// One algorithm's script and how to read its replies.
 #[derive(Debug)]
 pub(crate) struct ScriptedAlgorithm {
@@ -114,7 +122,7 @@ where
         key: &[u8],
         cost: u32,
     ) -> impl Future<Output = Result<Checked, CheckError>> + Send + use<C> {
-        let run = self.run(key, i64::from(cost));
+        let run = self.run(key, i64::from(cost), None);
         let engine = Arc::clone(&self.engine);
         async move {
             let reply = run.await?;
@@ -142,7 +150,7 @@ where
         &self,
         key: &[u8],
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
-        let run = self.run(key, PEEK);
+        let run = self.run(key, PEEK, None);
         async move {
             match run.await? {
                 Value::Int(n) => u32::try_from(n).ok(),
@@ -152,13 +160,67 @@ where
         }
     }
 
-    /// One `EVALSHA` of the algorithm's script for `key`, within the timeout. The
-    /// script is loaded and retried when Redis does not know it (`NOSCRIPT`: a
-    /// restarted server, a `SCRIPT FLUSH`, a new cluster node).
+    /// A lease of `key`'s bucket: the check of `cost`, exactly as [`check`](Self::check),
+    /// that, when allowed, takes up to `up_to` tokens in all (see `token_bucket.lua`).
+    /// Failures are not yet counted.
+    pub(crate) fn lease(
+        &self,
+        key: &[u8],
+        cost: u32,
+        up_to: u32,
+    ) -> impl Future<Output = Result<Leased, CheckError>> + Send + use<C> {
+        let run = self.run(key, i64::from(cost), Some(up_to));
+        let engine = Arc::clone(&self.engine);
+        async move {
+            let reply = run.await?;
+            let numbers = integers(&reply);
+            let read = |numbers: &[i64]| {
+                let (&replaced, reply) = numbers.split_last()?;
+                let (&taken, reply) = reply.split_last()?;
+                let decision = (engine.algorithm.decide)(engine.algorithm.params, reply)?;
+                let taken = u32::try_from(taken).ok()?;
+                // The script takes the cost when it allows, and nothing otherwise.
+                let consistent = match decision {
+                    Decision::Allowed { .. } => taken >= cost && taken <= up_to.max(cost),
+                    _ => taken == 0,
+                };
+                let replaced = match replaced {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                };
+                consistent.then_some(Leased {
+                    checked: Checked { decision, replaced },
+                    taken,
+                })
+            };
+            numbers
+                .as_deref()
+                .and_then(read)
+                .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
+        }
+    }
+
+    /// Counts (and, for a named limiter, reports) `result` like a check's, without
+    /// turning it into an outcome: for a lease fetched ahead of need, which answers no
+    /// request, so the failure policy has nothing to allow or deny.
+    pub(crate) fn count_background(&self, key: &[u8], result: &Result<Leased, CheckError>) {
+        match result {
+            Ok(leased) if leased.checked.replaced => self.engine.counters.count_replaced(),
+            Ok(_) => {}
+            Err(error) => self.count_error(key, error),
+        }
+    }
+
+    /// One `EVALSHA` of the algorithm's script for `key`, within the timeout, with
+    /// `up_to` as ARGV[6] for a lease. The script is loaded and retried when Redis does
+    /// not know it (`NOSCRIPT`: a restarted server, a `SCRIPT FLUSH`, a new cluster
+    /// node).
     fn run(
         &self,
         key: &[u8],
         cost: i64,
+        up_to: Option<u32>,
     ) -> impl Future<Output = Result<Value, CheckError>> + Send + use<C> {
         let engine = &self.engine;
         let mut full_key = Vec::with_capacity(engine.prefix.len() + key.len());
@@ -172,6 +234,9 @@ where
             None => invocation.arg(""),
         };
         invocation.arg(if engine.expire_idle_keys { "1" } else { "0" });
+        if let Some(up_to) = up_to {
+            invocation.arg(up_to);
+        }
         let timeout = engine.timeout;
         let mut conn = self.conn.clone();
         let engine = Arc::clone(engine);

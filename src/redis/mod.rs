@@ -31,6 +31,7 @@
 //! |---|---|---|
 //! | [`RedisTokenBucket`] | [`TokenBucket`](crate::TokenBucket)'s semantics, exactly | async (tokio) |
 //! | [`RedisFixedWindow`] | the classic counter per calendar window | async (tokio) |
+//! | [`RedisLeasedTokenBucket`] | [`RedisTokenBucket`]'s bucket, its tokens leased in batches and served in process ([`lease`]) | async (tokio) |
 //! | [`blocking::RedisTokenBucket`], [`blocking::RedisFixedWindow`] | the same | blocking, own runtime |
 //!
 //! # Time
@@ -201,6 +202,17 @@
 //! check does not carry over, and the network dominates either way. Concurrent checks
 //! on one connection are pipelined.
 //!
+//! # Leases: global limits at local speed
+//! [`RedisLeasedTokenBucket`] takes tokens from the same bucket (same script, fields
+//! and grid) in batches and serves them in process from one atomic word per key: a
+//! check on a key with a lease is a compare-and-set, not a round trip. Over any span
+//! the processes together admit at most the bucket's capacity plus its refills plus
+//! what leases held at the span's start (at most `processes × max_lease` per key);
+//! unused leased tokens are under-admission, at most `processes × max_lease` per key
+//! held at once. The [`lease`] module states the bound
+//! exactly, the adaptive lease size, expiry, and what an outage does (held tokens are
+//! served, then the policy answers).
+//!
 //! # Requirements
 //! Redis 5 or later (scripts replicated by effects, which is what lets a writing
 //! script read `TIME`; the only mode since Redis 7). Tested against Redis 7.0.
@@ -212,6 +224,7 @@ mod connect;
 mod engine;
 mod failure;
 mod fixed_window;
+pub mod lease;
 mod token_bucket;
 
 pub use breaker::{CircuitBreaker, CircuitState};
@@ -219,4 +232,8 @@ pub use config::{ConfigError, DEFAULT_TIMEOUT};
 pub use connect::{MAX_RECONNECT_DELAY, connection_config};
 pub use failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
+pub use lease::{
+    DEFAULT_LEASE_LIFETIME, LeaseCounts, LeaseState, RedisLeasedTokenBucket,
+    RedisLeasedTokenBucketBuilder,
+};
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};

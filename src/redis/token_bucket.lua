@@ -8,12 +8,20 @@
 -- ARGV[3]  cost; -1 asks how many tokens there are, and writes nothing
 -- ARGV[4]  now, microseconds since the grid's epoch; empty: the server's TIME
 -- ARGV[5]  "1": expire the key when its bucket would be full again
+-- ARGV[6]  optional, a lease (src/redis/lease/): take up to this many tokens, at least
+--          the cost, all or nothing for the cost; absent for a plain check
 --
 -- Reply: {status, tokens, ahead, missing, replaced}; status 0 allowed, 1 denied, 2
 -- cost above capacity; tokens the reading holds after the decision; for a denial, the wait is exactly
 -- ahead + missing * interval microseconds (the caller adds, in 128-bit integers);
 -- replaced 1 when the key held something other than a bucket, which this check
--- replaced by a full bucket. A peek replies with the token count alone.
+-- replaced by a full bucket. A peek replies with the token count alone. A lease
+-- replies {status, tokens, ahead, missing, taken, replaced}: taken is what left the
+-- bucket (0 unless allowed; the cost up to ARGV[6] otherwise).
+--
+-- A lease is the same check on the same fields and grid, so a leased and a plain
+-- limiter on one prefix share one bucket: it decides the cost exactly as a plain
+-- check does, and, when allowed, takes whatever else the bucket holds up to ARGV[6].
 --
 -- The prefix is the limiter's namespace: anything else found at the key (another
 -- type, the limiter's fields missing one of the two or not integers in range) is not
@@ -34,6 +42,10 @@ if now == nil then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 local expire = ARGV[5] == '1'
+local up_to = nil
+if ARGV[6] then
+  up_to = tonumber(ARGV[6])
+end
 
 local function int(x)
   return string.format('%.0f', x)
@@ -98,13 +110,21 @@ if cost < 0 then
   return held
 end
 if cost > capacity then
+  if up_to then
+    return {2, held, 0, 0, 0, replaced}
+  end
   return {2, held, 0, 0, replaced}
 end
 
-local status, ahead, missing = 0, 0, 0
+local status, ahead, missing, taken = 0, 0, 0, 0
 if held >= cost then
-  tokens = tokens - cost
-  held = held - cost
+  -- A lease takes whatever else the reading holds, up to up_to.
+  taken = cost
+  if up_to and up_to > cost then
+    taken = math.min(held, up_to)
+  end
+  tokens = tokens - taken
+  held = held - taken
 else
   -- Allowed at the grid point where the bucket, stepped at point, has cost tokens:
   -- the next (cost - tokens) after point.
@@ -132,5 +152,8 @@ if tokens ~= old_tokens or point ~= last then
       redis.call('PEXPIRE', KEYS[1], int(ms))
     end
   end
+end
+if up_to then
+  return {status, held, ahead, missing, taken, replaced}
 end
 return {status, held, ahead, missing, replaced}

@@ -173,7 +173,7 @@ where
 }
 
 /// The script and its parameters for `quota`, or why Redis cannot hold it exactly.
-fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError> {
     let refill_every = quota.refill_every();
     let (interval, whole) = micros_ceil(refill_every);
     let capacity = quota.capacity();

@@ -15,6 +15,7 @@ mod five_servers;
 mod fixed_window;
 mod foreign;
 mod keys;
+mod lease;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;

@@ -6,7 +6,9 @@
 use crate::fresh_prefix;
 use crate::server::{RedisServer, free_loopback_port};
 use std::time::Duration;
-use turnstile::redis::{CheckError, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::redis::{
+    CheckError, FailurePolicy, Outcome, RedisLeasedTokenBucket, RedisTokenBucket,
+};
 use turnstile::{Decision, Quota};
 
 /// A server with a TLS port (and a plain one, for its readiness check), the TLS
@@ -60,6 +62,42 @@ async fn checks_over_tls_are_decided_exactly() {
         Some(Decision::Denied { remaining: 0, .. })
     ));
     assert_eq!(limiter.peek("k").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_limiter_over_tls_serves_from_its_leases_and_accounts_for_every_token() {
+    let (_server, port, cert, _dir) = tls_server();
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{port}/"),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(cert.into_bytes()),
+        },
+    )
+    .unwrap();
+    // 100 a day: no refill falls within the test (but for a chance of its duration
+    // in 864 s).
+    let quota = Quota::new(100, Duration::from_secs(864)).unwrap();
+    let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+        .prefix(fresh_prefix("tls-leased"))
+        .timeout(Duration::from_secs(5))
+        .max_lease(8)
+        .connect_client(client)
+        .unwrap();
+    for _ in 0..40 {
+        assert!(matches!(
+            limiter.acquire("k", 1).await.decision(),
+            Some(Decision::Allowed { .. })
+        ));
+    }
+    // Wait out a fetch ahead of need, if one is in flight.
+    while limiter.lease("k").is_some_and(|lease| lease.fetching) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let counts = limiter.counts();
+    assert!(counts.fetches < 40, "{counts:?}");
+    let left = limiter.peek("k").await.unwrap();
+    assert_eq!(40 + limiter.held("k"), 100 - left);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

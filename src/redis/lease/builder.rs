@@ -1,0 +1,126 @@
+//! Building a leased limiter: its settings, the lease's own (lifetime, largest lease,
+//! refill ahead), and what construction refuses.
+
+use super::counts::LeaseCounters;
+use super::local::Leases;
+use super::seen::Sightings;
+use super::{Inner, RedisLeasedTokenBucket};
+use crate::lease_word::{self, MAX_HELD};
+use crate::redis::FailurePolicy;
+use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
+use crate::redis::connect::connect_methods;
+use crate::redis::engine::ScriptLimiter;
+use crate::{Clock, Quota};
+use ::redis::aio::ConnectionLike;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a lease's tokens count unless told otherwise: one second.
+pub const DEFAULT_LEASE_LIFETIME: Duration = Duration::from_secs(1);
+
+/// The shortest lease lifetime accepted: ten ticks of the word's expiry (about 10 ms).
+const MIN_LIFETIME: Duration = Duration::from_nanos(10 << lease_word::TICK_SHIFT);
+
+impl RedisLeasedTokenBucket {
+    /// A builder for a limiter applying `quota` to every key, answering `policy` when
+    /// Redis does not and the key's lease is spent. Keys are prefixed with
+    /// `turnstile:tb:`, as [`RedisTokenBucket`](crate::redis::RedisTokenBucket)'s, unless told
+    /// otherwise: the two share a key's bucket.
+    pub fn builder(quota: Quota, policy: FailurePolicy) -> RedisLeasedTokenBucketBuilder {
+        RedisLeasedTokenBucketBuilder {
+            quota,
+            settings: Settings::new(policy, "turnstile:tb:"),
+            lifetime: DEFAULT_LEASE_LIFETIME,
+            max_lease: None,
+            refill_ahead: true,
+        }
+    }
+}
+
+/// Builds a [`RedisLeasedTokenBucket`] (made by [`RedisLeasedTokenBucket::builder`]).
+#[must_use = "a builder does nothing until it is built"]
+#[derive(Debug)]
+pub struct RedisLeasedTokenBucketBuilder {
+    quota: Quota,
+    pub(crate) settings: Settings,
+    lifetime: Duration,
+    max_lease: Option<u32>,
+    refill_ahead: bool,
+}
+
+impl RedisLeasedTokenBucketBuilder {
+    settings_methods!();
+    connect_methods!(RedisLeasedTokenBucket);
+
+    /// How long a lease's tokens count after its fetch (default
+    /// [`DEFAULT_LEASE_LIFETIME`], 1 s; at least about 10 ms). Shorter: unused tokens
+    /// stop counting sooner; longer: a key's lease can grow to cover slower traffic.
+    pub fn lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+
+    /// The most tokens this process holds for one key (default 1/32 of the capacity,
+    /// at least 1 and at most 2^24 - 1). The under-admission and the window bound are at most
+    /// `processes × max_lease` per key; a hot key amortises a round trip over up to
+    /// about `max_lease / 2` checks. At most the capacity and 2^24 - 1.
+    pub fn max_lease(mut self, tokens: u32) -> Self {
+        self.max_lease = Some(tokens);
+        self
+    }
+
+    /// Whether a lease below half its size is refilled by a task ahead of need
+    /// (default `true`). Off, every refill is made by the request that finds the lease
+    /// short, on its path.
+    pub fn refill_ahead(mut self, ahead: bool) -> Self {
+        self.refill_ahead = ahead;
+        self
+    }
+
+    /// The limiter, on `conn` (see
+    /// [`RedisTokenBucketBuilder::build`](crate::redis::RedisTokenBucketBuilder::build)).
+    ///
+    /// # Errors
+    /// What the plain token bucket refuses; a lifetime under about 10 ms or beyond
+    /// 2^52 µs; a `max_lease` of zero, above the capacity or above 2^24 - 1.
+    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, ConfigError>
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        let algorithm = crate::redis::token_bucket::algorithm(&self.quota)?;
+        let settings = self.settings.checked()?;
+        let capacity = self.quota.capacity();
+        let max_lease = self.max_lease.unwrap_or((capacity / 32).clamp(1, MAX_HELD));
+        if max_lease == 0 || max_lease > capacity || max_lease > MAX_HELD {
+            return Err(ConfigError::Lease(
+                "max_lease must be at least 1 and at most the capacity and 2^24 - 1",
+            ));
+        }
+        if self.lifetime < MIN_LIFETIME || self.lifetime > Duration::from_micros(MAX_MICROS) {
+            return Err(ConfigError::Lease(
+                "a lease lifetime must be at least 10.5 ms and at most 2^52 µs",
+            ));
+        }
+        let clock: Arc<dyn Clock> = match &settings.time {
+            TimeSource::Client { clock, .. } => Arc::clone(clock),
+            TimeSource::Server => Arc::new(crate::QuantaClock::new()),
+        };
+        let epoch = clock.now();
+        let inner = Inner {
+            limiter: ScriptLimiter::new(algorithm, settings, conn),
+            quota: self.quota,
+            leases: Leases::new(),
+            seen: Sightings::new(),
+            clock,
+            epoch,
+            // In range: at most 2^52 µs.
+            lifetime: self.lifetime.as_nanos() as u64,
+            max_lease,
+            refill_ahead: self.refill_ahead,
+            counters: LeaseCounters::default(),
+        };
+        Ok(RedisLeasedTokenBucket {
+            inner: Arc::new(inner),
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! What a leased limiter counts: fetches, tokens leased and expired, denials answered
+//! locally, and how lease sizes moved, so tests and dashboards see the leases work
+//! without timing anything.
+
+use super::size::Resize;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A leased limiter's counts since it was built (shared by its clones). A snapshot:
+/// each field is read on its own, so one taken while checks run may be off by the
+/// fetches in flight.
+///
+/// Every token taken from Redis is accounted for exactly: at any moment,
+/// `leased = served_by_fetch + served_locally + expired + held`, where `held` is what
+/// the process's leases still hold ([`RedisLeasedTokenBucket::held`](super::RedisLeasedTokenBucket::held)
+/// per key) and `served_locally` the tokens requests took from leases without a round
+/// trip ([`LeaseCounts::served_locally`] computes it for a set of keys whose held
+/// tokens you know).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Lease fetches Redis answered: each one round trip (failed ones are in
+    /// [`FailureCounts`](crate::redis::FailureCounts)).
+    pub fetches: u64,
+    /// Of those, fetches started ahead of need, off the request path.
+    pub fetched_ahead: u64,
+    /// Tokens taken from Redis's buckets by the fetches.
+    pub leased: u64,
+    /// Of those, the costs of the requests that fetched, served at once.
+    pub served_by_fetch: u64,
+    /// Tokens that stopped counting unused at their lease's expiry. They are not
+    /// returned to Redis (see the [module docs](super#expiry-tokens-stop-counting)).
+    pub expired: u64,
+    /// Requests denied without a round trip, from a denial Redis gave for the key.
+    pub denied_locally: u64,
+    /// Times a key's lease size doubled.
+    pub grew: u64,
+    /// Times a key's lease size halved.
+    pub shrank: u64,
+}
+
+impl LeaseCounts {
+    /// Tokens requests took from leases without a round trip, given `held`, the
+    /// tokens the leases still hold (summed over every key that ever had a lease).
+    pub fn served_locally(&self, held: u64) -> u64 {
+        self.leased - self.served_by_fetch - self.expired - held
+    }
+}
+
+/// The live counters behind [`LeaseCounts`].
+#[derive(Debug, Default)]
+pub(super) struct LeaseCounters {
+    fetches: AtomicU64,
+    fetched_ahead: AtomicU64,
+    leased: AtomicU64,
+    served_by_fetch: AtomicU64,
+    expired: AtomicU64,
+    denied_locally: AtomicU64,
+    grew: AtomicU64,
+    shrank: AtomicU64,
+}
+
+/// Adds `n` to `counter`.
+fn bump(counter: &AtomicU64, n: u64) {
+    if n > 0 {
+        // Relaxed: statistics; the counters guard no other memory.
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl LeaseCounters {
+    /// A fetch Redis answered: `taken` tokens, `cost` of them to the request that
+    /// fetched; `ahead` when no request fetched.
+    pub(super) fn fetched(&self, ahead: bool, taken: u32, cost: u32) {
+        bump(&self.fetches, 1);
+        bump(&self.fetched_ahead, u64::from(ahead));
+        bump(&self.leased, u64::from(taken));
+        bump(&self.served_by_fetch, u64::from(cost.min(taken)));
+    }
+
+    /// Tokens that expired unused.
+    pub(super) fn expired(&self, tokens: u32) {
+        bump(&self.expired, u64::from(tokens));
+    }
+
+    /// A request denied from a remembered denial.
+    pub(super) fn denied_locally(&self) {
+        bump(&self.denied_locally, 1);
+    }
+
+    /// A lease size that moved.
+    pub(super) fn resized(&self, resize: Resize) {
+        match resize {
+            Resize::Grew => bump(&self.grew, 1),
+            Resize::Shrank => bump(&self.shrank, 1),
+            Resize::Kept => {}
+        }
+    }
+
+    /// A snapshot.
+    pub(super) fn snapshot(&self) -> LeaseCounts {
+        // Relaxed: as in `bump`; the fields are independent statistics.
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        LeaseCounts {
+            fetches: read(&self.fetches),
+            fetched_ahead: read(&self.fetched_ahead),
+            leased: read(&self.leased),
+            served_by_fetch: read(&self.served_by_fetch),
+            expired: read(&self.expired),
+            denied_locally: read(&self.denied_locally),
+            grew: read(&self.grew),
+            shrank: read(&self.shrank),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! This process's leases: one entry per key with a lease (or a fetch, or a remembered
+//! denial), in a lock-free-read map whose idle entries are swept away.
+
+use super::size::refill_below;
+use crate::lease_word;
+use crate::redis::CheckError;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use scc::HashIndex;
+use std::sync::{Arc, PoisonError};
+use tokio::sync::Notify;
+
+/// One key's lease in this process.
+#[derive(Debug)]
+pub(super) struct KeyLease {
+    /// The tokens held and their expiry ([`lease_word`]): what requests take from,
+    /// without a lock.
+    pub(super) word: AtomicU64,
+    /// Below this many held tokens, a request that took starts a fetch ahead of need
+    /// (half the lease size; see `size.rs`).
+    pub(super) refill_below: AtomicU64,
+    /// A fetch for this key is in flight: at most one at a time, so that the tokens
+    /// this process holds for the key stay within one lease size.
+    pub(super) fetching: AtomicBool,
+    /// Woken when a fetch ends, for the requests that waited on it.
+    pub(super) fetched: Notify,
+    /// What fetches (one at a time) and the sweep read and write.
+    slow: Mutex<Slow>,
+}
+
+/// The part of a key's lease that only fetches and the sweep touch, off the hot path.
+#[derive(Debug)]
+pub(super) struct Slow {
+    /// The size of the next lease (see `size.rs`).
+    pub(super) size: u32,
+    /// When this key's last lease was fetched (nanoseconds since the limiter's epoch).
+    pub(super) last_fetch: Option<u64>,
+    /// Redis's last denial for the key, remembered until its wait is over.
+    pub(super) denied: Option<Denial>,
+    /// Why the last fetch got no answer, for the requests that waited on it; cleared by
+    /// the next answer.
+    pub(super) failure: Option<CheckError>,
+    /// The sweep removed this entry: a fetch must look the key up again.
+    pub(super) retired: bool,
+}
+
+/// A denial remembered: the bucket had fewer than `cost` tokens, and none are added
+/// before `until` but by refill, so a request for `cost` or more is denied locally
+/// until then.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Denial {
+    /// When Redis's `retry_after` ends, measured from the reply's arrival
+    /// (nanoseconds since the limiter's epoch).
+    pub(super) until: u64,
+    /// The cost Redis denied.
+    pub(super) cost: u32,
+}
+
+impl KeyLease {
+    fn new() -> Self {
+        Self {
+            word: AtomicU64::new(0),
+            refill_below: AtomicU64::new(u64::from(refill_below(1))),
+            fetching: AtomicBool::new(false),
+            fetched: Notify::new(),
+            slow: Mutex::new(Slow {
+                size: 1,
+                last_fetch: None,
+                denied: None,
+                failure: None,
+                retired: false,
+            }),
+        }
+    }
+
+    /// The slow part, even if a thread panicked holding it: each update leaves it
+    /// consistent.
+    pub(super) fn slow(&self) -> MutexGuard<'_, Slow> {
+        self.slow.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Every key this process holds a lease entry for.
+pub(super) struct Leases {
+    map: HashIndex<Box<[u8]>, Arc<KeyLease>, foldhash::fast::RandomState>,
+    /// Entries in the map (`HashIndex::len` walks the table).
+    keys: AtomicU64,
+    /// Sweep when an insertion takes the count above this.
+    sweep_above: AtomicU64,
+}
+
+/// The fewest entries a sweep is worth walking the map for.
+const MIN_SWEEP: u64 = 1024;
+
+impl Leases {
+    pub(super) fn new() -> Self {
+        Self {
+            map: HashIndex::with_hasher(foldhash::fast::RandomState::default()),
+            keys: AtomicU64::new(0),
+            sweep_above: AtomicU64::new(MIN_SWEEP),
+        }
+    }
+
+    /// `f` on `key`'s lease, if it has an entry: a lock-free lookup, no allocation.
+    #[inline]
+    pub(super) fn with<R>(&self, key: &[u8], f: impl FnOnce(&Arc<KeyLease>) -> R) -> Option<R> {
+        self.map.peek_with(key, |_, lease| f(lease))
+    }
+
+    /// `key`'s entry, made if it has none; a new entry may set off a sweep, which
+    /// `sweep` decides for each entry.
+    pub(super) fn entry(
+        &self,
+        key: &[u8],
+        sweep: impl FnMut(&KeyLease, &Slow) -> bool,
+    ) -> Arc<KeyLease> {
+        if let Some(lease) = self.with(key, Arc::clone) {
+            return lease;
+        }
+        let mut inserted = false;
+        let lease = Arc::clone(
+            self.map
+                .entry_sync(key.into())
+                .or_insert_with(|| {
+                    inserted = true;
+                    Arc::new(KeyLease::new())
+                })
+                .get(),
+        );
+        if inserted {
+            // Relaxed: a count for deciding when to sweep; it guards no memory.
+            let keys = self.keys.fetch_add(1, Ordering::Relaxed) + 1;
+            // Relaxed: as above.
+            if keys > self.sweep_above.load(Ordering::Relaxed) {
+                self.sweep(sweep);
+            }
+        }
+        lease
+    }
+
+    /// Removes the entries `removable` says are idle, after marking each retired under
+    /// its lock (so a fetch that started on it meanwhile looks the key up again).
+    /// Sweeping when the map has doubled since the last sweep keeps the cost per
+    /// insertion constant and the map within twice the live keys.
+    pub(super) fn sweep(&self, mut removable: impl FnMut(&KeyLease, &Slow) -> bool) {
+        let mut removed = 0u64;
+        self.map.retain_sync(|_, lease| {
+            let mut slow = lease.slow();
+            // Relaxed: the lock orders this read after any fetch that locked the entry
+            // before, and a fetch that locks it later sees `retired`.
+            if lease.fetching.load(Ordering::Relaxed) || !removable(lease, &slow) {
+                return true;
+            }
+            slow.retired = true;
+            removed += 1;
+            false
+        });
+        // Relaxed: as in `entry`.
+        let keys = self.keys.fetch_sub(removed, Ordering::Relaxed) - removed;
+        // Relaxed: as in `entry`.
+        self.sweep_above
+            .store((2 * keys).max(MIN_SWEEP), Ordering::Relaxed);
+    }
+
+    /// Entries in the map.
+    pub(super) fn len(&self) -> u64 {
+        // Relaxed: as in `entry`.
+        self.keys.load(Ordering::Relaxed)
+    }
+}
+
+/// The tokens `lease` holds at `now` (nanoseconds since the limiter's epoch).
+#[inline]
+pub(super) fn held(lease: &KeyLease, now: u64) -> u32 {
+    lease_word::load(&lease.word, lease_word::tick(now))
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_stays_small() {
+        // The docs say about 200 bytes a key with its map slot, Arc header and key.
+        let size = std::mem::size_of::<KeyLease>();
+        println!("KeyLease: {size} bytes");
+        assert!(size <= 160, "{size}");
+    }
+}

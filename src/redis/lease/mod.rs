@@ -1,0 +1,379 @@
+//! Global limits at local speed: tokens leased from a Redis token bucket in batches and
+//! served in process from one atomic word per key ([`RedisLeasedTokenBucket`]).
+//!
+//! [`RedisTokenBucket`](super::RedisTokenBucket) pays one round trip per check. The
+//! leased limiter takes tokens from the same Redis bucket (the same script, hash
+//! fields and server-time grid, so a leased and a plain limiter on one prefix share
+//! one bucket) a batch at a time, and serves requests from the batch with a
+//! compare-and-set on an `AtomicU64`: no lock, no allocation, no I/O.
+//!
+//! # How a check goes
+//! 0. **A key not seen lately** (no entry, and not seen within a lifetime): the plain
+//!    limiter's check, one round trip taking exactly the cost, leaving no lease and no
+//!    entry; the key is noted in a fixed table of sightings (`seen.rs`). Seen again
+//!    within a lifetime, it gets an entry and goes on as below. (Requests that arrive
+//!    together for a key not seen before are each such a check, as with the plain
+//!    limiter: "one fetch in flight" starts with the entry.)
+//! 1. **Held tokens** (the hot path): the key's lease holds at least the cost, not
+//!    expired: the cost is taken from the word; [`Outcome::Decided`] with
+//!    [`Decision::Allowed`]. When that leaves the lease below half its size, one
+//!    task fetches the next lease ahead of need, off the request path.
+//! 2. **A remembered denial**: Redis denied this key a cost at most this one's, and its
+//!    `retry_after` is not over: [`Decision::Denied`] at once, with the rest of that
+//!    wait. Exact in one direction: only refill adds tokens to a bucket (no process
+//!    returns any), so until then the bucket cannot have the cost. The wait is
+//!    measured from the reply's arrival, so it may end up to one round trip after
+//!    Redis's: such a denial can be a round trip late, never early. (A bucket reset in
+//!    Redis meanwhile — its key deleted, the database flushed — is seen when the wait
+//!    is over.)
+//! 3. **A fetch**: one script call takes the cost, all or nothing, exactly as the plain
+//!    limiter's check, and when allowed, whatever else the bucket holds up to the
+//!    key's lease size less what the lease still holds; the rest of the grant goes
+//!    into the lease. One fetch per key per process is in flight at a time: a request
+//!    that finds the lease short while another fetch is in flight waits for that one
+//!    (within the timeout) and then takes from it, or, if it failed, is answered by the
+//!    failure policy with its error; it does not start a second.
+//!
+//! A key seen once costs one round trip, as with the plain limiter. Its entry starts
+//! at a lease size of one, with the first sighting as its previous fetch; the size
+//! then adapts per key (`size.rs`): doubled by a fetch within half a lifetime of the
+//! key's previous one (the lease ran low that fast), up to
+//! [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease); halved by a fetch that
+//! finds tokens of the previous lease expired unused; kept otherwise. A lease thus
+//! settles at about half a lifetime of the key's traffic in this process.
+//! [`LeaseCounts::grew`] and [`LeaseCounts::shrank`] count the steps.
+//!
+//! # The bound
+//! Tokens leased are gone from the Redis bucket at the moment of the fetch, and each
+//! is served at most once (the word's protocol, model-checked in
+//! `loom-tests/tests/lease.rs`). So, for any number of processes (each with its own
+//! leased limiter, plain limiters on the same prefix included):
+//!
+//! - **Never more than the one bucket can admit.** Write `C` for the capacity, `R(a, b]`
+//!   for the refill grid points in `(a, b]`, and `H(a)` for the tokens the processes'
+//!   leases hold at `a` (at most `processes × max_lease` per key). Over any span
+//!   `[a, b]`, the processes together admit at most `C + R(a, b] + H(a)` for a key.
+//!   From a moment nothing is held — the key's first request, or a lifetime after its
+//!   last fetch everywhere — that is at most `C + R(a, b]`: the most the one bucket can
+//!   admit over the span. Exactly: every token a fetch took is served to one request,
+//!   still held, or expired — [`LeaseCounts`]: `leased = served_by_fetch +
+//!   served_locally + expired + held` — and the bucket lost the tokens the fetches
+//!   took; tested across five leased limiters and a plain one on connections of their
+//!   own, and on a cluster.
+//! - **A shift in time, bounded by the leases.** Against one bucket that sees the same
+//!   requests at the same times, a leased token counts against the bucket when it is
+//!   fetched and is admitted later; meanwhile the bucket refills from a lower level,
+//!   so a burst after a quiet spell can be served both from leases and from the
+//!   refilled bucket. That surplus is at most `H(a)` over a window starting at `a`,
+//!   which the bound above already counts, and a token is admitted at most
+//!   [`lifetime`](RedisLeasedTokenBucketBuilder::lifetime) after the latest fetch of
+//!   its key in its process.
+//! - **Under-admission, at most what leases hold and drop.** Tokens the bucket gave up
+//!   that no request got are exactly the tokens held plus the tokens expired (both
+//!   counted). At any moment a process holds at most `max_lease` per key, so the
+//!   processes at most `processes × max_lease`; a key's lease in a process expires at
+//!   most once per lifetime (its expiry is a lifetime after its latest fetch), so each
+//!   process drops at most `max_lease` tokens per key per lifetime. A remembered
+//!   denial can also make a token wait up to one round trip longer than Redis would
+//!   (see how a check goes); the token stays in the bucket for the next fetch.
+//!
+//! The lease size never exceeds [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease)
+//! (by default 1/32 of the capacity, at least 1 and at most 2^24 − 1): a fetch asks for at most
+//! `max(cost, size - held)`, and only the one fetch in flight adds to the lease, so a
+//! process holds at most `max_lease` tokens per key (a request above `max_lease`
+//! takes its whole cost from the bucket and leaves nothing beyond the lease size).
+//!
+//! # Expiry: tokens stop counting
+//! A lease lives [`lifetime`](RedisLeasedTokenBucketBuilder::lifetime) (default
+//! [`DEFAULT_LEASE_LIFETIME`], 1 s) on the limiter's clock from its fetch, less up to
+//! one tick of 2^20 ns (the word stores expiry in ticks, rounded down: early, never
+//! late); a fetch that adds to a lease still alive extends the tokens held to the new
+//! expiry. Expired tokens are dropped and counted ([`LeaseCounts::expired`]), **not
+//! returned** to Redis. Returning them is not safe in general: while they were out
+//! the bucket kept refilling from a lower level, which the capacity caps later than
+//! it would have capped the full bucket, so adding them back (even capped at the
+//! capacity) can hand out tokens the one bucket would have lost to its cap, and a
+//! return racing the grid (a refill point passed while the return is in flight)
+//! needs the bucket's history to be exact. Dropping them costs at most the bound
+//! above in under-admission, and keeps "never more than the one bucket" a plain fact.
+//!
+//! # Failures
+//! The failure policy, [`Outcome`], timeouts and the circuit breaker are the plain
+//! limiter's, and apply to fetches. **During an outage a process keeps serving the
+//! tokens it holds**, as long as they live; a request that finds its lease empty
+//! fetches, and when the fetch gets no answer (or the breaker is open), the
+//! [`FailurePolicy`](super::FailurePolicy) answers with [`Outcome::Fallback`] and counts it, exactly as the
+//! plain limiter. A fetch ahead of need that fails answers no request: its error is
+//! counted in [`FailureCounts`] (timeouts, errors), not as allowed or denied. A
+//! remembered denial is still answered during an outage, until its wait is over.
+//!
+//! # What `remaining` means here
+//! In a [`Decision`] from this limiter, `remaining` is the tokens **this process holds**
+//! for the key after the decision (its lease), not the shared bucket's count, which only
+//! Redis knows and which a leased check does not ask. `retry_after` of a denial is
+//! Redis's (or a remembered one, as above); a cost above the capacity is answered
+//! [`Decision::ExceedsCapacity`] locally.
+//!
+//! # Memory and cost
+//! Keys seen once take no entry, only a slot of a fixed table of 8,192 sightings
+//! (64 KiB a limiter). A key seen again gets one entry in a lock-free-read map
+//! (`scc::HashIndex`, the crate's store): about 200 bytes (the entry is 144) plus the
+//! key's. Entries are swept when the map has doubled since the last sweep: those whose
+//! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
+//! over go, so the map holds the keys that came back within about one lifetime. A
+//! check on a key with a live lease reads the clock, looks the key up and takes from
+//! its word: no allocation, no lock (measured in `results/redis.md`). Starting a fetch
+//! ahead allocates (a task, the key). Decisions made locally are not reported to a
+//! named limiter's metrics and events; fetches are, as checks.
+
+mod builder;
+mod counts;
+mod fetch;
+mod local;
+mod seen;
+mod size;
+
+pub use builder::{DEFAULT_LEASE_LIFETIME, RedisLeasedTokenBucketBuilder};
+
+pub use counts::LeaseCounts;
+
+use super::breaker::CircuitState;
+use super::engine::ScriptLimiter;
+use super::failure::{CheckError, FailureCounts, Outcome};
+use crate::lease_word::{self, tick};
+use crate::sync::Ordering;
+use crate::{Clock, Decision, Quota};
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use counts::LeaseCounters;
+use local::{KeyLease, Leases, held};
+use seen::Sightings;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A token bucket in Redis, shared by every process like
+/// [`RedisTokenBucket`](super::RedisTokenBucket), whose tokens each process leases in
+/// batches and serves in process: a check on a key with a lease is a compare-and-set
+/// on one atomic word, not a round trip.
+///
+/// The processes together never admit more than the one Redis bucket can (its
+/// capacity plus its refills over any span, plus what leases held at the span's
+/// start); unused leased tokens are under-admission, at most `processes × max_lease`
+/// per key held at once. See the [module docs](self) for the bound, stated exactly,
+/// and how a check goes.
+///
+/// Cloning is cheap and shares the leases, the connection and the counters.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use turnstile::Quota;
+/// use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RedisLeasedTokenBucket::builder(Quota::per_second(10_000)?, FailurePolicy::Open)
+///     .prefix("api:per-tenant:")
+///     .max_lease(200)
+///     .lifetime(Duration::from_millis(500))
+///     .connect("redis://127.0.0.1/")?;
+/// if limiter.acquire("tenant-7", 1).await.is_allowed() { /* serve */ }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisLeasedTokenBucket<C = ConnectionManager> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for RedisLeasedTokenBucket<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for RedisLeasedTokenBucket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLeasedTokenBucket")
+            .field("quota", &self.inner.quota)
+            .field("lifetime", &Duration::from_nanos(self.inner.lifetime))
+            .field("max_lease", &self.inner.max_lease)
+            .field("keys", &self.inner.leases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the clones share.
+struct Inner<C> {
+    limiter: ScriptLimiter<C>,
+    quota: Quota,
+    leases: Leases,
+    /// Keys seen lately: a key gets a lease entry when it is seen again.
+    seen: Sightings,
+    /// The clock leases expire on: the client clock if the limiter has one, else a
+    /// monotonic one of its own.
+    clock: Arc<dyn Clock>,
+    /// The clock's reading when the limiter was built.
+    epoch: u64,
+    /// A lease's lifetime, nanoseconds.
+    lifetime: u64,
+    max_lease: u32,
+    refill_ahead: bool,
+    counters: LeaseCounters,
+}
+
+/// Where a key's lease stands in this process (see
+/// [`RedisLeasedTokenBucket::lease`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseState {
+    /// Tokens held now (unexpired).
+    pub held: u32,
+    /// The size of the key's next lease.
+    pub size: u32,
+    /// Whether a fetch for the key is in flight.
+    pub fetching: bool,
+}
+
+impl<C> RedisLeasedTokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Asks for `cost` tokens for `key` (any bytes; the prefix is prepended), all or
+    /// nothing: from the key's lease when it holds them (no round trip), else from
+    /// Redis in one fetch that also refills the lease (see the
+    /// [module docs](self#how-a-check-goes)).
+    ///
+    /// A cost of zero is always allowed; a cost above the capacity is answered
+    /// [`Decision::ExceedsCapacity`] without asking Redis. When the lease is short and
+    /// Redis does not answer within the timeout, the failure policy answers
+    /// ([`Outcome::Fallback`]). A check waits at most the timeout for a fetch in flight
+    /// and at most the timeout for a fetch of its own (which it starts only when the
+    /// one it waited for answered with too few tokens): at most twice the timeout.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        let key = key.as_ref();
+        let inner = &self.inner;
+        let now = inner.now();
+        let capacity = inner.quota.capacity();
+        if cost > capacity {
+            let remaining = inner.leases.with(key, |lease| held(lease, now));
+            return Outcome::Decided(Decision::ExceedsCapacity {
+                remaining: remaining.unwrap_or(0),
+                capacity,
+            });
+        }
+        if cost == 0 {
+            let remaining = inner.leases.with(key, |lease| held(lease, now));
+            return Outcome::Decided(Decision::Allowed {
+                remaining: remaining.unwrap_or(0),
+            });
+        }
+        let taken = inner
+            .leases
+            .with(key, |lease| inner.take(lease, key, cost, now));
+        if let Some(Ok(remaining)) = taken {
+            return Outcome::Decided(Decision::Allowed { remaining });
+        }
+        inner.acquire_slow(key, cost).await
+    }
+
+    /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure
+    /// policy included.
+    pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+        self.acquire(key, 1).await.is_allowed()
+    }
+
+    /// Tokens `key`'s bucket has in Redis now, without taking any (the leases processes
+    /// hold are not in it: they left the bucket when fetched).
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucket::peek`](super::RedisTokenBucket::peek).
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+        let limiter = &self.inner.limiter;
+        let left = limiter.left(key.as_ref());
+        left.await
+            .inspect_err(|error| limiter.count_error(key.as_ref(), error))
+    }
+
+    /// The tokens this process holds for `key` now (0 without a lease).
+    pub fn held(&self, key: impl AsRef<[u8]>) -> u32 {
+        let now = self.inner.now();
+        self.inner
+            .leases
+            .with(key.as_ref(), |lease| held(lease, now))
+            .unwrap_or(0)
+    }
+
+    /// Where `key`'s lease stands in this process; `None` when the key has no entry.
+    pub fn lease(&self, key: impl AsRef<[u8]>) -> Option<LeaseState> {
+        let now = self.inner.now();
+        self.inner.leases.with(key.as_ref(), |lease| LeaseState {
+            held: held(lease, now),
+            size: lease.slow().size,
+            // Relaxed: a snapshot for observation.
+            fetching: lease.fetching.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Keys this process has a lease entry for (see the
+    /// [module docs](self#memory-and-cost)).
+    pub fn keys(&self) -> u64 {
+        self.inner.leases.len()
+    }
+
+    /// What the leases did, since this limiter (or the one it was cloned from) was
+    /// built.
+    pub fn counts(&self) -> LeaseCounts {
+        self.inner.counters.snapshot()
+    }
+
+    /// How often Redis gave no answer to a fetch (and how often the policy answered).
+    pub fn failures(&self) -> FailureCounts {
+        self.inner.limiter.failures()
+    }
+
+    /// Where the limiter's circuit breaker stands (shared with its clones).
+    pub fn circuit(&self) -> CircuitState {
+        self.inner.limiter.circuit()
+    }
+
+    /// The quota every key gets, from the bucket all processes share.
+    pub fn quota(&self) -> Quota {
+        self.inner.quota
+    }
+
+    /// The most tokens this process holds for one key.
+    pub fn max_lease(&self) -> u32 {
+        self.inner.max_lease
+    }
+}
+
+impl<C> Inner<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Nanoseconds since the limiter was built, on its clock.
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.now().saturating_sub(self.epoch)
+    }
+
+    /// The hot path: `cost` from `key`'s lease, or the tokens it holds (fewer). A take
+    /// that leaves the lease below half its size starts a fetch ahead of need.
+    #[inline]
+    fn take(
+        self: &Arc<Self>,
+        lease: &Arc<KeyLease>,
+        key: &[u8],
+        cost: u32,
+        now: u64,
+    ) -> Result<u32, u32> {
+        let left = lease_word::take(&lease.word, cost, tick(now))?;
+        // Relaxed: both are hints; the swap in `start_refill` decides.
+        if self.refill_ahead
+            && u64::from(left) < lease.refill_below.load(Ordering::Relaxed)
+            && !lease.fetching.load(Ordering::Relaxed)
+        {
+            self.start_refill(lease, key);
+        }
+        Ok(left)
+    }
+}
