@@ -35,13 +35,26 @@ pub struct LeaseCounts {
     pub grew: u64,
     /// Times a key's lease size halved.
     pub shrank: u64,
+    /// Fetches that got no answer — timed out, lost with their connection, or dropped
+    /// by their caller (a timeout or `select!` of its own) — after being sent. Redis may
+    /// still have run them: each may have taken up to what it asked without this
+    /// process knowing (tokens lost to every process: under-admission, never more).
+    pub unanswered: u64,
+    /// The most tokens the `unanswered` fetches can have taken: the sum of what each
+    /// asked for.
+    pub unanswered_asked: u64,
 }
 
 impl LeaseCounts {
     /// Tokens requests took from leases without a round trip, given `held`, the
     /// tokens the leases still hold (summed over every key that ever had a lease).
+    /// A `held` read after these counts (a fetch landing in between) can exceed what
+    /// they allow; the answer then saturates at 0.
     pub fn served_locally(&self, held: u64) -> u64 {
-        self.leased - self.served_by_fetch - self.expired - held
+        self.leased
+            .saturating_sub(self.served_by_fetch)
+            .saturating_sub(self.expired)
+            .saturating_sub(held)
     }
 }
 
@@ -56,6 +69,8 @@ pub(super) struct LeaseCounters {
     denied_locally: AtomicU64,
     grew: AtomicU64,
     shrank: AtomicU64,
+    unanswered: AtomicU64,
+    unanswered_asked: AtomicU64,
 }
 
 /// Adds `n` to `counter`.
@@ -74,6 +89,12 @@ impl LeaseCounters {
         bump(&self.fetched_ahead, u64::from(ahead));
         bump(&self.leased, u64::from(taken));
         bump(&self.served_by_fetch, u64::from(cost.min(taken)));
+    }
+
+    /// A fetch sent that got no answer, asking for at most `asked`.
+    pub(super) fn unanswered(&self, asked: u32) {
+        bump(&self.unanswered, 1);
+        bump(&self.unanswered_asked, u64::from(asked));
     }
 
     /// Tokens that expired unused.
@@ -108,6 +129,26 @@ impl LeaseCounters {
             denied_locally: read(&self.denied_locally),
             grew: read(&self.grew),
             shrank: read(&self.shrank),
+            unanswered: read(&self.unanswered),
+            unanswered_asked: read(&self.unanswered_asked),
         }
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_locally_saturates_when_held_was_read_after_the_counts() {
+        let counts = LeaseCounts {
+            leased: 10,
+            served_by_fetch: 2,
+            expired: 1,
+            ..LeaseCounts::default()
+        };
+        assert_eq!(counts.served_locally(3), 4);
+        assert_eq!(counts.served_locally(16), 0);
+        assert_eq!(LeaseCounts::default().served_locally(16), 0);
     }
 }

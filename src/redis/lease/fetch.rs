@@ -8,7 +8,7 @@ use super::size::{self, Observed, refill_below};
 use crate::Decision;
 use crate::lease_word::{self, tick};
 use crate::redis::engine::{Checked, Leased};
-use crate::redis::{CheckError, Outcome};
+use crate::redis::{CheckError, CircuitState, Outcome};
 use crate::sync::Ordering;
 use ::redis::aio::ConnectionLike;
 use std::sync::Arc;
@@ -22,6 +22,40 @@ enum Fetched {
     Full,
     /// Redis's answer (or why there was none), and the tokens held after it.
     Done(Result<Leased, CheckError>, u32),
+}
+
+/// A fetch's ask, and the lease size and step it would set once answered.
+struct Sizing {
+    up_to: u32,
+    size: u32,
+    resize: size::Resize,
+    at: u64,
+}
+
+/// Counts a fetch as unanswered when dropped before an answer came (see
+/// `LeaseCounts::unanswered`).
+struct Unanswered<'a> {
+    counters: &'a super::counts::LeaseCounters,
+    /// What the fetch asked for, until it is answered or known not to have been sent.
+    asked: Option<u32>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(asked) = self.asked {
+            self.counters.unanswered(asked);
+        }
+    }
+}
+
+/// Whether a fetch that failed with `error` may still have run in Redis: it was sent
+/// and its answer lost. An open breaker sends nothing; an error reply is an answer.
+fn may_have_run(error: &CheckError) -> bool {
+    matches!(
+        error,
+        CheckError::Timeout(_) | CheckError::TaskLost | CheckError::UnexpectedReply(_)
+    ) || matches!(error, CheckError::Redis(e)
+        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
 }
 
 /// Holds a key's one fetch slot: released however the fetch ends (its future dropped
@@ -53,6 +87,13 @@ where
             return;
         }
         let slot = FetchSlot(Arc::clone(lease));
+        if matches!(self.limiter.circuit(), CircuitState::Open { retry_in } if !retry_in.is_zero())
+        {
+            // The breaker would refuse it at once: no task, no allocation, no failure
+            // counted for a check the lease answered. A request that finds the lease
+            // short asks Redis itself, the probe included.
+            return;
+        }
         let inner = Arc::clone(self);
         let key = key.to_vec();
         runtime.spawn(async move {
@@ -148,7 +189,8 @@ where
     }
 
     /// A denial from the one Redis gave `key` for a cost at most `cost`, while its wait
-    /// lasts.
+    /// lasts. A larger cost waits that long and one interval more per token more: the
+    /// grid point where the bucket has the denied cost, then one token per interval.
     fn remembered_denial(
         &self,
         lease: &KeyLease,
@@ -161,9 +203,10 @@ where
             return None;
         }
         self.counters.denied_locally();
+        let more = self.quota.refill_every().saturating_mul(cost - denial.cost);
         Some(Decision::Denied {
             remaining: held,
-            retry_after: Duration::from_nanos(denial.until - now),
+            retry_after: Duration::from_nanos(denial.until - now).saturating_add(more),
         })
     }
 
@@ -172,24 +215,43 @@ where
     /// to the size less what the lease holds; the grant beyond the cost goes into the
     /// lease, and a denial is remembered.
     async fn fetch(&self, lease: &KeyLease, key: &[u8], cost: u32) -> Fetched {
-        let Some(up_to) = self.size_lease(lease, cost) else {
+        let Some(sizing) = self.size_lease(lease, cost) else {
             return Fetched::Retired;
         };
+        let up_to = sizing.up_to;
         if up_to == 0 {
             return Fetched::Full;
         }
         // Within the engine's timeout alone: a deadline of our own around it would
         // drop the request at that same moment, and a dropped request tells the
-        // circuit breaker nothing.
+        // circuit breaker nothing. Until it answers, the fetch counts as unanswered
+        // (if its caller drops this future, so it stays).
+        let mut pending = Unanswered {
+            counters: &self.counters,
+            asked: Some(up_to),
+        };
         let result = self.limiter.lease(key, cost, up_to).await;
         let now = self.now();
         let mut slow = lease.slow();
         let held = match &result {
             Ok(leased) => {
+                pending.asked = None;
+                // Only an answered fetch moves the size: a run of failures says
+                // nothing about the key's traffic.
+                slow.size = sizing.size;
+                slow.last_fetch = Some(sizing.at);
+                self.counters.resized(sizing.resize);
+                // Relaxed: a hint for the hot path (see `take`).
+                lease
+                    .refill_below
+                    .store(u64::from(refill_below(sizing.size)), Ordering::Relaxed);
                 self.counters.fetched(cost == 0, leased.taken, cost);
                 self.settle_lease(lease, &mut slow, leased, cost, now)
             }
             Err(error) => {
+                if !may_have_run(error) {
+                    pending.asked = None;
+                }
                 slow.failure = Some(copy_error(error));
                 held(lease, now)
             }
@@ -197,9 +259,10 @@ where
         Fetched::Done(result, held)
     }
 
-    /// Before a fetch: drops the lease's expired tokens, moves its size by the rule,
-    /// and says how many tokens to ask for at most (`None`: the entry was swept away).
-    fn size_lease(&self, lease: &KeyLease, cost: u32) -> Option<u32> {
+    /// Before a fetch: drops the lease's expired tokens, works out its next size by the
+    /// rule (kept if the fetch is answered), and how many tokens to ask for at most
+    /// (`None`: the entry was swept away).
+    fn size_lease(&self, lease: &KeyLease, cost: u32) -> Option<Sizing> {
         let now = self.now();
         let mut slow = lease.slow();
         if slow.retired {
@@ -214,14 +277,12 @@ where
             expired,
         };
         let (size, resize) = size::next(slow.size, self.max_lease, self.lifetime, observed);
-        self.counters.resized(resize);
-        slow.size = size;
-        slow.last_fetch = Some(now);
-        // Relaxed: a hint for the hot path (see `take`).
-        lease
-            .refill_below
-            .store(u64::from(refill_below(size)), Ordering::Relaxed);
-        Some(size.saturating_sub(held(lease, now)).max(cost))
+        Some(Sizing {
+            up_to: size.saturating_sub(held(lease, now)).max(cost),
+            size,
+            resize,
+            at: now,
+        })
     }
 
     /// Puts what a fetch Redis answered into the lease, or remembers its denial; the

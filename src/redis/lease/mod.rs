@@ -29,18 +29,21 @@
 //! 3. **A fetch**: one script call takes the cost, all or nothing, exactly as the plain
 //!    limiter's check, and when allowed, whatever else the bucket holds up to the
 //!    key's lease size less what the lease still holds; the rest of the grant goes
-//!    into the lease. One fetch per key per process is in flight at a time: a request
+//!    into the lease. One fetch per key per process is awaited at a time: a request
 //!    that finds the lease short while another fetch is in flight waits for that one
 //!    (within the timeout) and then takes from it, or, if it failed, is answered by the
-//!    failure policy with its error; it does not start a second.
+//!    failure policy with its error; it does not start a second. (A fetch whose caller
+//!    drops it — a timeout or `select!` of the caller's own — frees the slot at once,
+//!    while its command may still run in Redis; see "the bound".)
 //!
 //! A key seen once costs one round trip, as with the plain limiter. Its entry starts
 //! at a lease size of one, with the first sighting as its previous fetch; the size
 //! then adapts per key (`size.rs`): doubled by a fetch within half a lifetime of the
 //! key's previous one (the lease ran low that fast), up to
 //! [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease); halved by a fetch that
-//! finds tokens of the previous lease expired unused; kept otherwise. A lease thus
-//! settles at about half a lifetime of the key's traffic in this process.
+//! finds tokens of the previous lease expired unused; kept otherwise. Only a fetch
+//! Redis answers moves the size: a failed one says nothing of the key's traffic. A
+//! lease thus settles at about half a lifetime of the key's traffic in this process.
 //! [`LeaseCounts::grew`] and [`LeaseCounts::shrank`] count the steps.
 //!
 //! # The bound
@@ -59,7 +62,13 @@
 //!   still held, or expired — [`LeaseCounts`]: `leased = served_by_fetch +
 //!   served_locally + expired + held` — and the bucket lost the tokens the fetches
 //!   took; tested across five leased limiters and a plain one on connections of their
-//!   own, and on a cluster.
+//!   own (in one OS process), and on a cluster. That is for the fetches Redis
+//!   answered. A fetch sent whose answer is lost — it timed out, its connection
+//!   dropped, its caller dropped it — may still run in Redis and take up to what it
+//!   asked, unseen: never admitted, so never more than the bound; counted in
+//!   [`LeaseCounts::unanswered`] and [`LeaseCounts::unanswered_asked`]. As for the
+//!   plain limiters, the bound is Redis's durability: a Redis restarted without its
+//!   data, or a replica promoted before it caught up, comes back with fuller buckets.
 //! - **A shift in time, bounded by the leases.** Against one bucket that sees the same
 //!   requests at the same times, a leased token counts against the bucket when it is
 //!   fetched and is admitted later; meanwhile the bucket refills from a lower level,
@@ -70,7 +79,8 @@
 //!   its key in its process.
 //! - **Under-admission, at most what leases hold and drop.** Tokens the bucket gave up
 //!   that no request got are exactly the tokens held plus the tokens expired (both
-//!   counted). At any moment a process holds at most `max_lease` per key, so the
+//!   counted), plus what unanswered fetches took (at most
+//!   [`LeaseCounts::unanswered_asked`]). At any moment a process holds at most `max_lease` per key, so the
 //!   processes at most `processes × max_lease`; a key's lease in a process expires at
 //!   most once per lifetime (its expiry is a lifetime after its latest fetch), so each
 //!   process drops at most `max_lease` tokens per key per lifetime. A remembered
@@ -78,9 +88,9 @@
 //!   (see how a check goes); the token stays in the bucket for the next fetch.
 //!
 //! The lease size never exceeds [`max_lease`](RedisLeasedTokenBucketBuilder::max_lease)
-//! (by default 1/32 of the capacity, at least 1 and at most 2^24 − 1): a fetch asks for at most
-//! `max(cost, size - held)`, and only the one fetch in flight adds to the lease, so a
-//! process holds at most `max_lease` tokens per key (a request above `max_lease`
+//! (by default 1/32 of the capacity, at least 1 and at most 2^24 − 1): a fetch asks
+//! for at most `max(cost, size - held)`, and only the one fetch in flight adds to the
+//! lease, so a process holds at most `max_lease` tokens per key (a request above `max_lease`
 //! takes its whole cost from the bucket and leaves nothing beyond the lease size).
 //!
 //! # Expiry: tokens stop counting
@@ -97,6 +107,11 @@
 //! needs the bucket's history to be exact. Dropping them costs at most the bound
 //! above in under-admission, and keeps "never more than the one bucket" a plain fact.
 //!
+//! Expiry is read at each check's reading: tokens expired at one reading but not yet
+//! dropped (a fetch or a sweep drops them) can still be taken by a later check whose
+//! clock reads earlier (a clock stepped back). They were leased, so the bound holds;
+//! only "a token is admitted at most a lifetime after its fetch" bends by the step.
+//!
 //! # Failures
 //! The failure policy, [`Outcome`], timeouts and the circuit breaker are the plain
 //! limiter's, and apply to fetches. **During an outage a process keeps serving the
@@ -104,8 +119,10 @@
 //! fetches, and when the fetch gets no answer (or the breaker is open), the
 //! [`FailurePolicy`](super::FailurePolicy) answers with [`Outcome::Fallback`] and counts it, exactly as the
 //! plain limiter. A fetch ahead of need that fails answers no request: its error is
-//! counted in [`FailureCounts`] (timeouts, errors), not as allowed or denied. A
-//! remembered denial is still answered during an outage, until its wait is over.
+//! counted in [`FailureCounts`] (timeouts, errors, short-circuited), not as allowed
+//! or denied. While the breaker is open no fetch ahead of need starts, so checks
+//! served from held tokens stay free of tasks and failures. A remembered denial is
+//! still answered during an outage, until its wait is over.
 //!
 //! # What `remaining` means here
 //! In a [`Decision`] from this limiter, `remaining` is the tokens **this process holds**
@@ -120,11 +137,13 @@
 //! (`scc::HashIndex`, the crate's store): about 200 bytes (the entry is 144) plus the
 //! key's. Entries are swept when the map has doubled since the last sweep: those whose
 //! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
-//! over go, so the map holds the keys that came back within about one lifetime. A
+//! over go, so the map holds the keys that came back within about one lifetime, and
+//! keys whose remembered denial still runs (as long as `capacity × interval`). A
 //! check on a key with a live lease reads the clock, looks the key up and takes from
-//! its word: no allocation, no lock (measured in `results/redis.md`). Starting a fetch
-//! ahead allocates (a task, the key). Decisions made locally are not reported to a
-//! named limiter's metrics and events; fetches are, as checks.
+//! its word: no allocation, no lock (tested in `tests/redis/lease.rs`). Starting a
+//! fetch ahead allocates (a task, the key). Decisions made locally are not reported
+//! to a named limiter's metrics and events; fetches on the request path are, as
+//! checks; fetches ahead of need report only their errors.
 
 mod builder;
 mod counts;
