@@ -691,11 +691,8 @@ async fn on_redis_time_with_expiry_every_token_taken_is_admitted_or_held() {
 async fn fetches_whose_answers_are_lost_are_counted_with_what_they_asked() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let limiter = RedisLeasedTokenBucket::builder(per_day(1000), FailurePolicy::Closed)
-        .prefix(fresh_prefix("lease-lost"))
-        .client_clock(clock.clone())
-        .expire_idle_keys(false)
-        .lifetime(LIFETIME)
+    let prefix = fresh_prefix("lease-lost");
+    let limiter = builder(per_day(1000), FailurePolicy::Closed, &prefix, &clock)
         .max_lease(8)
         .refill_ahead(false)
         .timeout(Duration::from_millis(100))
@@ -737,10 +734,8 @@ async fn fetches_whose_answers_are_lost_are_counted_with_what_they_asked() {
 async fn an_open_breaker_starts_no_fetch_ahead_of_need() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let limiter = RedisLeasedTokenBucket::builder(per_day(100_000), FailurePolicy::Closed)
-        .prefix(fresh_prefix("lease-open"))
-        .client_clock(clock.clone())
-        .expire_idle_keys(false)
+    let prefix = fresh_prefix("lease-open");
+    let limiter = builder(per_day(100_000), FailurePolicy::Closed, &prefix, &clock)
         .lifetime(Duration::from_secs(3600))
         .max_lease(64)
         .timeout(Duration::from_millis(100))
@@ -788,10 +783,7 @@ async fn a_remembered_denial_answers_a_larger_cost_with_its_own_wait() {
     let clock = ManualClock::new();
     let quota = Quota::new(2, Duration::from_secs(10)).unwrap();
     let prefix = fresh_prefix("lease-larger");
-    let leased = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
-        .prefix(&prefix)
-        .client_clock(clock.clone())
-        .expire_idle_keys(false)
+    let leased = builder(quota, FailurePolicy::Closed, &prefix, &clock)
         .lifetime(Duration::from_secs(60))
         .build(manager(&server).await)
         .unwrap();
