@@ -106,11 +106,13 @@ impl FixedWindowRules {
         // Clamped only past the key's window, off the common path of a reading in it
         // (the key's index is never past the last window the field holds).
         let current = self.window.index(now);
-        if current > index && self.clamp(current) > index {
-            (self.clamp(current), 0)
-        } else {
-            (index, count)
+        if current > index {
+            let current = self.clamp(current);
+            if current > index {
+                return (current, 0);
+            }
         }
+        (index, count)
     }
 }
 

@@ -125,22 +125,11 @@ where
         let run = self.run(key, i64::from(cost), None);
         let engine = Arc::clone(&self.engine);
         async move {
-            let reply = run.await?;
-            let numbers = integers(&reply);
-            let read = |numbers: &[i64]| {
-                let (&replaced, reply) = numbers.split_last()?;
+            read_reply(&run.await?, |numbers| {
+                let (replaced, reply) = replaced_flag(numbers)?;
                 let decision = (engine.algorithm.decide)(engine.algorithm.params, reply)?;
-                let replaced = match replaced {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                };
                 Some(Checked { decision, replaced })
-            };
-            numbers
-                .as_deref()
-                .and_then(read)
-                .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
+            })
         }
     }
 
@@ -172,10 +161,8 @@ where
         let run = self.run(key, i64::from(cost), Some(up_to));
         let engine = Arc::clone(&self.engine);
         async move {
-            let reply = run.await?;
-            let numbers = integers(&reply);
-            let read = |numbers: &[i64]| {
-                let (&replaced, reply) = numbers.split_last()?;
+            read_reply(&run.await?, |numbers| {
+                let (replaced, reply) = replaced_flag(numbers)?;
                 let (&taken, reply) = reply.split_last()?;
                 let decision = (engine.algorithm.decide)(engine.algorithm.params, reply)?;
                 let taken = u32::try_from(taken).ok()?;
@@ -184,20 +171,11 @@ where
                     Decision::Allowed { .. } => taken >= cost && taken <= up_to.max(cost),
                     _ => taken == 0,
                 };
-                let replaced = match replaced {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                };
                 consistent.then_some(Leased {
                     checked: Checked { decision, replaced },
                     taken,
                 })
-            };
-            numbers
-                .as_deref()
-                .and_then(read)
-                .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
+            })
         }
     }
 
@@ -372,6 +350,25 @@ impl Drop for Pending<'_> {
 }
 
 /// The reply as a list of integers, if it is one.
+/// `read` applied to a script's reply of integers, or why the reply was not one.
+fn read_reply<T>(reply: &Value, read: impl FnOnce(&[i64]) -> Option<T>) -> Result<T, CheckError> {
+    integers(reply)
+        .as_deref()
+        .and_then(read)
+        .ok_or_else(|| CheckError::UnexpectedReply(format!("{reply:?}")))
+}
+
+/// A check's reply ends with whether the script replaced foreign data (0 or 1): that
+/// flag, and the numbers before it.
+fn replaced_flag(numbers: &[i64]) -> Option<(bool, &[i64])> {
+    let (&replaced, rest) = numbers.split_last()?;
+    match replaced {
+        0 => Some((false, rest)),
+        1 => Some((true, rest)),
+        _ => None,
+    }
+}
+
 fn integers(reply: &Value) -> Option<Vec<i64>> {
     match reply {
         Value::Array(items) => items
