@@ -22,7 +22,10 @@ struct Build(Mix);
 impl Visit for Build {
     type Output = Box<dyn Sampler>;
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Box<dyn Sampler> {
+    fn visit<T: Contender + 'static>(
+        self,
+        make: impl Fn() -> T + Send + Sync + 'static,
+    ) -> Box<dyn Sampler> {
         let contender = make();
         if self.0 == Mix::Denied {
             assert!(contender.check(0), "the one token, taken before measuring");

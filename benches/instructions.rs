@@ -49,7 +49,7 @@ struct Count {
 impl Visit for Count {
     type Output = u64;
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> u64 {
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T + Send + Sync + 'static) -> u64 {
         let contender = make();
         if self.churn {
             return measured_churn(&contender, self.checks);

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, full_mode, out_dir, prepopulate,
-    with_contender,
+    Contender, FLOORS, LIMITERS, Mix, Pattern, Visit, applies, chosen, full_mode, named, out_dir,
+    prepopulate, with_contender,
 };
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
@@ -81,7 +81,7 @@ struct Run<'a> {
 impl Visit for Run<'_> {
     type Output = ();
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) {
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T + Send + Sync + 'static) {
         for threads in [2, 4] {
             let contender = make();
             prepopulate(&contender, self.pattern);
@@ -112,12 +112,7 @@ fn main() {
     };
     let mut csv = String::from("limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n");
     println!("{}", csv.trim_end());
-    // `TURNSTILE_BENCH_PATTERNS=churn` and `TURNSTILE_BENCH_LIMITERS=turnstile,governor`
-    // narrow a run to what is being compared; the floors run only when named there.
-    let named = |var: &str, name: &str| {
-        std::env::var(var).is_ok_and(|list| list.split(',').any(|n| n == name))
-    };
-    let chosen = |var: &str, name: &str| std::env::var(var).is_err() || named(var, name);
+    // The floors run only when named in `TURNSTILE_BENCH_LIMITERS`.
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
             continue;

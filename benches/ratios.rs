@@ -7,19 +7,26 @@
 mod common;
 
 use common::{
-    LIMITERS, Mix, Pattern, Sampler, Visit, interleaved_medians, interleaving, out_dir,
-    prepopulate, with_contender,
+    FreshEach, LIMITERS, Mix, Pattern, Sampler, Visit, applies, chosen, interleaved_medians,
+    interleaving, named, out_dir, prepopulate, thread_counts, with_contender,
 };
 use std::fmt::Write as _;
 use std::time::Instant;
 
-/// Builds a contender, with its keys already stored (and drained, under the denied mix).
+/// Builds a contender, with its keys already stored (and drained, under the denied
+/// mix); under churn, a maker that builds an empty one for every sample.
 struct Build(Pattern);
 
 impl Visit for Build {
     type Output = Box<dyn Sampler>;
 
-    fn visit<T: common::Contender + 'static>(self, make: impl Fn() -> T) -> Box<dyn Sampler> {
+    fn visit<T: common::Contender + 'static>(
+        self,
+        make: impl Fn() -> T + Send + Sync + 'static,
+    ) -> Box<dyn Sampler> {
+        if self.0 == Pattern::Churn {
+            return Box::new(FreshEach(make));
+        }
         let contender = make();
         prepopulate(&contender, self.0);
         Box::new(contender)
@@ -28,14 +35,29 @@ impl Visit for Build {
 
 fn main() {
     let settings = interleaving();
-    let names: Vec<&str> = LIMITERS.iter().copied().chain(["floor-stack"]).collect();
+    // `turnstile-manual` (no sweeper thread, `manual_eviction()`) only when named in
+    // `TURNSTILE_BENCH_LIMITERS`: what automatic sweeps cost.
+    let manual =
+        named("TURNSTILE_BENCH_LIMITERS", "turnstile-manual").then_some("turnstile-manual");
+    let names: Vec<&str> = LIMITERS
+        .iter()
+        .copied()
+        .chain(["floor-stack"])
+        .chain(manual)
+        .collect();
     let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
-    for pattern in [Pattern::Hot, Pattern::Uniform] {
+    for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
+        if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
+            continue;
+        }
         let keys: Vec<Vec<u64>> = (0..4).map(|t| pattern.keys(t)).collect();
-        // Both mixes in the same rounds, so "denied vs allowed" meets the same drift too.
+        // Both mixes in the same rounds, so "denied vs allowed" meets the same drift too
+        // (churn, every key new, has only the allowed mix).
         let entries: Vec<(String, &str, Box<dyn Sampler>)> = [Mix::Allowed, Mix::Denied]
             .into_iter()
             .flat_map(|mix| names.iter().map(move |name| (mix, *name)))
+            .filter(|&(mix, name)| applies(name, pattern, mix))
+            .filter(|&(_, name)| chosen("TURNSTILE_BENCH_LIMITERS", name))
             .map(|(mix, name)| {
                 let scenario = format!("{}-{}", pattern.name(), mix.name());
                 (
@@ -46,7 +68,14 @@ fn main() {
             })
             .collect();
         let samplers: Vec<&dyn Sampler> = entries.iter().map(|(_, _, c)| c.as_ref()).collect();
-        for threads in [1, 2, 4] {
+        // Churn's targets are at 1, 2, 4 and 8 threads; `TURNSTILE_BENCH_THREADS`
+        // chooses others.
+        let threads_run = match pattern {
+            _ if std::env::var("TURNSTILE_BENCH_THREADS").is_ok() => thread_counts(),
+            Pattern::Churn => vec![1, 2, 4, 8],
+            _ => vec![1, 2, 4],
+        };
+        for threads in threads_run {
             let started = Instant::now();
             let medians = interleaved_medians(&samplers, pattern, &keys, threads, settings);
             for ((scenario, name, _), median) in entries.iter().zip(medians) {

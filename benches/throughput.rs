@@ -22,7 +22,7 @@ struct Bench<'a, 'g> {
 impl Visit for Bench<'_, '_> {
     type Output = ();
 
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) {
+    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T + Send + Sync + 'static) {
         let Bench {
             group,
             name,

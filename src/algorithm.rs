@@ -26,8 +26,10 @@ pub enum Blocked {
 /// What a sweep did with one key's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retirement {
-    /// It carries information: keep it.
-    Kept,
+    /// It carries information: keep it. It is not forgettable before this instant
+    /// unless a request changes it (`u64::MAX`: not within the clock's range), which
+    /// tells when the next sweep could forget it.
+    Kept(u64),
     /// It carried none and is retired now: remove it.
     Retired,
     /// It was retired earlier (by a race with another pass, or an earlier call for

@@ -46,7 +46,18 @@
 //!
 //! # When sweeping happens — and why no request pays for it
 //! A sweep is due when the map holds twice the keys the last sweep kept (at least
-//! [`MIN_SWEEP_KEYS`] keys). An insertion that finds it due only asks the limiter's own
+//! [`MIN_SWEEP_KEYS`] keys), once it could forget something: not before a margin has
+//! passed since the earliest instant at which a key the last sweep kept becomes
+//! forgettable (each algorithm's `forgettable_from`), nor since the instant that
+//! sweep began, whichever is first. A key written since then becomes forgettable only
+//! after its write, so no sweep before that could forget it; a key that no request
+//! changed (a first request denied) or whose request read a lagging clock may wait
+//! those extra moments — at most one margin after the last sweep began. A limiter
+//! counts as swept at its epoch, keeping nothing: while it fills in its first margin,
+//! or while a crowd of new keys arrives at a limiter whose every key is recent, no
+//! sweep runs, since none could forget anything (each doubling of the map used to
+//! sweep it in vain; results/ANALYSIS.md, "Sweeps that cannot forget"). An insertion
+//! that finds a sweep due only asks the limiter's own
 //! sweeper thread for it (started lazily with the first request for a sweep, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
@@ -72,8 +83,8 @@
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the
-//! map at four times what the last sweep kept sweeps itself, or waits for the sweep
-//! running — so a starved thread slows insertions down rather than letting memory
+//! map at four times what the last sweep kept, with a sweep useful, sweeps itself, or
+//! waits for the sweep running — so a starved thread slows insertions down rather than letting memory
 //! grow without bound; while the thread keeps up, no request sweeps or waits. If the OS
 //! refuses to start the thread, an insertion that finds a sweep due sweeps itself, as
 //! a limiter without a thread must. Measured in results/ANALYSIS.md ("After the
@@ -201,6 +212,9 @@ pub(crate) struct Sweeper {
     /// Map size at which an insertion asks for a sweep; `REQUESTED` while one is
     /// asked for and unfinished.
     next_sweep: AtomicU64,
+    /// No automatic sweep before this instant (ns since epoch): until then none could
+    /// forget a key (see "When sweeping happens").
+    useful_from: AtomicU64,
     /// Map size at which an insertion sweeps itself, the sweeper thread having fallen
     /// behind: four times the size after the last sweep.
     overloaded_at: AtomicU64,
@@ -221,6 +235,8 @@ impl Sweeper {
             max_keys: settings.max_keys.map_or(usize::MAX, |(n, _)| n),
             watermark: AtomicU64::new(0),
             next_sweep: AtomicU64::new(first_sweep),
+            // As if a sweep had begun at the epoch and kept nothing.
+            useful_from: AtomicU64::new(crate::clock::duration_to_nanos(settings.margin)),
             overloaded_at: AtomicU64::new(2 * first_sweep),
             last_cap_sweep: AtomicU64::new(0),
             lock: Mutex::new(()),
@@ -250,24 +266,28 @@ impl Sweeper {
         at
     }
 
-    /// Records a finished sweep that forgot `forgotten` keys and kept `kept`: the next
-    /// is due when the map has twice as many keys as it kept.
-    pub(crate) fn end(&self, forgotten: usize, kept: usize) {
+    /// Records a finished sweep that began at `began`, forgot `forgotten` keys and
+    /// kept `kept`, none of which is forgettable before `kept_until`: the next is due
+    /// when the map has twice as many keys as it kept, and useful no earlier than a
+    /// margin after `kept_until` or `began`, whichever is first.
+    pub(crate) fn end(&self, forgotten: usize, kept: usize, began: u64, kept_until: u64) {
         // Relaxed: statistics and heuristic thresholds; they guard no other memory.
         self.evicted.fetch_add(forgotten as u64, Ordering::Relaxed);
+        let useful_from = kept_until.min(began).saturating_add(self.margin);
+        self.useful_from.store(useful_from, Ordering::Relaxed);
         let next = (2 * kept).max(MIN_SWEEP_KEYS) as u64;
         self.overloaded_at.store(2 * next, Ordering::Relaxed);
         self.next_sweep.store(next, Ordering::Relaxed);
     }
 
-    /// What an insertion that left `len` keys should do.
-    pub(crate) fn after_insertion(&self, len: usize) -> Upkeep {
-        if !self.automatic {
+    /// What an insertion at `now` that left `len` keys should do.
+    pub(crate) fn after_insertion(&self, len: usize, now: u64) -> Upkeep {
+        // Relaxed: heuristic thresholds; the compare-and-set only picks the one
+        // insertion that asks.
+        if !self.automatic || now < self.useful_from.load(Ordering::Relaxed) {
             return Upkeep::Nothing;
         }
         let len = len as u64;
-        // Relaxed: heuristic thresholds; the compare-and-set only picks the one
-        // insertion that asks.
         let next = self.next_sweep.load(Ordering::Relaxed);
         if len >= next {
             let claimed = self.next_sweep.compare_exchange(

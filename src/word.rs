@@ -37,10 +37,19 @@ pub trait WordAlgorithm: Send + Sync + Sized {
     /// key can hold): the word to store.
     fn refund(&self, word: u64, now: u64, cost: u32) -> u64;
 
-    /// Whether `word` carries no information as of `at`: for every reading at or
-    /// after `at`, requests on it answer exactly as on [`fresh`](Self::fresh) and
-    /// leave the same word. Only such keys are forgotten.
-    fn forgettable(&self, word: u64, at: u64) -> bool;
+    /// The earliest instant as of which `word` carries no information — for every
+    /// reading at or after it, requests on it answer exactly as on
+    /// [`fresh`](Self::fresh) and leave the same word — or `None` if no instant in
+    /// the clock's range is one. Only keys forgettable as of a sweep's instant are
+    /// forgotten; the earliest instant over the keys a sweep keeps tells when the
+    /// next sweep could forget any of them.
+    fn forgettable_from(&self, word: u64) -> Option<u64>;
+
+    /// Whether `word` carries no information as of `at` (see
+    /// [`forgettable_from`](Self::forgettable_from)).
+    fn forgettable(&self, word: u64, at: u64) -> bool {
+        self.forgettable_from(word).is_some_and(|from| from <= at)
+    }
 }
 
 /// A word algorithm that holds every quota and whose keys can move between quotas.
@@ -165,8 +174,11 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         match blocked::<W>(current) {
             Some(Blocked::Retired) => return Retirement::AlreadyRetired,
             Some(_) => return Retirement::Moving,
-            None if !self.forgettable(current, at) => return Retirement::Kept,
             None => {}
+        }
+        match self.forgettable_from(current) {
+            Some(from) if from <= at => {}
+            from => return Retirement::Kept(from.unwrap_or(u64::MAX)),
         }
         // Release: publishes the sweep's watermark to whoever sees RETIRED. Relaxed on
         // failure: the word changed since it was checked, so it is in use; keep it.
@@ -179,7 +191,8 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         };
         match word.compare_exchange(current, RETIRED, retire, Ordering::Relaxed) {
             Ok(_) => Retirement::Retired,
-            Err(_) => Retirement::Kept,
+            // Changed since it was checked: in use, and forgettable no one knows when.
+            Err(_) => Retirement::Kept(at),
         }
     }
 

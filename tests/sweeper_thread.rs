@@ -14,9 +14,9 @@ fn sweeper_threads() -> usize {
         .count()
 }
 
-fn limiter(manual: bool) -> TokenBucket<u64, ManualClock> {
+fn limiter(manual: bool, clock: &ManualClock) -> TokenBucket<u64, ManualClock> {
     let builder = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_millis(1)).unwrap())
-        .clock(ManualClock::new());
+        .clock(clock.clone());
     if manual {
         builder.manual_eviction().build()
     } else {
@@ -28,20 +28,30 @@ fn limiter(manual: bool) -> TokenBucket<u64, ManualClock> {
 fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     assert_eq!(sweeper_threads(), 0);
 
-    let few = limiter(false);
+    let clock = ManualClock::new();
+    let few = limiter(false, &clock);
     for key in 0..100 {
         assert!(few.try_acquire(&key));
     }
     assert_eq!(sweeper_threads(), 0, "no sweep due yet: no thread");
 
-    let manual = limiter(true);
+    let manual = limiter(true, &clock);
     for key in 0..50_000 {
         assert!(manual.try_acquire(&key));
     }
     assert_eq!(sweeper_threads(), 0, "manual eviction never starts one");
 
-    let many = limiter(false);
+    // Within the first margin (1 s) no key can be forgettable: the map grows past
+    // every size at which a sweep is due, and no sweep is asked for.
+    let many = limiter(false, &clock);
     for key in 0..50_000 {
+        assert!(many.try_acquire(&key));
+    }
+    assert_eq!(sweeper_threads(), 0, "no sweep could forget anything yet");
+
+    // Past it, the next insertions find a sweep due and useful.
+    clock.advance(Duration::from_secs(2));
+    for key in 50_000..60_000 {
         assert!(many.try_acquire(&key));
     }
     // The thread names itself as it starts: wait for that (a hang detector, not a

@@ -177,7 +177,10 @@ impl Mix {
 pub trait Visit {
     type Output;
     /// `make` builds a fresh contender each time it is called.
-    fn visit<T: Contender + 'static>(self, make: impl Fn() -> T) -> Self::Output;
+    fn visit<T: Contender + 'static>(
+        self,
+        make: impl Fn() -> T + Send + Sync + 'static,
+    ) -> Self::Output;
 }
 
 /// Calls `visitor` with a maker for the contender called `name`, under the quota of
@@ -187,14 +190,14 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
     let (capacity, every) = mix.quota(pattern);
     let quota = Quota::new(capacity, every).expect("benchmark quotas are valid");
     match name {
-        "turnstile" => visitor.visit(|| {
+        "turnstile" => visitor.visit(move || {
             Ours(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .build(),
             )
         }),
-        "turnstile-recent" => visitor.visit(|| {
+        "turnstile-recent" => visitor.visit(move || {
             let clock = RecentClock::new(Duration::from_millis(1)).expect("upkeep thread");
             Ours(
                 TokenBucket::<u64>::builder(quota)
@@ -207,7 +210,7 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
         // benchmark runs each contender in a process of its own): the cost of the
         // `metrics` feature and a name alone.
         #[cfg(feature = "metrics")]
-        "turnstile-named" => visitor.visit(|| {
+        "turnstile-named" => visitor.visit(move || {
             Ours(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
@@ -223,7 +226,7 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                     .install_recorder()
                     .expect("no other recorder in a benchmark");
             });
-            visitor.visit(|| {
+            visitor.visit(move || {
                 Ours(
                     TokenBucket::<u64>::builder(quota)
                         .expected_keys(expected_keys)
@@ -232,39 +235,48 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 )
             })
         }
-        "mutex-per-key" => visitor.visit(|| {
+        // No sweeper thread: what automatic sweeps cost, beside "turnstile".
+        "turnstile-manual" => visitor.visit(move || {
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .manual_eviction()
+                    .build(),
+            )
+        }),
+        "mutex-per-key" => visitor.visit(move || {
             Ours(
                 MutexPerKey::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .build(),
             )
         }),
-        "global-lock" => visitor.visit(|| {
+        "global-lock" => visitor.visit(move || {
             Ours(
                 GlobalLock::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .build(),
             )
         }),
-        "governor" => visitor.visit(|| {
+        "governor" => visitor.visit(move || {
             let quota = governor::Quota::with_period(every)
                 .expect("non-zero period")
                 .allow_burst(NonZeroU32::new(capacity).expect("non-zero burst"));
             DefaultKeyedRateLimiter::<u64>::keyed(quota)
         }),
-        "floor-stack" => visitor.visit(|| FloorStack {
+        "floor-stack" => visitor.visit(move || FloorStack {
             clock: QuantaClock::new(),
             words: Words::with_capacity_and_hasher(expected_keys, Default::default()),
         }),
-        "floor-clock" => visitor.visit(|| FloorClock(QuantaClock::new())),
-        "floor-lookup" => visitor.visit(|| {
+        "floor-clock" => visitor.visit(move || FloorClock(QuantaClock::new())),
+        "floor-lookup" => visitor.visit(move || {
             let words = Words::with_capacity_and_hasher(expected_keys, Default::default());
             for key in 0..expected_keys as u64 {
                 let _ = words.insert_sync(key, Box::new(AtomicU64::new(0)));
             }
             FloorLookup(words)
         }),
-        "floor-cas" => visitor.visit(|| FloorCas {
+        "floor-cas" => visitor.visit(move || FloorCas {
             words: (0..expected_keys.max(1))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -295,14 +307,14 @@ pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
     .expect("benchmark quotas are valid");
     let keys = Pattern::Uniform.key_space();
     match name {
-        "token-bucket" => visitor.visit(|| {
+        "token-bucket" => visitor.visit(move || {
             Ours(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(keys)
                     .build(),
             )
         }),
-        "gcra" => visitor.visit(|| {
+        "gcra" => visitor.visit(move || {
             Ours(
                 Gcra::<u64>::builder(quota)
                     .expected_keys(keys)
@@ -310,18 +322,18 @@ pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
                     .expect("fits"),
             )
         }),
-        "fixed-window" => visitor.visit(|| {
+        "fixed-window" => visitor.visit(move || {
             Ours(
                 FixedWindow::<u64>::builder(quota)
                     .expected_keys(keys)
                     .build(),
             )
         }),
-        "sliding-window" => visitor.visit(|| {
+        "sliding-window" => visitor.visit(move || {
             let builder = SlidingWindowCounter::<u64>::builder(quota).expected_keys(keys);
             Ours(builder.build().expect("fits"))
         }),
-        "sliding-log" => visitor.visit(|| {
+        "sliding-log" => visitor.visit(move || {
             Ours(
                 SlidingLog::<u64>::builder(quota)
                     .expected_keys(keys)
@@ -412,6 +424,16 @@ pub trait Sampler: Sync {
 impl<T: Contender> Sampler for T {
     fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration {
         run(self, pattern, keys, threads, iters)
+    }
+}
+
+/// A contender built afresh for every sample (and dropped after it, untimed): for
+/// churn, where each sample grows a map from empty, as criterion's churn runs do.
+pub struct FreshEach<F>(pub F);
+
+impl<T: Contender, F: Fn() -> T + Sync> Sampler for FreshEach<F> {
+    fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration {
+        run(&(self.0)(), pattern, keys, threads, iters)
     }
 }
 
@@ -550,6 +572,18 @@ pub fn criterion() -> criterion::Criterion {
         .sample_size(samples)
         .without_plots()
         .configure_from_args()
+}
+
+/// Whether the comma-separated list in environment variable `var` names `name`.
+pub fn named(var: &str, name: &str) -> bool {
+    std::env::var(var).is_ok_and(|list| list.split(',').any(|n| n == name))
+}
+
+/// Whether `name` runs: `var` is unset, or names it. `TURNSTILE_BENCH_PATTERNS=churn`
+/// and `TURNSTILE_BENCH_LIMITERS=turnstile,governor` narrow a run to what is being
+/// compared.
+pub fn chosen(var: &str, name: &str) -> bool {
+    std::env::var(var).is_err() || named(var, name)
 }
 
 /// Where the non-criterion benchmarks write their CSV files.

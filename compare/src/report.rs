@@ -189,6 +189,21 @@ fn targets(figures: &Figures) -> String {
             );
         }
     }
+    // Churn (issue "No request pays for memory"): every request a new key.
+    for threads in [1, 2, 4, 8] {
+        let (ratio, measured) = against("churn-allowed", "governor", threads);
+        row(
+            format!("{threads} threads, churn-allowed: turnstile ≥ governor"),
+            measured,
+            ratio.map(|r| r >= 1.0),
+        );
+    }
+    let (ratio, measured) = against("churn-allowed", "global-lock", 1);
+    row(
+        "1 thread, churn-allowed: turnstile ≥ 0.8× global-lock".into(),
+        measured,
+        ratio.map(|r| r >= 0.8),
+    );
     for pattern in ["hot", "uniform", "zipf"] {
         for threads in thread_counts(figures) {
             let denied = interleaved(figures, &format!("{pattern}-denied"), "turnstile", threads);
@@ -356,6 +371,7 @@ fn interleaved_tables(figures: &Figures) -> String {
         "hot-denied",
         "uniform-allowed",
         "uniform-denied",
+        "churn-allowed",
     ];
     medians_tables(&figures.interleaved, &scenarios, &CONTENDERS, "turnstile")
 }
@@ -537,7 +553,8 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ![throughput vs threads](throughput.svg)\n\n\
          ## Targets\n\n\
          Judged on interleaved medians (`benches/ratios.rs`): every contender, under both \
-         outcome mixes, runs a short sample in turn, round after round, so all of them meet \
+         outcome mixes (churn: allowed only, an empty limiter for every sample, at 1, 2, 4 \
+         and 8 threads), runs a short sample in turn, round after round, so all of them meet \
          the same drift of this shared machine; the back-to-back criterion tables below \
          (and zipf, which only they measure) can land in different weather, which is why \
          their ratios swing more. Beside each ratio to a rival, the floor's own ratio to \

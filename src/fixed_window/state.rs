@@ -91,12 +91,6 @@ impl FixedWindowRules {
         index.min(self.last_index)
     }
 
-    /// The window of the reading `now`, no later than the last the index holds.
-    #[inline(always)]
-    fn index(&self, now: u64) -> u64 {
-        self.clamp(self.window.index(now))
-    }
-
     /// The key's window and count as seen at `now`: a later window starts empty; a
     /// reading older than the key's window (another core's clock slightly behind)
     /// counts as no time elapsed, so it sees the key's window.
@@ -139,12 +133,14 @@ impl WordAlgorithm for FixedWindowRules {
         refund(self, word, now, cost)
     }
 
-    /// Nothing counted in `at`'s window or later: at every later reading the count is
-    /// zero in that reading's window, as for a new key.
-    fn forgettable(&self, word: u64, at: u64) -> bool {
+    /// From the start of the first window with nothing counted (the word's own, if
+    /// its count is zero, else the next; if the index field reaches it): at every
+    /// later reading the count is zero in that reading's window, as for a new key.
+    fn forgettable_from(&self, word: u64) -> Option<u64> {
         let (index, count) = self.unpack(word);
-        let current = self.index(at);
-        index < current || (index == current && count == 0)
+        let first_empty = index + u64::from(count > 0);
+        // A window the field reaches starts within the clock's range.
+        (first_empty <= self.last_index).then(|| self.window.start(first_empty) as u64)
     }
 }
 
@@ -217,7 +213,42 @@ mod tests {
     use super::*;
     use crate::word::MOVED;
 
+    use proptest::prelude::*;
+
     const MS: u64 = 1_000_000;
+
+    /// Capacities and intervals from the whole range, small ones as likely as large.
+    fn any_quota() -> impl Strategy<Value = Quota> {
+        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
+        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+    }
+
+    /// Readings anywhere, and around `from`.
+    fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
+        let from = from.unwrap_or(random);
+        [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+
+    proptest! {
+        /// `forgettable_from` is the start of the first window with nothing counted
+        /// in it, when the index field reaches it.
+        #[test]
+        fn forgettable_from_is_the_start_of_the_first_empty_window(
+            quota in any_quota(), index in any::<u64>(), count in any::<u64>(),
+            random in any::<u64>(),
+        ) {
+            let rules = FixedWindowRules::new(&quota);
+            let word = rules.pack(index % (rules.last_index + 1), count % (rules.limit + 1));
+            let from = rules.forgettable_from(word);
+            for at in readings(from, random) {
+                let (index, count) = rules.unpack(word);
+                let current = rules.clamp(rules.window.index(at));
+                let empty = index < current || (index == current && count == 0);
+                prop_assert_eq!(rules.forgettable(word, at), empty);
+            }
+        }
+    }
 
     fn layout(limit: u32, interval: Duration) -> FixedWindowRules {
         FixedWindowRules::new(&Quota::new(limit, interval).unwrap())
@@ -289,7 +320,7 @@ mod tests {
         for interval in [1, 2, 3, 4, 5, 7, 1000, 1023, 1024, MS, 1 << 40, u64::MAX] {
             for limit in [1, 2, 1000, 1 << 20, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
                 let l = layout(limit, Duration::from_nanos(interval));
-                let last = l.index(u64::MAX);
+                let last = l.clamp(l.window.index(u64::MAX));
                 let word = l.pack(last, l.limit);
                 assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
                 assert!(word < MOVED, "{interval} {limit}");
@@ -313,7 +344,7 @@ mod tests {
         // u32::MAX per 4.29 s window at 1 ns: the index holds 2³¹ windows (292 years
         // of them: 146 years and more), not the clock's 4.29 billion.
         let l = layout(u32::MAX, Duration::from_nanos(1));
-        let last = l.index(u64::MAX);
+        let last = l.clamp(l.window.index(u64::MAX));
         assert_eq!(last, (1 << 31) - 1);
         let end = u64::try_from(l.window.start(last + 1)).unwrap();
         let (word, d) = acquire(&l, l.fresh(), end - 1, u32::MAX);

@@ -120,11 +120,11 @@ impl WordAlgorithm for GcraRules {
         refund(self, word, now, cost)
     }
 
-    /// A TAT at or before `at`: the bucket is full at every later reading, as a new
-    /// key's (TAT 0) is, and an admission moves either TAT to the same reading plus
-    /// the cost.
-    fn forgettable(&self, word: u64, at: u64) -> bool {
-        word <= at.min(self.end)
+    /// From the TAT on (if the clock's range reaches it): the bucket is full at every
+    /// later reading, as a new key's (TAT 0) is, and an admission moves either TAT to
+    /// the same reading plus the cost.
+    fn forgettable_from(&self, word: u64) -> Option<u64> {
+        (word <= self.end).then_some(word)
     }
 }
 
@@ -195,8 +195,36 @@ pub fn available(layout: &GcraRules, word: u64, now: u64) -> u32 {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;
+
+    /// Capacities and intervals from the whole range, small ones as likely as large.
+    fn any_quota() -> impl Strategy<Value = Quota> {
+        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
+        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+    }
+
+    /// Readings anywhere, and around `from`.
+    fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
+        let from = from.unwrap_or(random);
+        [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+
+    proptest! {
+        /// `forgettable_from` is the TAT, when the clock's range reaches it.
+        #[test]
+        fn forgettable_from_is_the_theoretical_arrival_time(
+            quota in any_quota(), word in any::<u64>(), random in any::<u64>(),
+        ) {
+            let Ok(rules) = GcraRules::new(&quota) else { return Ok(()) };
+            let from = rules.forgettable_from(word);
+            for at in readings(from, random) {
+                prop_assert_eq!(rules.forgettable(word, at), word <= at.min(rules.end));
+            }
+        }
+    }
 
     fn layout(capacity: u32, interval: Duration) -> GcraRules {
         GcraRules::new(&Quota::new(capacity, interval).unwrap()).unwrap()

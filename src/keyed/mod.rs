@@ -434,8 +434,11 @@ where
         const REFRESH: u32 = 256;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let started = self.observer.as_ref().map(|_| std::time::Instant::now());
-        let mut at = self.sweeper.begin(self.epoch.elapsed());
+        let began = self.epoch.elapsed();
+        let mut at = self.sweeper.begin(began);
         let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
+        // The earliest instant any kept key could be forgotten.
+        let mut kept_until = u64::MAX;
         self.states.retain(|state| {
             if self.maintenance.stopping() {
                 return true; // the limiter is being dropped: end early
@@ -445,8 +448,15 @@ where
                 at = self.sweeper.begin(self.epoch.elapsed());
             }
             match self.algorithm.retire_if_forgettable(state, at) {
-                Retirement::Kept | Retirement::Moving => {
+                Retirement::Kept(until) => {
                     kept += 1;
+                    kept_until = kept_until.min(until);
+                    true
+                }
+                // Replaced by its mover soon, with a state of its own.
+                Retirement::Moving => {
+                    kept += 1;
+                    kept_until = kept_until.min(at);
                     true
                 }
                 Retirement::Retired => {
@@ -458,7 +468,7 @@ where
                 Retirement::AlreadyRetired => false,
             }
         });
-        self.sweeper.end(forgotten, kept);
+        self.sweeper.end(forgotten, kept, began, kept_until);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let (Some(observer), Some(started)) = (&self.observer, started) {
             observer.swept(forgotten, self.states.len(), started.elapsed());
@@ -470,7 +480,7 @@ where
     /// ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits no key,
     /// and waits for none, unless the thread has fallen four times behind.
     #[inline]
-    fn after_insertion(&self) {
+    fn after_insertion(&self, now: u64) {
         // A named limiter's key gauge follows every insertion (sweeps set it too), so
         // it reads right between sweeps; only named limiters pay the count.
         #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -478,7 +488,7 @@ where
             observer.keys(self.states.len());
         }
         if evict::sampled() {
-            self.upkeep(self.sweeper.after_insertion(self.states.len()));
+            self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
         }
     }
 
@@ -562,7 +572,7 @@ where
         let found = self
             .states
             .get_or_insert(key, create, |state| self.apply(state, now, cost));
-        self.after_insertion();
+        self.after_insertion(now);
         // Gone before we could use it (forgotten at once), or hidden for a moment by a
         // move: the next look finds the key absent, fresh or moved, as after meeting a
         // retired state.

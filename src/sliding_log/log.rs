@@ -198,10 +198,19 @@ impl Log {
         self.newest
     }
 
-    /// Whether the log holds nothing that counts at `at` or later and no admission
-    /// after `at`: at every later reading it answers as a new key's does.
-    pub(crate) fn forgettable(&self, rules: &SlidingLogRules, at: u64) -> bool {
-        self.newest <= at && self.expired(rules, at) == self.len
+    /// The earliest instant at which the log holds nothing that counts then or later
+    /// and no admission after it — from then on it answers as a new key's does — or
+    /// `None` if no instant in the clock's range is one.
+    pub(crate) fn forgettable_from(&self, rules: &SlidingLogRules) -> Option<u64> {
+        let (older, newer) = self.runs();
+        match newer.last().or(older.last()) {
+            None => Some(self.newest),
+            // Every entry has left the window once the youngest has (`expired`).
+            Some(&youngest) => rules
+                .window_nanos
+                .and_then(|window| youngest.checked_add(window))
+                .map(|gone| gone.max(self.newest)),
+        }
     }
 
     fn drop_oldest(&mut self, n: u32) {
@@ -314,6 +323,34 @@ mod tests {
                 let (older, newer) = log.runs();
                 let entries: Vec<u64> = older.iter().chain(newer).copied().collect();
                 prop_assert!(entries.windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+
+        /// `forgettable_from` is the first instant with no admission after it and no
+        /// entry still in the window, after any mix of requests, refunds and lagging
+        /// readings.
+        #[test]
+        fn forgettable_from_is_the_first_instant_the_log_is_as_new(
+            limit in 1u32..10,
+            steps in prop::collection::vec((0u64..3_000, 0u32..12, any::<bool>()), 1..60),
+            probe in 0u64..200_000,
+        ) {
+            let rules = SlidingLogRules::new(&Quota::new(limit, Duration::from_micros(10)).unwrap());
+            let mut log = Log::new();
+            let mut now = 0u64;
+            for (by, cost, refund) in steps {
+                // Now and then a reading behind the last one (another core's clock).
+                now = if by % 7 == 0 { now.saturating_sub(by) } else { now + by };
+                if refund {
+                    log.refund(&rules, now, cost);
+                } else {
+                    let _ = log.acquire(&rules, now, cost);
+                }
+                let from = log.forgettable_from(&rules);
+                for at in [probe, from.map_or(probe, |f| f.saturating_sub(1)), from.unwrap_or(probe)] {
+                    let as_new = log.newest <= at && log.expired(&rules, at) == log.len;
+                    prop_assert_eq!(from.is_some_and(|from| from <= at), as_new);
+                }
             }
         }
     }

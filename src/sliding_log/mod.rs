@@ -168,11 +168,13 @@ impl<K> Algorithm<K> for SlidingLogRules {
         match log.status {
             Status::Retired => Retirement::AlreadyRetired,
             Status::Moved => Retirement::Moving,
-            Status::Live if log.forgettable(self, at) => {
-                log.status = Status::Retired;
-                Retirement::Retired
-            }
-            Status::Live => Retirement::Kept,
+            Status::Live => match log.forgettable_from(self) {
+                Some(from) if from <= at => {
+                    log.status = Status::Retired;
+                    Retirement::Retired
+                }
+                from => Retirement::Kept(from.unwrap_or(u64::MAX)),
+            },
         }
     }
 

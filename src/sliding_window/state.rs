@@ -192,11 +192,20 @@ impl WordAlgorithm for SlidingWindowRules {
         refund(self, word, now, cost)
     }
 
-    /// Nothing counted in `at`'s window nor in the one before it: at every later
-    /// reading both counts are zero, as for a new key.
-    fn forgettable(&self, word: u64, at: u64) -> bool {
-        let seen = self.at(word, at);
-        seen.index == at / self.interval / self.limit && seen.previous == 0 && seen.current == 0
+    /// From the start of the first window in which nothing is counted in it nor in
+    /// the one before it (the word's own if both its counts are zero, the next if only
+    /// the current one is, else the one after): at every later reading both counts
+    /// are zero, as for a new key.
+    fn forgettable_from(&self, word: u64) -> Option<u64> {
+        let (index, previous, current) = self.unpack(word);
+        let after = match (previous, current) {
+            (0, 0) => 0,
+            (_, 0) => 1,
+            _ => 2,
+        };
+        let window = u128::from(index) + after;
+        let start = window * u128::from(self.limit) * u128::from(self.interval);
+        u64::try_from(start).ok()
     }
 }
 
@@ -290,7 +299,46 @@ fn wait(layout: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+
     const MS: u64 = 1_000_000;
+
+    /// Capacities and intervals from the whole range, small ones as likely as large.
+    fn any_quota() -> impl Strategy<Value = Quota> {
+        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
+        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+    }
+
+    /// Readings anywhere, and around `from`.
+    fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
+        let from = from.unwrap_or(random);
+        [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+
+    proptest! {
+        /// `forgettable_from` is the start of the first window in which neither it
+        /// nor the one before counts anything.
+        #[test]
+        fn forgettable_from_is_the_start_of_the_first_window_with_nothing_counted(
+            quota in any_quota(), index in any::<u64>(), previous in any::<u64>(),
+            current in any::<u64>(), random in any::<u64>(),
+        ) {
+            let Ok(rules) = SlidingWindowRules::new(&quota) else { return Ok(()) };
+            let last_index = u64::MAX / rules.interval / rules.limit;
+            let counts = rules.limit + 1;
+            let index = index % last_index.saturating_add(1);
+            let word = rules.pack(index, previous % counts, current % counts);
+            let from = rules.forgettable_from(word);
+            for at in readings(from, random) {
+                let seen = rules.at(word, at);
+                let empty = seen.index == at / rules.interval / rules.limit
+                    && seen.previous == 0
+                    && seen.current == 0;
+                prop_assert_eq!(rules.forgettable(word, at), empty);
+            }
+        }
+    }
 
     /// 4 per 400 ms window, one interval = 100 ms.
     fn four_per_400ms() -> SlidingWindowRules {

@@ -41,13 +41,14 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 /// - **get-or-insert, exactly once**: `get_or_insert(key, value, f)` stores `value`
 ///   if the key is absent (under the map's lock, so it never misses a present key)
 ///   and calls `f` with the key's value. However many threads race on an absent key,
-///   exactly one value is stored; the losers' `value`s are dropped unused. It looks
-///   the value up after storing it, so `f` sees the key's value as of that look (the
-///   one stored, unless a sweep removed it and a later request stored another), or it
-///   answers `None` (without calling `f`) when that look finds nothing — the entry
-///   gone, or hidden for a moment by a swap, as for `get`; the caller looks again. In
-///   the second case the key existed all along, so `value` (for per-key quotas, the
-///   user's resolver) ran for nothing.
+///   exactly one value is stored; the losers' `value`s are dropped unused. `f` sees
+///   the key's value as of a look at or after the insertion: the scc store calls it
+///   on the entry it inserted or found, under the bucket's lock, and always answers
+///   `Some`; a store may instead look again without the lock and answer `None`
+///   (without calling `f`) when that look finds nothing — the entry gone, or hidden
+///   for a moment by a swap, as for `get` — and the caller looks again (the loom store
+///   does, which permits more interleavings). In the second case the key existed all
+///   along, so `value` (for per-key quotas, the user's resolver) ran for nothing.
 /// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
 ///   holds for the value stored at that moment; an entry is never replaced in place,
 ///   so a later insert stores a new value.
@@ -64,9 +65,9 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   inserted or removed during the pass may or may not be seen.
 /// - Closures may run more than once, and may see a value that is replaced or removed
 ///   before the call returns; `remove_if` removes only if `pred` held for the value it
-///   removes. `value` and the `f` of `get` and `get_or_insert` run outside any lock of
-///   the map; `pred`, `keep` and `get_locked`'s `f` may run under one (scc holds the
-///   bucket's lock), so they must be short and must not call the store. The loom
+///   removes. `value` and the `f` of `get` run outside any lock of the map; `pred`,
+///   `keep` and the `f` of `get_locked` and `get_or_insert` may run under one (scc
+///   holds the bucket's lock), so they must be short and must not call the store. The loom
 ///   store runs every closure unlocked, which permits more interleavings, not fewer.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {

@@ -112,10 +112,12 @@ impl WordAlgorithm for TokenBucketRules {
         self.full()
     }
 
-    /// Full as of `at`: at every later reading it is full, as a new key is, and a
-    /// request leaves `g + k` on either.
-    fn forgettable(&self, word: u64, at: u64) -> bool {
-        word <= self.index(at)
+    /// Full from the start of grid index `full_at` (if the grid reaches it): at every
+    /// later reading it is full, as a new key is, and a request leaves `g + k` on
+    /// either.
+    fn forgettable_from(&self, word: u64) -> Option<u64> {
+        // No overflow: `last_index × interval` is at most `u64::MAX`.
+        (word <= self.last_index).then(|| word * self.interval)
     }
 
     #[inline]
@@ -207,7 +209,38 @@ mod tests {
     use super::*;
     use crate::word::MOVED;
 
+    use proptest::prelude::*;
+
     const MS: u64 = 1_000_000;
+
+    /// Capacities and intervals from the whole range, small ones as likely as large.
+    fn any_quota() -> impl Strategy<Value = Quota> {
+        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
+        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+    }
+
+    /// Readings anywhere, and around `from`.
+    fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
+        let from = from.unwrap_or(random);
+        [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+
+    proptest! {
+        /// `forgettable_from` is the first instant at which the bucket is full: the
+        /// grid index reaches `full_at`.
+        #[test]
+        fn forgettable_from_is_the_first_instant_the_bucket_is_full(
+            quota in any_quota(), word in any::<u64>(), random in any::<u64>(),
+        ) {
+            let rules = TokenBucketRules::new(&quota);
+            let word = word % (rules.last_index + rules.capacity + 1);
+            let from = rules.forgettable_from(word);
+            for at in readings(from, random) {
+                prop_assert_eq!(rules.forgettable(word, at), word <= rules.index(at));
+            }
+        }
+    }
 
     fn layout(capacity: u32, interval: Duration) -> TokenBucketRules {
         TokenBucketRules::new(&Quota::new(capacity, interval).unwrap())
