@@ -83,8 +83,9 @@
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the
-//! map at four times what the last sweep kept, with a sweep useful, sweeps itself, or
-//! waits for the sweep running — so a starved thread slows insertions down rather than letting memory
+//! map at four times what the last sweep kept, and at twice its size when the sweep
+//! running was asked for (a map that grew while no sweep could forget anything is
+//! not a thread behind), sweeps itself, or waits for the sweep running — so a starved thread slows insertions down rather than letting memory
 //! grow without bound; while the thread keeps up, no request sweeps or waits. If the OS
 //! refuses to start the thread, an insertion that finds a sweep due sweeps itself, as
 //! a limiter without a thread must. Measured in results/ANALYSIS.md ("After the
@@ -216,7 +217,8 @@ pub(crate) struct Sweeper {
     /// forget a key (see "When sweeping happens").
     useful_from: AtomicU64,
     /// Map size at which an insertion sweeps itself, the sweeper thread having fallen
-    /// behind: four times the size after the last sweep.
+    /// behind: four times the size after the last sweep, or twice the size at which
+    /// the running sweep was asked for, whichever is larger.
     overloaded_at: AtomicU64,
     /// When the last sweep at the cap began (ns since epoch).
     last_cap_sweep: AtomicU64,
@@ -288,12 +290,19 @@ impl Sweeper {
             return Upkeep::Nothing;
         }
         let len = len as u64;
-        let next = self.next_sweep.load(Ordering::Relaxed);
+        // Acquire: pairs with the claim's Release below, so an insertion that finds a
+        // sweep requested also finds the bound raised for it.
+        let next = self.next_sweep.load(Ordering::Acquire);
         if len >= next {
+            // The map may have grown far past `next` while no sweep could forget
+            // anything: the thread is behind only once the map doubles again while the
+            // sweep asked for now runs. Raised before the claim publishes it.
+            self.overloaded_at.fetch_max(2 * len, Ordering::Relaxed);
+            // Release: publishes the raise to insertions that see REQUESTED.
             let claimed = self.next_sweep.compare_exchange(
                 next,
                 REQUESTED,
-                Ordering::Relaxed,
+                Ordering::Release,
                 Ordering::Relaxed,
             );
             return match claimed {

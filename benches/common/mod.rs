@@ -419,6 +419,9 @@ pub fn prepopulate(contender: &dyn Contender, pattern: Pattern) {
 /// A contender behind one dynamic call per sample; its hot loop is monomorphised.
 pub trait Sampler: Sync {
     fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration;
+
+    /// Called between rounds, untimed: frees what the round's samples left behind.
+    fn settle(&self) {}
 }
 
 impl<T: Contender> Sampler for T {
@@ -427,13 +430,38 @@ impl<T: Contender> Sampler for T {
     }
 }
 
-/// A contender built afresh for every sample (and dropped after it, untimed): for
-/// churn, where each sample grows a map from empty, as criterion's churn runs do.
-pub struct FreshEach<F>(pub F);
+/// A contender built afresh for every sample: for churn, where each sample grows a
+/// map from empty, as criterion's churn runs do. The grown contenders are dropped
+/// together at the end of the round, not one by one after each sample: a map of
+/// boxed states frees hundreds of thousands of small blocks, and glibc merges them on
+/// the next large allocation (`malloc_consolidate`) — a cost that would otherwise
+/// land, every round, on whichever contender comes next in the rotation's fixed
+/// cyclic order. At the end of the round it lands on the next round's first
+/// contender, a different one each round, and medians set it aside.
+pub struct FreshEach<T, F> {
+    make: F,
+    grown: std::sync::Mutex<Vec<T>>,
+}
 
-impl<T: Contender, F: Fn() -> T + Sync> Sampler for FreshEach<F> {
+impl<T, F> FreshEach<T, F> {
+    pub fn new(make: F) -> Self {
+        Self {
+            make,
+            grown: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<T: Contender, F: Fn() -> T + Sync> Sampler for FreshEach<T, F> {
     fn sample(&self, pattern: Pattern, keys: &[Vec<u64>], threads: usize, iters: u64) -> Duration {
-        run(&(self.0)(), pattern, keys, threads, iters)
+        let contender = (self.make)();
+        let took = run(&contender, pattern, keys, threads, iters);
+        self.grown.lock().expect("not poisoned").push(contender);
+        took
+    }
+
+    fn settle(&self) {
+        self.grown.lock().expect("not poisoned").clear();
     }
 }
 
@@ -467,6 +495,7 @@ pub fn interleaved_medians(
             (probe as f64 * sample.as_secs_f64() / took.as_secs_f64()).max(1_000.0) as u64
         })
         .collect();
+    contenders.iter().for_each(|c| c.settle());
     let mut rates = vec![Vec::new(); contenders.len()];
     for round in 0..rounds {
         // Rotate who goes first, so no contender always follows the same one.
@@ -475,6 +504,7 @@ pub fn interleaved_medians(
             let took = contenders[i].sample(pattern, keys, threads, iters[i]);
             rates[i].push((threads as u64 * iters[i]) as f64 / took.as_secs_f64());
         }
+        contenders.iter().for_each(|c| c.settle());
     }
     rates.into_iter().map(median).collect()
 }
