@@ -436,3 +436,71 @@ impl Drop for BackgroundSweeper {
         }
     }
 }
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn sweeper() -> Sweeper {
+        Sweeper::new(&Settings::default(), 0)
+    }
+
+    #[test]
+    fn no_sweep_is_asked_for_before_one_could_forget_a_key() {
+        let sweeper = sweeper();
+        // A new limiter counts as swept at its epoch: nothing is forgettable within
+        // the first margin (1 s), however large the map.
+        let big = 100 * MIN_SWEEP_KEYS;
+        assert_eq!(sweeper.after_insertion(big, SECOND - 1), Upkeep::Nothing);
+        assert_eq!(sweeper.after_insertion(big, SECOND), Upkeep::Request);
+        // The map kept growing while no sweep could run: the thread is behind only
+        // once it doubles again while the sweep asked for now runs.
+        assert_eq!(
+            sweeper.after_insertion(2 * big - 1, SECOND),
+            Upkeep::Nothing
+        );
+        assert_eq!(sweeper.after_insertion(2 * big, SECOND), Upkeep::SweepHere);
+    }
+
+    #[test]
+    fn the_next_sweep_waits_for_the_first_kept_key_to_become_forgettable() {
+        let sweeper = sweeper();
+        // A sweep began at 10 s (forgetting what was forgettable at 9 s) and kept keys
+        // forgettable from 9.5 s on at the earliest: none can be forgotten before
+        // 10.5 s.
+        sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, 9 * SECOND + SECOND / 2);
+        let due = 2 * MIN_SWEEP_KEYS;
+        let useful = 10 * SECOND + SECOND / 2;
+        assert_eq!(sweeper.after_insertion(due, useful - 1), Upkeep::Nothing);
+        assert_eq!(sweeper.after_insertion(due, useful), Upkeep::Request);
+        // Kept keys forgettable only later than the sweep's start (or none kept): a
+        // key written after the start could be forgettable a margin after it.
+        sweeper.end(0, MIN_SWEEP_KEYS, 20 * SECOND, u64::MAX);
+        assert_eq!(
+            sweeper.after_insertion(due, 21 * SECOND - 1),
+            Upkeep::Nothing
+        );
+        assert_eq!(sweeper.after_insertion(due, 21 * SECOND), Upkeep::Request);
+    }
+
+    #[test]
+    fn a_thread_behind_by_four_times_the_kept_keys_makes_insertions_sweep() {
+        let sweeper = sweeper();
+        sweeper.end(0, MIN_SWEEP_KEYS, 0, 0);
+        let now = 2 * SECOND;
+        assert_eq!(
+            sweeper.after_insertion(2 * MIN_SWEEP_KEYS, now),
+            Upkeep::Request
+        );
+        assert_eq!(
+            sweeper.after_insertion(4 * MIN_SWEEP_KEYS - 1, now),
+            Upkeep::Nothing
+        );
+        assert_eq!(
+            sweeper.after_insertion(4 * MIN_SWEEP_KEYS, now),
+            Upkeep::SweepHere
+        );
+    }
+}
