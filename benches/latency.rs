@@ -112,15 +112,16 @@ fn main() {
     };
     let mut csv = String::from("limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n");
     println!("{}", csv.trim_end());
-    // The floors run only when named in `TURNSTILE_BENCH_LIMITERS`.
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
             continue;
         }
-        let floors = FLOORS
+        // The floors, and `turnstile-manual` (no sweeper thread), only when named.
+        let extra = FLOORS
             .into_iter()
-            .filter(|&floor| named("TURNSTILE_BENCH_LIMITERS", floor));
-        for name in LIMITERS.into_iter().chain(floors) {
+            .chain(["turnstile-manual"])
+            .filter(|&name| named("TURNSTILE_BENCH_LIMITERS", name));
+        for name in LIMITERS.into_iter().chain(extra) {
             if !chosen("TURNSTILE_BENCH_LIMITERS", name) || !applies(name, pattern, Mix::Allowed) {
                 continue;
             }
