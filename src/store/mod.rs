@@ -67,8 +67,9 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   before the call returns; `remove_if` removes only if `pred` held for the value it
 ///   removes. `value` and the `f` of `get` run outside any lock of the map; `pred`,
 ///   `keep` and the `f` of `get_locked` and `get_or_insert` may run under one (scc
-///   holds the bucket's lock), so they must be short and must not call the store. The loom
-///   store runs every closure unlocked, which permits more interleavings, not fewer.
+///   holds the bucket's lock), so they must be short and must not call the store.
+///   The loom store runs every closure unlocked, which permits more interleavings,
+///   not fewer.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.

@@ -78,7 +78,7 @@ where
         let value = Box::new(value(&owned));
         // `f` (one compare-and-set, no user code) runs on the entry under the bucket's
         // lock: the state it sees is the key's, with no second lookup (measured: about
-        // 80 instructions of a new key's 860, results/ANALYSIS.md).
+        // 30 instructions of a new key's 860, results/ANALYSIS.md).
         let entry = match self.map.entry_sync(owned) {
             Entry::Occupied(entry) => entry,
             Entry::Vacant(entry) => {
