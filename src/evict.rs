@@ -49,15 +49,18 @@
 //! [`MIN_SWEEP_KEYS`] keys), once it could forget something: not before a margin has
 //! passed since the earliest instant at which a key the last sweep kept becomes
 //! forgettable (each algorithm's `forgettable_from`), nor since the instant that
-//! sweep began, whichever is first. A key written since then becomes forgettable only
-//! after its write, so no sweep before that could forget it; a key that no request
-//! changed (a first request denied) or whose request read a lagging clock may wait
-//! those extra moments — at most one margin after the last sweep began. A limiter
-//! counts as swept at its epoch, keeping nothing: while it fills in its first margin,
-//! or while a crowd of new keys arrives at a limiter whose every key is recent, no
-//! sweep runs, since none could forget anything (each doubling of the map used to
-//! sweep it in vain; results/ANALYSIS.md, "Sweeps that cannot forget"). An insertion
-//! that finds a sweep due only asks the limiter's own
+//! sweep began, whichever is first. A request that takes something leaves its key
+//! forgettable only after its reading, so no sweep before that could forget a key
+//! taken from since; a key left as good as new (a first request denied or of cost 0,
+//! a take refunded) or taken from at a lagging reading may wait those extra moments —
+//! at most one margin after the last sweep began. A limiter counts as swept at its
+//! epoch, keeping nothing: while it fills in its first margin, or while a crowd of new
+//! keys arrives at a limiter whose every key is recent, no sweep runs, since none could
+//! forget a key that was taken from (each doubling of the map used to sweep it in
+//! vain; results/ANALYSIS.md, "Sweeps that cannot forget"). A clock that stands still
+//! or steps back (a reading no later than the last sweep's start) is not waited for:
+//! sweeps are then due by size alone, as before. An insertion that finds a sweep due
+//! only asks the limiter's own
 //! sweeper thread for it (started lazily with the first request for a sweep, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
@@ -216,6 +219,10 @@ pub(crate) struct Sweeper {
     /// No automatic sweep before this instant (ns since epoch): until then none could
     /// forget a key (see "When sweeping happens").
     useful_from: AtomicU64,
+    /// When the last sweep began (ns since epoch): a reading no later than it means
+    /// the clock stands still or stepped back, and then `useful_from` is not waited
+    /// for.
+    last_began: AtomicU64,
     /// Map size at which an insertion sweeps itself, the sweeper thread having fallen
     /// behind: four times the size after the last sweep, or twice the size at which
     /// the running sweep was asked for, whichever is larger.
@@ -239,6 +246,7 @@ impl Sweeper {
             next_sweep: AtomicU64::new(first_sweep),
             // As if a sweep had begun at the epoch and kept nothing.
             useful_from: AtomicU64::new(crate::clock::duration_to_nanos(settings.margin)),
+            last_began: AtomicU64::new(0),
             overloaded_at: AtomicU64::new(2 * first_sweep),
             last_cap_sweep: AtomicU64::new(0),
             lock: Mutex::new(()),
@@ -273,30 +281,38 @@ impl Sweeper {
     /// when the map has twice as many keys as it kept, and useful no earlier than a
     /// margin after `kept_until` or `began`, whichever is first.
     pub(crate) fn end(&self, forgotten: usize, kept: usize, began: u64, kept_until: u64) {
-        // Relaxed: statistics and heuristic thresholds; they guard no other memory.
+        // Relaxed: a statistic.
         self.evicted.fetch_add(forgotten as u64, Ordering::Relaxed);
         let useful_from = kept_until.min(began).saturating_add(self.margin);
-        self.useful_from.store(useful_from, Ordering::Relaxed);
         let next = (2 * kept).max(MIN_SWEEP_KEYS) as u64;
+        // Relaxed: published by the Release store of `next_sweep` below.
+        self.useful_from.store(useful_from, Ordering::Relaxed);
+        self.last_began.store(began, Ordering::Relaxed);
         self.overloaded_at.store(2 * next, Ordering::Relaxed);
-        self.next_sweep.store(next, Ordering::Relaxed);
+        // Release: an insertion that reads this threshold (Acquire) also reads the
+        // others of this sweep, not an earlier sweep's.
+        self.next_sweep.store(next, Ordering::Release);
     }
 
     /// What an insertion at `now` that left `len` keys should do.
     pub(crate) fn after_insertion(&self, len: usize, now: u64) -> Upkeep {
-        // Relaxed: heuristic thresholds; the compare-and-set only picks the one
-        // insertion that asks.
-        if !self.automatic || now < self.useful_from.load(Ordering::Relaxed) {
+        if !self.automatic {
+            return Upkeep::Nothing;
+        }
+        // Acquire: pairs with the Release stores of `end` and of the claim below, so
+        // the thresholds read next are this sweep's (heuristics: they guard no other
+        // memory, and the compare-and-set only picks the one insertion that asks).
+        let next = self.next_sweep.load(Ordering::Acquire);
+        let clock_moved = now > self.last_began.load(Ordering::Relaxed);
+        if clock_moved && now < self.useful_from.load(Ordering::Relaxed) {
             return Upkeep::Nothing;
         }
         let len = len as u64;
-        // Acquire: pairs with the claim's Release below, so an insertion that finds a
-        // sweep requested also finds the bound raised for it.
-        let next = self.next_sweep.load(Ordering::Acquire);
         if len >= next {
             // The map may have grown far past `next` while no sweep could forget
             // anything: the thread is behind only once the map doubles again while the
-            // sweep asked for now runs. Raised before the claim publishes it.
+            // sweep asked for now runs. Raised before the claim publishes it, and
+            // again after it, in case a sweep ended in between and lowered it.
             self.overloaded_at.fetch_max(2 * len, Ordering::Relaxed);
             // Release: publishes the raise to insertions that see REQUESTED.
             let claimed = self.next_sweep.compare_exchange(
@@ -306,7 +322,10 @@ impl Sweeper {
                 Ordering::Relaxed,
             );
             return match claimed {
-                Ok(_) => Upkeep::Request,
+                Ok(_) => {
+                    self.overloaded_at.fetch_max(2 * len, Ordering::Relaxed);
+                    Upkeep::Request
+                }
                 Err(_) => Upkeep::Nothing,
             };
         }
@@ -483,6 +502,20 @@ mod tests {
             Upkeep::Nothing
         );
         assert_eq!(sweeper.after_insertion(due, 21 * SECOND), Upkeep::Request);
+    }
+
+    #[test]
+    fn a_clock_that_stands_still_or_steps_back_is_not_waited_for() {
+        let sweeper = sweeper();
+        let big = 100 * MIN_SWEEP_KEYS;
+        // Stuck at the epoch: keys as good as new (a denied first request, a refunded
+        // take) are forgettable there, and must not pile up.
+        assert_eq!(sweeper.after_insertion(big, 0), Upkeep::Request);
+        sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, u64::MAX);
+        let due = 2 * MIN_SWEEP_KEYS;
+        assert_eq!(sweeper.after_insertion(due, 10 * SECOND), Upkeep::Request);
+        sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, u64::MAX);
+        assert_eq!(sweeper.after_insertion(due, 5 * SECOND), Upkeep::Request);
     }
 
     #[test]

@@ -76,9 +76,12 @@ where
         // another thread stored the key meanwhile, ours is dropped unused.
         let owned = key.to_key();
         let value = Box::new(value(&owned));
-        // `f` (one compare-and-set, no user code) runs on the entry under the bucket's
-        // lock: the state it sees is the key's, with no second lookup (measured: about
-        // 30 instructions of a new key's 860, results/ANALYSIS.md).
+        // `f` (the algorithm's step, never user code: a compare-and-set, or for the
+        // sliding log its own lock and `cost` timestamps pushed, which may grow the
+        // log) runs on the entry under the bucket's lock: the state it sees is the
+        // key's, with no second lookup (measured: about 30 instructions of a new key's
+        // 860, results/ANALYSIS.md). Insertions into the bucket and the sweeper wait
+        // for it; lock-free lookups do not.
         let entry = match self.map.entry_sync(owned) {
             Entry::Occupied(entry) => entry,
             Entry::Vacant(entry) => {
