@@ -251,3 +251,25 @@ impl<W: MovableWord> Reconfigurable for W {
         word.store(frozen, Ordering::Relaxed);
     }
 }
+
+/// Property-test inputs shared by the word algorithms' unit tests.
+#[cfg(all(test, not(turnstile_loom)))]
+pub(crate) mod strategies {
+    use crate::Quota;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// Capacities and intervals from the whole range, small ones as likely as large.
+    pub(crate) fn any_quota() -> impl Strategy<Value = Quota> {
+        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
+        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
+        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
+    }
+
+    /// Readings to probe a state at: `random`, and just around `from` (the instant a
+    /// predicate should turn at).
+    pub(crate) fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
+        let from = from.unwrap_or(random);
+        [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+}

@@ -195,22 +195,10 @@ pub fn available(layout: &GcraRules, word: u64, now: u64) -> u32 {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
+    use crate::word::strategies::{any_quota, readings};
     use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;
-
-    /// Capacities and intervals from the whole range, small ones as likely as large.
-    fn any_quota() -> impl Strategy<Value = Quota> {
-        let capacity = prop_oneof![1..=16u32, any::<u32>().prop_map(|c| c.max(1))];
-        let interval = prop_oneof![1..=1_000u64, any::<u64>().prop_map(|i| i.max(1))];
-        (capacity, interval).prop_map(|(c, i)| Quota::new(c, Duration::from_nanos(i)).unwrap())
-    }
-
-    /// Readings anywhere, and around `from`.
-    fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
-        let from = from.unwrap_or(random);
-        [random, from.saturating_sub(1), from, from.saturating_add(1)]
-    }
 
     proptest! {
         /// `forgettable_from` is the TAT, when the clock's range reaches it.
