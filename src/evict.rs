@@ -60,10 +60,9 @@
 //! vain; results/ANALYSIS.md, "Sweeps that cannot forget"). A clock that stands still
 //! or steps back (a reading no later than the last sweep's start) is not waited for:
 //! sweeps are then due by size alone, as before. An insertion that finds a sweep due
-//! only asks the limiter's own
-//! sweeper thread for it (started lazily with the first request for a sweep, named
-//! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
-//! per-request bound is zero keys visited.** Insertions look at the map's size on about
+//! only asks the limiter's own sweeper thread for it (started lazily with the first
+//! request for a sweep, named `turnstile-sweeper`, stopped and joined when the
+//! limiter is dropped): **the per-request bound is zero keys visited.** Insertions look at the map's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
 //! per-thread cells), so a sweep is asked for a few dozen insertions late. The sweeper
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
@@ -85,11 +84,12 @@
 //! their buckets.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
-//! overloaded, the thread starved of CPU): an insertion that finds the
-//! map at four times what the last sweep kept, and at twice its size when the sweep
-//! running was asked for (a map that grew while no sweep could forget anything is
-//! not a thread behind), sweeps itself, or waits for the sweep running — so a starved thread slows insertions down rather than letting memory
-//! grow without bound; while the thread keeps up, no request sweeps or waits. If the OS
+//! overloaded, the thread starved of CPU): an insertion that finds the map at four
+//! times what the last sweep kept, and at twice its size when the sweep running was
+//! asked for (a map that grew while no sweep could forget anything is not a thread
+//! behind), sweeps itself, or waits for the sweep running — so a starved thread slows
+//! insertions down rather than letting memory grow without bound; while the thread
+//! keeps up, no request sweeps or waits. If the OS
 //! refuses to start the thread, an insertion that finds a sweep due sweeps itself, as
 //! a limiter without a thread must. Measured in results/ANALYSIS.md ("After the
 //! sweeper thread").
