@@ -125,6 +125,12 @@ fn main() {
             if !chosen("TURNSTILE_BENCH_LIMITERS", name) || !applies(name, pattern, Mix::Allowed) {
                 continue;
             }
+            // Churn runs 3 s in either mode: past a limiter's first margin (1 s), so
+            // that its sweeps are in the figures, and over at least 2M distinct keys.
+            let run_for = match pattern {
+                Pattern::Churn => Duration::from_secs(3),
+                _ => run_for,
+            };
             let run = Run {
                 name,
                 pattern,

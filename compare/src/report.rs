@@ -569,7 +569,10 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          side, every thread checking the one limit (burst `u32::MAX`; one an hour for \
          the denied mix), ratios to governor's direct limiter; on one thread both \
          libraries' checks are mostly the clock reading (results/ANALYSIS.md).\n\n{}\
-         ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n{}\n\
+         ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n\
+         Churn runs 3 s per contender in either mode (a fresh limiter, every call a new key): \
+         past turnstile's first 1 s margin, so that its sweeps are in the figures, and \
+         over 2M keys or more.\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \
          counted by a global allocator. RSS: growth of the resident set.\n\n{}\n\
