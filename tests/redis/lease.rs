@@ -57,6 +57,15 @@ async fn allowed(limiter: &RedisLeasedTokenBucket, key: &str) -> u32 {
     }
 }
 
+/// Gives `key` an entry whose lease is empty: the first fetches take leases of 1 and
+/// 2, and the third request takes the one left.
+async fn empty_lease(limiter: &RedisLeasedTokenBucket, key: &str) {
+    for _ in 0..3 {
+        allowed(limiter, key).await;
+    }
+    assert_eq!(limiter.held(key), 0);
+}
+
 /// Every token a limiter took from Redis is served, held, or expired.
 fn assert_accounted(counts: &LeaseCounts, held: u32, admitted: u64) {
     assert_eq!(
@@ -316,11 +325,7 @@ async fn requests_that_find_a_fetch_in_flight_wait_for_it_rather_than_start_anot
     .circuit_breaker(CircuitBreaker::off())
     .build(manager(&server).await)
     .unwrap();
-    // A key with an entry and an empty lease (sizes 1, 2: one left, taken).
-    for _ in 0..3 {
-        allowed(&limiter, "cold").await;
-    }
-    assert_eq!(limiter.held("cold"), 0);
+    empty_lease(&limiter, "cold").await;
     // Frozen: the next fetch (up to a lease of 4) times out, and every request waited
     // on it.
     server.pause();
@@ -699,11 +704,7 @@ async fn fetches_whose_answers_are_lost_are_counted_with_what_they_asked() {
         .circuit_breaker(CircuitBreaker::off())
         .build(manager(&server).await)
         .unwrap();
-    // An entry whose lease is empty: sizes 1, then 2 (its one left taken).
-    for _ in 0..3 {
-        allowed(&limiter, "k").await;
-    }
-    assert_eq!(limiter.held("k"), 0);
+    empty_lease(&limiter, "k").await;
     let grew = limiter.counts().grew;
     for _ in 0..5 {
         server.pause();

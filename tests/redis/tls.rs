@@ -35,17 +35,22 @@ fn tls_server() -> (RedisServer, u16, String, tempdir::Dir) {
     (server, tls_port, cert.pem(), dir)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checks_over_tls_are_decided_exactly() {
-    let (_server, port, cert, _dir) = tls_server();
-    let client = redis::Client::build_with_tls(
+/// A client that trusts the test server's self-signed certificate.
+fn tls_client(port: u16, cert: String) -> redis::Client {
+    redis::Client::build_with_tls(
         format!("rediss://127.0.0.1:{port}/"),
         redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(cert.into_bytes()),
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_over_tls_are_decided_exactly() {
+    let (_server, port, cert, _dir) = tls_server();
+    let client = tls_client(port, cert);
     let limiter = RedisTokenBucket::builder(Quota::per_hour(3).unwrap(), FailurePolicy::Closed)
         .prefix(fresh_prefix("tls"))
         .timeout(Duration::from_secs(5))
@@ -67,14 +72,7 @@ async fn checks_over_tls_are_decided_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_limiter_over_tls_serves_from_its_leases_and_accounts_for_every_token() {
     let (_server, port, cert, _dir) = tls_server();
-    let client = redis::Client::build_with_tls(
-        format!("rediss://127.0.0.1:{port}/"),
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(cert.into_bytes()),
-        },
-    )
-    .unwrap();
+    let client = tls_client(port, cert);
     // 100 a day: no refill falls within the test (but for a chance of its duration
     // in 864 s).
     let quota = Quota::new(100, Duration::from_secs(864)).unwrap();
