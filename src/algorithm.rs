@@ -54,8 +54,8 @@ pub enum Renewal {
 /// One algorithm's rules, and how they create and step a key's state. Keys of type
 /// `K` matter only to per-key rules, which resolve each key's quota.
 pub trait Algorithm<K>: Send + Sync {
-    /// One key's state.
-    type State: Send + Sync;
+    /// One key's state; the keyed store knows where to keep it.
+    type State: Send + Sync + crate::store::Stored;
 
     /// What moving a key to the current quotas needs to know, from
     /// [`resolve`](Self::resolve).

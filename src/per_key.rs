@@ -89,6 +89,12 @@ pub struct Entry<A: Algorithm<()>> {
     state: A::State,
 }
 
+/// An entry is more than one word: the store boxes it.
+#[cfg(not(turnstile_loom))]
+impl<A: Algorithm<()> + 'static> crate::store::Stored for Entry<A> {
+    type Home = crate::store::Boxes;
+}
+
 impl<A: Reconfigurable> Entry<A> {
     /// A new key's entry under `quota`.
     fn fresh(configuration: u64, quota: &Quota) -> Self {

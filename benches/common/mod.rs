@@ -49,9 +49,10 @@ impl Contender for DefaultKeyedRateLimiter<u64> {
 /// words in an `scc::HashIndex`).
 type Words = HashIndex<u64, Box<AtomicU64>, foldhash::fast::RandomState>;
 
-/// The floor under every keyed limiter: a clock reading, a lock-free lookup in a map
-/// built like turnstile's, and one compare-and-set on the value found. No rate
-/// limiting logic at all.
+/// The floor under every keyed limiter: a clock reading, a lock-free lookup in the
+/// index turnstile's store uses, and one compare-and-set on the value found. No rate
+/// limiting logic at all. Its words are boxed, as the store's were before they moved
+/// to a slab: under churn it is the bare index plus an allocation per key.
 pub struct FloorStack {
     clock: QuantaClock,
     words: Words,

@@ -15,10 +15,24 @@ use std::hash::Hash;
 
 #[cfg(not(turnstile_loom))]
 mod count;
+#[cfg(not(turnstile_loom))]
+mod home;
 #[cfg(turnstile_loom)]
 mod loom;
 #[cfg(not(turnstile_loom))]
 mod scc;
+#[cfg(not(turnstile_loom))]
+mod slab;
+
+#[cfg(not(turnstile_loom))]
+pub use home::{Boxes, Stored};
+
+/// A state type the keyed store can hold: under loom, any (the loom store keeps every
+/// state in an `Arc`).
+#[cfg(turnstile_loom)]
+pub trait Stored {}
+#[cfg(turnstile_loom)]
+impl<T> Stored for T {}
 
 /// The store limiters use: the scc one normally, the loom-aware one under loom.
 #[cfg(turnstile_loom)]

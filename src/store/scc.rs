@@ -1,4 +1,6 @@
-//! The store of normal builds: an `scc::HashIndex` of boxed states.
+//! The store of normal builds: an `scc::HashIndex` of handles to states kept in a
+//! home of their own ([`super::home`]): a slab slot for a single word, a box for
+//! anything else.
 //!
 //! Why this map (measured in results/ANALYSIS.md, "The store"): its lookups take no
 //! lock and write no shared memory, like papaya's (during a resize a lookup may move
@@ -6,23 +8,24 @@
 //! buckets hold entries inline, so an insertion takes one bucket lock and growing the
 //! table rehashes keys in place instead of following a pointer per entry — under key
 //! churn it inserts several times faster than papaya, about as fast as a locked map.
-//!
-//! States are boxed: `HashIndex` moves entries between buckets when it resizes, and a
-//! reader may still be using the old copy, so a state inline in the map could be
-//! split in two — a compare-and-set on the old copy lost. Boxed, every copy of the
-//! entry points to the one state.
 
 use super::Store;
 use super::count::KeyCount;
+use super::home::{Home, Stored};
 use crate::KeyRef;
 use scc::HashIndex;
 use scc::hash_index::Entry;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-/// Keys and their boxed states in a lock-free-read hash index.
-pub(crate) struct SccStore<K, V, S: BuildHasher> {
-    map: HashIndex<K, Box<V>, S>,
+/// What the index holds for a state of type `V`.
+type Handle<V> = <<V as Stored>::Home as Home<V>>::Handle;
+
+/// Keys and handles to their states in a lock-free-read hash index.
+pub(crate) struct SccStore<K, V: Stored, S: BuildHasher> {
+    map: HashIndex<K, Handle<V>, S>,
+    /// Where the states are.
+    home: V::Home,
     /// `HashIndex::len` walks the whole table; this counts insertions and removals.
     keys: KeyCount,
 }
@@ -30,11 +33,13 @@ pub(crate) struct SccStore<K, V, S: BuildHasher> {
 impl<K, V, S> Store<K, V, S> for SccStore<K, V, S>
 where
     K: Hash + Eq + Clone,
+    V: Stored,
     S: BuildHasher,
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
         Self {
             map: HashIndex::with_capacity_and_hasher(expected_keys, hasher),
+            home: V::Home::new(expected_keys),
             keys: KeyCount::new(),
         }
     }
@@ -45,7 +50,8 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        self.map.peek_with(key, |_, value| f(value))
+        self.map
+            .peek_with(key, |_, handle| f(self.home.state(handle)))
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
@@ -56,8 +62,9 @@ where
         // A shared lock on the key's bucket: `swap` holds it exclusively from inserting
         // the successor to marking the old entry removed. (scc answers a read of
         // primitive keys and values without the lock; our values are boxes, never
-        // primitive, so this always locks.)
-        self.map.read_sync(key, |_, value| f(value))
+        // primitive — a box or a `Slot` — so this always locks.)
+        self.map
+            .read_sync(key, |_, handle| f(self.home.state(handle)))
     }
 
     #[inline]
@@ -75,7 +82,7 @@ where
         // value is made (user code, for per-key quotas) before the lock is taken; if
         // another thread stored the key meanwhile, ours is dropped unused.
         let owned = key.to_key();
-        let value = Box::new(value(&owned));
+        let value = value(&owned);
         // `f` (the algorithm's step, never user code: a compare-and-set, or for the
         // sliding log its own lock and `cost` timestamps pushed, which may grow the
         // log) runs on the entry under the bucket's lock: the state it sees is the
@@ -86,10 +93,12 @@ where
             Entry::Occupied(entry) => entry,
             Entry::Vacant(entry) => {
                 self.keys.add(1);
-                entry.insert_entry(value)
+                // Placed under the bucket's lock, so a slab slot is taken only for a
+                // key that is really new.
+                entry.insert_entry(self.home.place(value))
             }
         };
-        Some(f(entry.get()))
+        Some(f(self.home.state(entry.get())))
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
@@ -97,9 +106,19 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let removed = self.map.remove_if_sync(key, |value| pred(value));
+        let mut handles = Default::default();
+        // `remove_if_sync` removes the entry exactly when `pred` answers true (it asks
+        // once, under the bucket's lock).
+        let removed = self.map.remove_if_sync(key, |handle| {
+            let remove = pred(self.home.state(handle));
+            if remove {
+                V::Home::removed(handle, &mut handles);
+            }
+            remove
+        });
         if removed {
             self.keys.add(-1);
+            self.home.release(handles);
         }
         removed
     }
@@ -114,16 +133,22 @@ where
         // ever grows, and removed entries are freed a bucket at a time by the
         // insertions that reuse their slots.
         self.hold_capacity();
-        self.map.retain_sync(|_, value| {
-            let kept = keep(value);
+        let mut handles = Default::default();
+        self.map.retain_sync(|_, handle| {
+            let kept = keep(self.home.state(handle));
             if !kept {
                 // Counted as it goes (the index removes the entry as soon as this
-                // returns), so a long pass frees room at a key cap while it runs, and a
-                // pass cut short by a panic leaves the count right.
+                // returns: `retain_sync` marks it removed under the bucket's lock
+                // before it asks about the next), so a long pass frees room at a key
+                // cap while it runs, and a pass cut short by a panic leaves the count
+                // right (and its removed states unreleased: kept, never reused early).
                 self.keys.add(-1);
+                V::Home::removed(handle, &mut handles);
             }
             kept
         });
+        // After the pass: every entry noted is out of the index.
+        self.home.release(handles);
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
@@ -133,8 +158,12 @@ where
         // steps (insert the successor, mark the old entry removed) and miss the key;
         // see the contract.
         match self.map.entry_sync(key) {
-            Entry::Occupied(mut entry) if std::ptr::eq(&**entry.get(), current) => {
-                entry.update(Box::new(new));
+            Entry::Occupied(mut entry) if std::ptr::eq(self.home.state(entry.get()), current) => {
+                let mut handles = Default::default();
+                V::Home::removed(entry.get(), &mut handles);
+                entry.update(self.home.place(new));
+                drop(entry);
+                self.home.release(handles);
                 true
             }
             _ => false,
@@ -149,6 +178,7 @@ where
 impl<K, V, S> SccStore<K, V, S>
 where
     K: Hash + Eq,
+    V: Stored,
     S: BuildHasher,
 {
     /// Raises the table's minimum capacity to its capacity now, so that it never
@@ -189,5 +219,74 @@ mod tests {
         }
         assert_eq!(store.map.capacity(), grown);
         assert_eq!(store.len(), 100);
+    }
+}
+
+/// A removed key's slot, while a reader that found the key still uses its word.
+#[cfg(test)]
+mod reuse {
+    use super::{SccStore, Store};
+    use crate::store::slab::{collect_until, mutant};
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc;
+
+    type Words = SccStore<u64, AtomicU64, foldhash::fast::RandomState>;
+
+    /// What a reader of key 0, inside its lookup across the key's removal and 2,000
+    /// insertions, saw: whether a new key was given its word, and the word's value when
+    /// the reader looked again. Then, the reader gone, whether new keys reuse it.
+    fn reader_across_removal(store: &Words) -> (bool, u64, bool) {
+        const MARK: u64 = 12_345;
+        let _ = store.get_or_insert(&0, |_| AtomicU64::new(MARK), |_| ());
+        let address = |word: &AtomicU64| std::ptr::from_ref(word) as usize;
+        let old = store.get(&0, address).unwrap();
+        let inserted = |keys: std::ops::Range<u64>| -> HashSet<usize> {
+            keys.map(|key| store.get_or_insert(&key, |_| AtomicU64::new(0), address))
+                .map(Option::unwrap)
+                .collect()
+        };
+        let (entered, wait) = (mpsc::channel(), mpsc::channel::<()>());
+        std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                store.get(&0, |word| {
+                    entered.0.send(()).unwrap();
+                    wait.1.recv().unwrap();
+                    // Relaxed: the test's channel orders the writes it looks for.
+                    word.load(Ordering::Relaxed)
+                })
+            });
+            entered.1.recv().unwrap();
+            store.retain(|_| false);
+            // Give the release every chance to run early: epochs advance only once
+            // the reader leaves, so this comes back without it.
+            collect_until(|| false);
+            let given = inserted(1..2_001).contains(&old);
+            wait.0.send(()).unwrap();
+            let seen = reader.join().unwrap().unwrap();
+            // The reader gone, the release runs and the slot goes to a new key.
+            collect_until(|| false);
+            let reused = inserted(2_001..4_001).contains(&old);
+            (given, seen, reused)
+        })
+    }
+
+    #[test]
+    fn a_removed_words_slot_waits_for_its_readers() {
+        let store = Words::with_hasher(Default::default(), 0);
+        let (given, seen, reused) = reader_across_removal(&store);
+        assert!(!given, "a new key was given a word a reader still held");
+        assert_eq!(seen, 12_345, "the reader's word changed under it");
+        assert!(reused, "the slot was never reused");
+    }
+
+    #[test]
+    fn a_release_that_does_not_wait_is_caught() {
+        mutant::RELEASE_AT_ONCE.set(true);
+        let store = Words::with_hasher(Default::default(), 0);
+        let (given, seen, _) = reader_across_removal(&store);
+        mutant::RELEASE_AT_ONCE.set(false);
+        assert!(given);
+        assert_ne!(seen, 12_345);
     }
 }

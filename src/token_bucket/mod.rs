@@ -36,8 +36,8 @@ use std::hash::{BuildHasher, Hash};
 /// - Every capacity from 1 to `u32::MAX` beside every interval from 1 ns: a million
 ///   a second, or a bandwidth limit of a gigabyte at once refilled byte by byte.
 ///
-/// Memory: one boxed 8-byte word per key, plus the key and a pointer in the map's
-/// slot. A key is forgotten once its bucket has been full for the eviction margin (a
+/// Memory: one 8-byte word per key in the limiter's slab, plus the key and the
+/// word's place in the map's slot. A key is forgotten once its bucket has been full for the eviction margin (a
 /// full bucket carries no information on the shared grid), so memory follows the
 /// active keys.
 ///
