@@ -70,18 +70,22 @@
 //! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
 //! whatever the size of the map. Lookups of stored keys never wait; a peek or refund
 //! of a key the lock-free lookup did not find looks again under the bucket's lock, and
-//! may wait for it the same way. A forgotten entry is only marked removed; its state
-//! is freed later, by whichever thread next writes its bucket once no reader can
-//! still hold it: an insertion that finds the bucket full frees that bucket's
-//! forgotten states (32, plus any in its overflow chain). The table never shrinks
-//! (sweeps hold it at the largest size it has had, as DashMap's and papaya's tables
-//! stay): a table shrunk away would be freed with every forgotten state in it at once,
-//! on whichever thread finished moving it — measured, a request stalled 240 ms after a
-//! sweep forgot 1M keys. One case remains: while the map grows past its largest size
-//! so far, the outgrown table's forgotten states are freed with it, on the thread that
-//! finishes moving it, which can be a request. After a crowd of keys has left, the
-//! table keeps its size, and the forgotten states in it are freed as insertions reuse
-//! their buckets.
+//! may wait for it the same way. A forgotten entry is only marked removed; its slot
+//! in the map is reused by a later insertion into its bucket once no reader can still
+//! hold it. A single-word state's slot in the limiter's slab goes back to the slab in
+//! the same way — after the sweep, once every lookup that might hold it has ended
+//! (`src/store/slab.rs`) — so forgetting frees nothing on a request: no `free` per
+//! key. The sliding log's and per-key quotas' states are boxes, freed by whichever
+//! thread next writes their bucket (an insertion that finds the bucket full frees that
+//! bucket's: 32, plus any in its overflow chain). The table never shrinks (sweeps hold
+//! it at the largest size it has had, as DashMap's and papaya's tables stay): a table
+//! shrunk away would be freed with every forgotten entry in it at once, on whichever
+//! thread finished moving it — measured, a request stalled 240 ms after a sweep forgot
+//! 1M boxed keys. One case remains: while the map grows past its largest size so far,
+//! the outgrown table is freed on the thread that finishes moving it, which can be a
+//! request; for word states with keys that own no memory (integers, addresses) that
+//! frees the table and its buckets' overflow links, with nothing to drop per entry; for
+//! boxed states or owned keys (`String`), one `free` per entry left in it.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four

@@ -156,8 +156,16 @@ where
     }
     Maintenance::on_thread(move || match core.upgrade() {
         Some(core) => {
-            let _sweeping = core.sweeper.lock();
-            core.sweep();
+            let forgotten = {
+                let _sweeping = core.sweeper.lock();
+                core.sweep()
+            };
+            drop(core);
+            if forgotten > 0 {
+                // The forgotten keys' slab slots go back for reuse once the lookups in
+                // flight have ended, on this thread: see to it now, not a few sweeps on.
+                crate::store::settle_releases();
+            }
             true
         }
         None => false,

@@ -27,6 +27,23 @@ mod slab;
 #[cfg(not(turnstile_loom))]
 pub use home::{Boxes, Stored};
 
+/// Runs the releases this thread has deferred (a sweep's slab slots, `slab.rs`) now
+/// rather than whenever it next happens to use the index: they run once every lookup
+/// present at the release has ended, which takes the epoch a few steps on. A few
+/// forced epoch steps a millisecond apart, so that lookups in flight end; for the
+/// sweeper thread, after a sweep that forgot keys. Without it a sweep's slots would
+/// wait for the thread's next few sweeps, and new keys would take fresh slots
+/// meanwhile.
+#[cfg(not(turnstile_loom))]
+pub(crate) fn settle_releases() {
+    for _ in 0..4 {
+        let guard = sdd::Guard::new();
+        guard.accelerate();
+        drop(guard);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A state type the keyed store can hold: under loom, any (the loom store keeps every
 /// state in an `Arc`).
 #[cfg(turnstile_loom)]

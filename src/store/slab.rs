@@ -22,11 +22,16 @@
 //!
 //! # Layout
 //! Slot `i` lies in level `log2(i + 2^FIRST_LEVEL)`, of `2^level` slots; a level is
-//! allocated zeroed (the kernel's zero pages: no initialisation pass, so the request
-//! that first needs a level of a million slots does not write eight megabytes) the
-//! first time a slot in it is taken. Levels are never freed before the slab, so a
-//! slab holds at most twice the slots it ever had in use at once, plus its stripes'
-//! reserves. The index stores a slot as its level and offset, worked out when the slot
+//! allocated zeroed the first time a slot in it is taken (a large one from the
+//! kernel's zero pages: no initialisation pass, so the request that first needs a level
+//! of a million slots does not write eight megabytes). Levels are never freed before
+//! the slab, so a slab holds at most about twice the slots it ever had taken at once:
+//! the keys held, their stripes' reserves, and the slots of keys forgotten but not yet
+//! handed back. Those wait for the sweeping thread to see the epoch move on; the
+//! sweeper thread sees to that after each sweep (`store::settle_releases`), so they
+//! are one sweep's forgotten keys for a few milliseconds. A sweep run by hand
+//! (`evict_idle`) hands its slots back when its thread next uses the index a few
+//! times. The index stores a slot as its level and offset, worked out when the slot
 //! is taken, so a lookup does no arithmetic: it costs one check that the level is
 //! there and one bounds check (about ten instructions, results/ANALYSIS.md). The last
 //! level holds `2^32` slots: a slab holds fewer than `2^33` words, more keys at once
@@ -123,11 +128,9 @@ impl Removed {
     fn push(&mut self, slot: Slot) {
         match self.chunks.last_mut() {
             Some(chunk) if chunk.len() < CHUNK => chunk.push(slot.index()),
-            _ => {
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(slot.index());
-                self.chunks.push(chunk);
-            }
+            // Grown as slots come (a single removal's chunk holds one slot, not a
+            // thousand slots' room).
+            _ => self.chunks.push(vec![slot.index()]),
         }
     }
 }
