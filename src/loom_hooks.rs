@@ -138,7 +138,7 @@ impl SweepSignal {
 
     /// The thread waits for a request and takes it; `false` once told to stop.
     pub fn wait(&self) -> bool {
-        self.0.wait()
+        self.0.wait().is_some()
     }
 
     /// The limiter is being dropped.

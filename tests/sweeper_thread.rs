@@ -1,5 +1,7 @@
-//! The limiter's own sweeper thread: started only when a sweep is first due, named,
-//! never started under `manual_eviction()`, and gone once the limiter is dropped.
+//! The limiter's own sweeper thread: started only when first needed (a sweep due, or
+//! the slab of word states growing past about 40,000 keys, whose next level it
+//! prepares), named, never started under `manual_eviction()`, and gone once the
+//! limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
 
 use std::time::Duration;
@@ -42,18 +44,18 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     assert_eq!(sweeper_threads(), 0, "manual eviction never starts one");
 
     // Within the first margin (1 s) no key taken from can be forgettable: the map
-    // grows past every size at which a sweep is due, and no sweep is asked for (once
-    // the clock has moved: a clock standing still is not waited for).
+    // grows past every size at which a sweep is due (from 1,024 keys), and no sweep is
+    // asked for (once the clock has moved: a clock standing still is not waited for).
     let many = limiter(false, &clock);
     clock.advance(Duration::from_millis(1));
-    for key in 0..50_000 {
+    for key in 0..30_000 {
         assert!(many.try_acquire(&key));
     }
     assert_eq!(sweeper_threads(), 0, "no sweep could forget anything yet");
 
     // Past it, the next insertions find a sweep due and useful.
     clock.advance(Duration::from_secs(2));
-    for key in 50_000..60_000 {
+    for key in 30_000..35_000 {
         assert!(many.try_acquire(&key));
     }
     // The thread names itself as it starts: wait for that (a hang detector, not a
@@ -73,5 +75,23 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     );
 
     drop(many);
+    assert_eq!(sweeper_threads(), 0, "dropping the limiter joined it");
+
+    // Within its first margin, no sweep is due; but growing past about 40,000 keys,
+    // the limiter asks its thread to prepare the slab's next level.
+    let growing = limiter(false, &clock);
+    clock.advance(Duration::from_millis(1));
+    for key in 0..60_000 {
+        assert!(growing.try_acquire(&key));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sweeper_threads() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no thread came to prepare the slab"
+        );
+        std::thread::yield_now();
+    }
+    drop(growing);
     assert_eq!(sweeper_threads(), 0, "dropping the limiter joined it");
 }

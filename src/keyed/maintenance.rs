@@ -9,8 +9,12 @@
 //! thread, or a sweep panicked and ended it, `request` says so and the caller sweeps
 //! itself.
 //!
-//! The handshake: a request sets `requested` under the mutex and notifies; the thread
-//! checks the flag under the same mutex before it waits, so a request made before it
+//! The thread also prepares the store's next stretch of memory when asked (a slab
+//! level allocated and its pages touched before requests reach it, `store/slab.rs`),
+//! so that no request pays for first-touching fresh pages either.
+//!
+//! The handshake: a request sets what it wants under the mutex and notifies; the
+//! thread checks under the same mutex before it waits, so a request made before it
 //! waits is seen, not lost (loom model 12, with a mutant that waits first).
 
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
@@ -19,15 +23,30 @@ use std::io;
 /// What requests and the thread share.
 #[derive(Default)]
 pub(crate) struct Signal {
-    /// A sweep is due and not begun yet.
-    requested: Mutex<bool>,
+    /// What is wanted and not begun yet.
+    requested: Mutex<Wants>,
     wake: Condvar,
     /// The limiter is being dropped: end now.
     stopping: AtomicBool,
 }
 
+/// What the thread is asked to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wants {
+    /// A sweep is due.
+    pub(crate) sweep: bool,
+    /// The store would like its next stretch of memory prepared.
+    pub(crate) prepare: bool,
+}
+
+impl Wants {
+    fn any(self) -> bool {
+        self.sweep || self.prepare
+    }
+}
+
 impl Signal {
-    fn requested(&self) -> MutexGuard<'_, bool> {
+    fn requested(&self) -> MutexGuard<'_, Wants> {
         self.requested
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -35,12 +54,19 @@ impl Signal {
 
     /// Asks for a sweep.
     pub(crate) fn request(&self) {
-        *self.requested() = true;
+        self.requested().sweep = true;
         self.wake.notify_one();
     }
 
-    /// Waits for a request, and takes it; `false` once the limiter is being dropped.
-    pub(crate) fn wait(&self) -> bool {
+    /// Asks for the store's next stretch of memory to be prepared.
+    pub(crate) fn request_preparation(&self) {
+        self.requested().prepare = true;
+        self.wake.notify_one();
+    }
+
+    /// Waits for a request, and takes it (everything asked for since the last);
+    /// `None` once the limiter is being dropped.
+    pub(crate) fn wait(&self) -> Option<Wants> {
         let mut requested = self.requested();
         #[cfg(turnstile_loom)]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::WaitFirst) {
@@ -49,14 +75,14 @@ impl Signal {
                 .wait(requested)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        while !*requested && !self.stopping() {
+        while !requested.any() && !self.stopping() {
             requested = self
                 .wake
                 .wait(requested)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        *requested = false;
-        !self.stopping()
+        let wants = std::mem::take(&mut *requested);
+        (!self.stopping()).then_some(wants)
     }
 
     /// Whether the limiter is being dropped, so that a running sweep can stop early.
@@ -104,14 +130,14 @@ impl Maintenance {
         }
     }
 
-    /// A thread that runs `sweep` whenever a sweep is requested, until `sweep` returns
-    /// `false` (the limiter is gone).
+    /// A thread that runs `work` with what is wanted whenever something is requested,
+    /// until `work` returns `false` (the limiter is gone).
     #[cfg(not(turnstile_loom))]
-    pub(crate) fn on_thread(mut sweep: impl FnMut() -> bool + Send + 'static) -> Self {
+    pub(crate) fn on_thread(mut work: impl FnMut(Wants) -> bool + Send + 'static) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             std::thread::Builder::new()
                 .name("turnstile-sweeper".into())
-                .spawn(move || while signal.wait() && sweep() {})
+                .spawn(move || while signal.wait().is_some_and(&mut work) {})
         });
         Self {
             start: Mutex::new(Some(start)),
@@ -123,6 +149,17 @@ impl Maintenance {
     /// `false` when there is no thread to ask: sweeps are manual, or the OS refused
     /// to start one.
     pub(crate) fn request(&self) -> bool {
+        self.ask(Signal::request)
+    }
+
+    /// Asks the thread to prepare the store's next stretch of memory, starting it
+    /// first if this is the first request; `false` when there is no thread to ask.
+    pub(crate) fn request_preparation(&self) -> bool {
+        self.ask(Signal::request_preparation)
+    }
+
+    /// Starts the thread if it has not been, then makes the request `ask`.
+    fn ask(&self, ask: fn(&Signal)) -> bool {
         let mut thread = self
             .thread
             .lock()
@@ -143,7 +180,7 @@ impl Maintenance {
             }
         }
         drop(thread);
-        self.signal.request();
+        ask(&self.signal);
         true
     }
 

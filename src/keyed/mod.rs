@@ -154,8 +154,14 @@ where
     if !automatic {
         return Maintenance::manual();
     }
-    Maintenance::on_thread(move || match core.upgrade() {
+    Maintenance::on_thread(move |wants| match core.upgrade() {
         Some(core) => {
+            if wants.prepare {
+                core.states.prepare();
+            }
+            if !wants.sweep {
+                return true;
+            }
             let forgotten = {
                 let _sweeping = core.sweeper.lock();
                 core.sweep()
@@ -497,6 +503,12 @@ where
         }
         if evict::sampled() {
             self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
+            if self.states.wants_preparation() {
+                // The slab's next level, allocated and touched by the sweeper thread
+                // before requests reach it. Without a thread (`manual_eviction()`),
+                // requests touch its pages as they take slots.
+                self.maintenance.request_preparation();
+            }
         }
     }
 

@@ -38,6 +38,14 @@ pub trait Home<V>: Send + Sync + Sized {
     /// Lets go of the states of removed entries, once no reader can hold them: call it
     /// after the index has removed them.
     fn release(&self, removed: Self::Removed);
+
+    /// Whether the home would like its next stretch of memory prepared.
+    fn wants_preparation(&self) -> bool {
+        false
+    }
+
+    /// Prepares it (see [`Store::prepare`](super::Store::prepare)).
+    fn prepare(&self) {}
 }
 
 /// States in boxes of their own: the index frees a removed entry's box itself, once no

@@ -146,4 +146,16 @@ pub(crate) trait Store<K, V, S> {
 
     /// Number of keys stored.
     fn len(&self) -> usize;
+
+    /// Whether the store's next stretch of memory should be prepared before requests
+    /// reach it (see [`prepare`](Self::prepare)). Cheap: for an occasional insertion.
+    fn wants_preparation(&self) -> bool {
+        false
+    }
+
+    /// Prepares the store's next stretch of memory: for the slab of word states, the
+    /// next level allocated and its pages touched, so that no request meets a fresh
+    /// page. For the sweeper thread (none under loom); safe while requests run.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    fn prepare(&self) {}
 }

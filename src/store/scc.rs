@@ -173,6 +173,14 @@ where
     fn len(&self) -> usize {
         self.keys.get()
     }
+
+    fn wants_preparation(&self) -> bool {
+        self.home.wants_preparation()
+    }
+
+    fn prepare(&self) {
+        self.home.prepare();
+    }
 }
 
 impl<K, V, S> SccStore<K, V, S>
