@@ -1,5 +1,5 @@
 //! The limiter's own sweeper thread: started only when first needed (a sweep due, or
-//! the slab of word states growing past about 40,000 keys, whose next level it
+//! the slab of word states growing past about 655,000 keys, whose next level it
 //! prepares), named, never started under `manual_eviction()`, and gone once the
 //! limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
@@ -14,6 +14,16 @@ fn sweeper_threads() -> usize {
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
         .filter(|name| name.trim_end() == "turnstile-sweep")
         .count()
+}
+
+/// Waits until `sweeper_threads()` is `count` (a hang detector, not a timing
+/// assertion: a joined thread can linger in /proc for a moment after the join).
+fn wait_for_threads(count: usize, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sweeper_threads() != count {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::yield_now();
+    }
 }
 
 fn limiter(manual: bool, clock: &ManualClock) -> TokenBucket<u64, ManualClock> {
@@ -58,16 +68,8 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     for key in 30_000..35_000 {
         assert!(many.try_acquire(&key));
     }
-    // The thread names itself as it starts: wait for that (a hang detector, not a
-    // timing assertion).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while sweeper_threads() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no sweeper thread started"
-        );
-        std::thread::yield_now();
-    }
+    // The thread names itself as it starts: wait for that.
+    wait_for_threads(1, "no sweeper thread started");
     assert_eq!(
         sweeper_threads(),
         1,
@@ -75,23 +77,17 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     );
 
     drop(many);
-    assert_eq!(sweeper_threads(), 0, "dropping the limiter joined it");
+    wait_for_threads(0, "dropping the limiter did not end its thread");
 
-    // Within its first margin, no sweep is due; but growing past about 40,000 keys,
-    // the limiter asks its thread to prepare the slab's next level.
+    // Within its first margin, no sweep is due; but growing past about 655,000 keys
+    // (a quarter into the slab's 512 Ki-slot level), the limiter asks its thread to
+    // prepare the next level.
     let growing = limiter(false, &clock);
     clock.advance(Duration::from_millis(1));
-    for key in 0..60_000 {
+    for key in 0..700_000 {
         assert!(growing.try_acquire(&key));
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while sweeper_threads() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no thread came to prepare the slab"
-        );
-        std::thread::yield_now();
-    }
+    wait_for_threads(1, "no thread came to prepare the slab");
     drop(growing);
-    assert_eq!(sweeper_threads(), 0, "dropping the limiter joined it");
+    wait_for_threads(0, "dropping the limiter did not end its thread");
 }

@@ -56,15 +56,22 @@ const LAST_LEVEL: usize = 32;
 /// Never-used slots a stripe reserves at once, so that threads taking new slots do
 /// not all increment one counter.
 const FRESH_BLOCK: usize = 64;
+// Levels start at multiples of a block (`2^level - 2^FIRST_LEVEL`), so no block
+// straddles two levels.
+const _: () = assert!((1 << FIRST_LEVEL) % FRESH_BLOCK == 0);
 /// Released slots are pooled in chunks of this many: a stripe that runs out takes a
 /// whole chunk under one lock, and a release hands over a sweep's slots chunk by
 /// chunk, never slot by slot.
 const CHUNK: usize = 1024;
 /// Stripes of free slots; each thread takes from one.
 const STRIPES: usize = 16;
-/// Levels below this one are left to the requests that first use them (128 pages
-/// in all); from it on, each level is prepared off the request path.
-const FIRST_PREPARED_LEVEL: usize = 16;
+/// Levels below this one are left to the requests that first use them: 2,048
+/// pages in all, spread over the first million keys, too few to reach a
+/// percentile. From it on (a million slots, 8 MiB), each level is prepared off the
+/// request path; below, preparing ahead would cost a limiter that stays small a
+/// thread and pages it never uses (measured: churn throughput from empty, 0.67× the
+/// global lock at one thread when preparing from 64 Ki slots, results/ANALYSIS.md).
+const FIRST_PREPARED_LEVEL: usize = 20;
 /// Words in a 4 KiB page: preparing touches one in every this many.
 const PAGE_WORDS: usize = 4096 / 8;
 
@@ -203,10 +210,7 @@ impl Slab {
             },
         };
         drop(stripe);
-        let slot = Slot::at(index);
-        // Allocate the slot's level before any entry names the slot.
-        self.level(usize::from(slot.level));
-        slot
+        Slot::at(index)
     }
 
     /// A never-used slot from the stripe's reserve, reserving more when it is empty.
@@ -217,6 +221,11 @@ impl Slab {
         // Relaxed: the counter only hands out distinct ranges, which the read-modify-
         // write guarantees at any ordering; a slot's word is published by the index.
         let start = self.never_taken.fetch_add(FRESH_BLOCK, Ordering::Relaxed);
+        // The block lies in one level (levels start at multiples of the block):
+        // allocate it before any entry names a slot in it. A released slot's level
+        // was allocated when the slot was first taken.
+        let (level, _) = place(start);
+        self.level(level);
         stripe.fresh = start + 1..start + FRESH_BLOCK;
         start
     }
@@ -389,7 +398,7 @@ pub(crate) fn collect_until(done: impl Fn() -> bool) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{FIRST_LEVEL, Removed, Slab, Slot, collect_until, place};
+    use super::{FIRST_LEVEL, FIRST_PREPARED_LEVEL, Removed, Slab, Slot, collect_until, place};
     use std::collections::HashSet;
     use std::sync::atomic::Ordering;
 
@@ -436,40 +445,38 @@ mod tests {
 
     #[test]
     fn preparation_is_wanted_a_quarter_into_a_level_and_readies_the_next() {
+        const FIRST: usize = FIRST_PREPARED_LEVEL;
+        let start = |level: usize| (1 << level) - (1 << FIRST_LEVEL);
         let slab = Slab::new();
-        // Level 15 holds slots 32,512 to 65,279: a quarter into it is slot 40,704.
         let mut taken = Vec::new();
-        while slab.counts().1 < 40_000 {
-            taken.push(slab.take());
-        }
-        assert!(!slab.wants_preparation(), "nothing due below level 16 yet");
-        while slab.counts().1 < 41_000 {
-            taken.push(slab.take());
-        }
+        let mut take_until = |slots: usize| {
+            while slab.counts().1 < slots {
+                taken.push(slab.take());
+            }
+        };
+        // A quarter into the level before the first prepared one: not yet, then due.
+        let quarter = start(FIRST - 1) + (1 << (FIRST - 3));
+        take_until(quarter - 1_000);
+        assert!(!slab.wants_preparation(), "nothing due yet");
+        take_until(quarter + 1_000);
         assert!(slab.wants_preparation());
-        // Requests got there first: level 16 (from slot 65,280) is in use.
-        while slab.counts().1 < 70_000 {
-            taken.push(slab.take());
-        }
+        // Requests got there first: the first prepared level is in use already.
+        take_until(start(FIRST) + 5_000);
         assert!(slab.wants_preparation());
         // A word in use, on a word the touch hits (a page boundary of the level),
         // keeps its value.
-        let in_use = taken[65_280 + 2 * 512];
-        assert_eq!(
-            in_use,
-            Slot {
-                level: 16,
-                offset: 1024
-            }
-        );
+        let in_use = taken[start(FIRST) + 2 * 512];
+        let expected = Slot {
+            level: FIRST as u8,
+            offset: 1024,
+        };
+        assert_eq!(in_use, expected);
         slab.word(&in_use).store(7, Ordering::Relaxed);
         slab.prepare();
         assert!(!slab.wants_preparation());
         assert_eq!(slab.word(&in_use).load(Ordering::Relaxed), 7);
-        assert!(
-            slab.levels[17].get().is_none(),
-            "prepared beyond what is due"
-        );
+        let beyond = slab.levels[FIRST + 1].get();
+        assert!(beyond.is_none(), "prepared beyond what is due");
     }
 
     #[test]
