@@ -61,8 +61,9 @@
 //! or steps back (a reading no later than the last sweep's start) is not waited for:
 //! sweeps are then due by size alone, as before. An insertion that finds a sweep due
 //! only asks the limiter's own sweeper thread for it (started lazily with the first
-//! request for a sweep, named `turnstile-sweeper`, stopped and joined when the
-//! limiter is dropped): **the per-request bound is zero keys visited.** Insertions look at the map's size on about
+//! request for a sweep, or for the preparation of the slab's next level, named
+//! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
+//! per-request bound is zero keys visited.** Insertions look at the map's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
 //! per-thread cells), so a sweep is asked for a few dozen insertions late. The sweeper
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so

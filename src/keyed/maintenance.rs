@@ -1,6 +1,7 @@
 //! The limiter's own sweeper thread, so that no request pays for a sweep.
 //!
-//! Started lazily, by the first insertion that finds a sweep due; named
+//! Started lazily, by the first insertion that finds a sweep due (or the slab's next
+//! level due for preparation: past about 655,000 keys); named
 //! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
 //! progress then passes over the remaining keys without looking at them); never
 //! started for a limiter built with `manual_eviction()`, nor under
@@ -204,5 +205,43 @@ impl Maintenance {
         }
         #[cfg(turnstile_loom)]
         let _ = thread;
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::Maintenance;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Sets its flag when dropped: with the thread's closure, as the thread ends.
+    struct Ended(Arc<AtomicBool>);
+
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            // SeqCst: a test's flag; ordering is not under test.
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn stopping_waits_for_the_thread_to_end() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let guard = Ended(Arc::clone(&ended));
+        let (started, busy) = std::sync::mpsc::channel();
+        let maintenance = Maintenance::on_thread(move |_| {
+            let _guard = &guard;
+            let _ = started.send(());
+            // Busy when told to stop: the stop must wait for this to finish.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            true
+        });
+        assert!(maintenance.request());
+        busy.recv().unwrap();
+        maintenance.stop();
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "stop returned while its thread still ran"
+        );
     }
 }

@@ -157,7 +157,7 @@ where
     Maintenance::on_thread(move |wants| match core.upgrade() {
         Some(core) => {
             if wants.prepare {
-                core.states.prepare();
+                core.states.prepare(|| core.maintenance.stopping());
             }
             if !wants.sweep {
                 return true;
@@ -284,7 +284,13 @@ where
         let core = Arc::downgrade(&self.core);
         crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
             Some(core) => {
-                core.evict_idle();
+                let forgotten = core.evict_idle();
+                drop(core);
+                if forgotten > 0 {
+                    // As the limiter's own thread does: the forgotten keys' slab slots
+                    // come back now, not a few periods on.
+                    crate::store::settle_releases();
+                }
                 true
             }
             None => false,
@@ -503,7 +509,7 @@ where
         }
         if evict::sampled() {
             self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
-            if self.states.wants_preparation() {
+            if self.sweeper.automatic() && self.states.wants_preparation() {
                 // The slab's next level, allocated and touched by the sweeper thread
                 // before requests reach it. Without a thread (`manual_eviction()`),
                 // requests touch its pages as they take slots.
@@ -681,5 +687,45 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         KeyedLimiter::refund(self, key, cost)
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use crate::store::Store;
+    use crate::{ManualClock, Quota, TokenBucket};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_sweeper_thread_prepares_the_slab_ahead_of_requests() {
+        let clock = ManualClock::new();
+        let limiter = TokenBucket::<u64>::builder(Quota::per_second(10).unwrap())
+            .clock(clock.clone())
+            .build();
+        clock.advance(Duration::from_millis(1));
+        // A quarter into the slab's 512 Ki-slot level, its million-slot one is due.
+        for key in 0..700_000 {
+            assert!(limiter.try_acquire(&key));
+        }
+        // A hang detector, not a timing assertion: the thread prepares it soon.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while limiter.core.states.wants_preparation() {
+            assert!(
+                Instant::now() < deadline,
+                "the level due was never prepared"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn without_a_sweeper_thread_nothing_prepares_it() {
+        let limiter = TokenBucket::<u64>::builder(Quota::per_second(10).unwrap())
+            .manual_eviction()
+            .build();
+        for key in 0..700_000 {
+            assert!(limiter.try_acquire(&key));
+        }
+        assert!(limiter.core.states.wants_preparation());
     }
 }

@@ -45,7 +45,9 @@ pub trait Home<V>: Send + Sync + Sized {
     }
 
     /// Prepares it (see [`Store::prepare`](super::Store::prepare)).
-    fn prepare(&self) {}
+    fn prepare(&self, stopping: &dyn Fn() -> bool) {
+        let _ = stopping;
+    }
 }
 
 /// States in boxes of their own: the index frees a removed entry's box itself, once no

@@ -155,7 +155,10 @@ pub(crate) trait Store<K, V, S> {
 
     /// Prepares the store's next stretch of memory: for the slab of word states, the
     /// next level allocated and its pages touched, so that no request meets a fresh
-    /// page. For the sweeper thread (none under loom); safe while requests run.
+    /// page; ends early once `stopping` says so. For the sweeper thread (none under
+    /// loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
-    fn prepare(&self) {}
+    fn prepare(&self, stopping: impl Fn() -> bool) {
+        let _ = stopping;
+    }
 }

@@ -178,8 +178,8 @@ where
         self.home.wants_preparation()
     }
 
-    fn prepare(&self) {
-        self.home.prepare();
+    fn prepare(&self, stopping: impl Fn() -> bool) {
+        self.home.prepare(&stopping);
     }
 }
 

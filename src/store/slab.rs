@@ -21,17 +21,27 @@
 //! a removal and many insertions, and fails on a slab that releases at once.
 //!
 //! # Layout
-//! Slot `i` lies in level `log2(i + 2^FIRST_LEVEL)`, of `2^level` slots; a level is
-//! allocated zeroed the first time a slot in it is taken (a large one from the
-//! kernel's zero pages: no initialisation pass, so the request that first needs a level
-//! of a million slots does not write eight megabytes). Levels are never freed before
-//! the slab, so a slab holds at most about twice the slots it ever had taken at once:
-//! the keys held, their stripes' reserves, and the slots of keys forgotten but not yet
-//! handed back. Those wait for the sweeping thread to see the epoch move on; the
-//! sweeper thread sees to that after each sweep (`store::settle_releases`), so they
-//! are one sweep's forgotten keys for a few milliseconds. A sweep run by hand
-//! (`evict_idle`) hands its slots back when its thread next uses the index a few
-//! times. The index stores a slot as its level and offset, worked out when the slot
+//! Slot `i` lies in level `log2(i + 2^FIRST_LEVEL)`, of `2^level` slots. A level is
+//! allocated zeroed (a large one from the kernel's zero pages: no initialisation pass)
+//! when a stripe first reserves slots in it — or, from the million-slot level on,
+//! ahead of that by the sweeper thread, which also touches its pages ("Preparation"
+//! below). Levels are never freed before the slab, so a slab holds about twice the
+//! slots it ever had taken at once, three times once the sweeper thread has prepared
+//! the level after the one in use: the keys held, their stripes' reserves, and the
+//! slots of keys forgotten but not yet handed back. Those wait for the sweeping thread
+//! to see the epoch move on; the sweeper thread (and a `sweep_in_background` thread)
+//! sees to that after each sweep (`store::settle_releases`), so they are one sweep's
+//! forgotten keys for a few milliseconds. A sweep run by hand (`evict_idle`) hands its
+//! slots back once its thread has made a few hundred lookups (three epoch steps at
+//! `sdd`'s pace of one per 128 guards).
+//!
+//! # Preparation
+//! A request that first touches a page of the slab pays a page fault (one in 512 new
+//! keys: under churn, that was the p99.9). So once a quarter of the level in use is
+//! taken, the next sampled insertion asks the sweeper thread to allocate the next level
+//! and touch each of its pages ([`Slab::prepare`]); levels below the million-slot one
+//! are left to requests (2,048 faults in all). Without a sweeper thread
+//! (`manual_eviction()`) requests touch the pages as they take slots. The index stores a slot as its level and offset, worked out when the slot
 //! is taken, so a lookup does no arithmetic: it costs one check that the level is
 //! there and one bounds check (about ten instructions, results/ANALYSIS.md). The last
 //! level holds `2^32` slots: a slab holds fewer than `2^33` words, more keys at once
@@ -222,10 +232,11 @@ impl Slab {
         // write guarantees at any ordering; a slot's word is published by the index.
         let start = self.never_taken.fetch_add(FRESH_BLOCK, Ordering::Relaxed);
         // The block lies in one level (levels start at multiples of the block):
-        // allocate it before any entry names a slot in it. A released slot's level
-        // was allocated when the slot was first taken.
-        let (level, _) = place(start);
-        self.level(level);
+        // allocate it before any entry names a slot in it (past the last level,
+        // `Slot::at` refuses first). A released slot's level was allocated when the
+        // slot was first taken.
+        let level = Slot::at(start).level;
+        self.level(usize::from(level));
         stripe.fresh = start + 1..start + FRESH_BLOCK;
         start
     }
@@ -256,16 +267,32 @@ impl Slab {
     /// so that requests taking slots there meet no fresh page (measured: a request
     /// that first touched a page of the slab was the p99.9 of churn, results/
     /// ANALYSIS.md). Safe while requests use the level: the touch is a
-    /// compare-and-set of 0 to 0, which changes no word (a word in use fails it) yet
-    /// is a write, so the kernel maps the page in for good.
-    pub(crate) fn prepare(&self) {
+    /// compare-and-set of 0 to 0, which changes no word's value (a word that is not
+    /// 0 fails it; one that is 0 gets 0 again) yet is a write, so the kernel maps the
+    /// page in for good. Ends early, leaving the level unprepared, once `stopping`
+    /// says so (the limiter is being dropped: a level of a gigabyte takes a second).
+    pub(crate) fn prepare(&self, stopping: &dyn Fn() -> bool) {
+        /// Pages touched between looks at `stopping` (8 MiB).
+        const PAGES_PER_LOOK: usize = 2048;
+        let touch = |word: &AtomicU64| {
+            // Relaxed: the word's value is untouched; only the page matters.
+            let _ = word.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
+        };
         let due = self.level_due();
         // Relaxed: one thread prepares (the sweeper thread); the count only tells
         // later calls where to start.
         for level in self.prepared.load(Ordering::Relaxed)..=due {
-            for word in self.level(level).iter().step_by(PAGE_WORDS) {
-                // Relaxed: the word's value is untouched; only the page matters.
-                let _ = word.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
+            let words = self.level(level);
+            for (page, word) in words.iter().step_by(PAGE_WORDS).enumerate() {
+                if page % PAGES_PER_LOOK == 0 && stopping() {
+                    return;
+                }
+                touch(word);
+            }
+            // The level need not start on a page (the allocator puts its header
+            // first), so its last page may hold no word the stride hit.
+            if let Some(last) = words.last() {
+                touch(last);
             }
             self.prepared.store(level + 1, Ordering::Relaxed);
         }
@@ -365,8 +392,8 @@ impl Home<AtomicU64> for Slab {
         Slab::wants_preparation(self)
     }
 
-    fn prepare(&self) {
-        Slab::prepare(self);
+    fn prepare(&self, stopping: &dyn Fn() -> bool) {
+        Slab::prepare(self, stopping);
     }
 }
 
@@ -472,7 +499,10 @@ mod tests {
         };
         assert_eq!(in_use, expected);
         slab.word(&in_use).store(7, Ordering::Relaxed);
-        slab.prepare();
+        // Told to stop at once, it leaves the level unprepared.
+        slab.prepare(&|| true);
+        assert!(slab.wants_preparation());
+        slab.prepare(&|| false);
         assert!(!slab.wants_preparation());
         assert_eq!(slab.word(&in_use).load(Ordering::Relaxed), 7);
         let beyond = slab.levels[FIRST + 1].get();
