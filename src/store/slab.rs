@@ -35,17 +35,19 @@
 //! slots back once its thread has made a few hundred lookups (three epoch steps at
 //! `sdd`'s pace of one per 128 guards).
 //!
+//! The index stores a slot as its level and offset, worked out when the slot is
+//! taken, so a lookup does no arithmetic: it costs one check that the level is there
+//! and one bounds check (about ten instructions, results/ANALYSIS.md). The last level
+//! holds `2^32` slots: a slab holds fewer than `2^33` words, more keys at once than the
+//! memory for their index entries leaves room for.
+//!
 //! # Preparation
 //! A request that first touches a page of the slab pays a page fault (one in 512 new
 //! keys: under churn, that was the p99.9). So once a quarter of the level in use is
 //! taken, the next sampled insertion asks the sweeper thread to allocate the next level
 //! and touch each of its pages ([`Slab::prepare`]); levels below the million-slot one
 //! are left to requests (2,048 faults in all). Without a sweeper thread
-//! (`manual_eviction()`) requests touch the pages as they take slots. The index stores a slot as its level and offset, worked out when the slot
-//! is taken, so a lookup does no arithmetic: it costs one check that the level is
-//! there and one bounds check (about ten instructions, results/ANALYSIS.md). The last
-//! level holds `2^32` slots: a slab holds fewer than `2^33` words, more keys at once
-//! than the memory for their index entries leaves room for.
+//! (`manual_eviction()`) requests touch the pages as they take slots.
 
 use super::count::stripe;
 use super::home::{Home, Stored};
@@ -196,8 +198,9 @@ impl Slab {
         &words[slot.offset as usize]
     }
 
-    /// Level `level`, allocated zeroed if this is its first use (by the thread that
-    /// took its first slot; a reader always finds it allocated).
+    /// Level `level`, allocated zeroed if this is its first use (by the stripe that
+    /// reserves the first block in it, or the thread preparing it; a reader always
+    /// finds it allocated).
     #[cold]
     fn level(&self, level: usize) -> &[AtomicU64] {
         self.levels[level].get_or_init(|| bytemuck::allocation::zeroed_slice_box(1 << level))
