@@ -167,15 +167,22 @@ where
                 core.sweep()
             };
             drop(core);
-            if forgotten > 0 {
-                // The forgotten keys' slab slots go back for reuse once the lookups in
-                // flight have ended, on this thread: see to it now, not a few sweeps on.
-                crate::store::settle_releases();
-            }
+            settle_after(forgotten);
             true
         }
         None => false,
     })
+}
+
+/// After a sweep on a thread of the limiter's own (never a request: it sleeps a few
+/// milliseconds), holding no reference to the limiter: the forgotten keys' slab slots
+/// go back for reuse once the lookups in flight have ended, on this thread, so see to
+/// it now rather than a few sweeps on.
+#[cfg(not(turnstile_loom))]
+fn settle_after(forgotten: usize) {
+    if forgotten > 0 {
+        crate::store::settle_releases();
+    }
 }
 
 /// No thread under loom: sweeps happen on demand.
@@ -286,11 +293,7 @@ where
             Some(core) => {
                 let forgotten = core.evict_idle();
                 drop(core);
-                if forgotten > 0 {
-                    // As the limiter's own thread does: the forgotten keys' slab slots
-                    // come back now, not a few periods on.
-                    crate::store::settle_releases();
-                }
+                settle_after(forgotten);
                 true
             }
             None => false,

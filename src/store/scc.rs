@@ -241,11 +241,13 @@ mod reuse {
 
     type Words = SccStore<u64, AtomicU64, foldhash::fast::RandomState>;
 
+    /// Key 0's word when the reader finds it.
+    const MARK: u64 = 12_345;
+
     /// What a reader of key 0, inside its lookup across the key's removal and 2,000
     /// insertions, saw: whether a new key was given its word, and the word's value when
     /// the reader looked again. Then, the reader gone, whether new keys reuse it.
     fn reader_across_removal(store: &Words) -> (bool, u64, bool) {
-        const MARK: u64 = 12_345;
         let _ = store.get_or_insert(&0, |_| AtomicU64::new(MARK), |_| ());
         let address = |word: &AtomicU64| std::ptr::from_ref(word) as usize;
         let old = store.get(&0, address).unwrap();
@@ -284,7 +286,7 @@ mod reuse {
         let store = Words::with_hasher(Default::default(), 0);
         let (given, seen, reused) = reader_across_removal(&store);
         assert!(!given, "a new key was given a word a reader still held");
-        assert_eq!(seen, 12_345, "the reader's word changed under it");
+        assert_eq!(seen, MARK, "the reader's word changed under it");
         assert!(reused, "the slot was never reused");
     }
 
@@ -320,6 +322,6 @@ mod reuse {
         let (given, seen, _) = reader_across_removal(&store);
         mutant::RELEASE_AT_ONCE.set(false);
         assert!(given);
-        assert_ne!(seen, 12_345);
+        assert_ne!(seen, MARK);
     }
 }
