@@ -2,6 +2,11 @@
 //! with the TSC and recorded in HDR histograms, for every limiter at 2 and 4 threads
 //! on the hot-key, uniform and churn patterns. Writes `latency.csv` to the output
 //! directory (see `common::out_dir`).
+//!
+//! Beside the maximum, how much of that slowest call the thread spent preempted:
+//! runnable, waiting in the run queue for a CPU (the kernel's schedstat account, read
+//! between windows of calls). On a machine with fewer cores than busy threads a
+//! maximum of a few milliseconds is mostly that wait, whatever the limiter.
 
 mod common;
 
@@ -21,16 +26,82 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// The calls of a thread are timed in windows of at most this many, and the
+/// scheduler's account of the thread is read between windows (outside every timed
+/// call).
+const WINDOW: u64 = 1024;
+
+/// A call slower than this (ns) ends its window, so that the account read next
+/// covers little besides it.
+const SLOW_CALL: u64 = 100_000;
+
+/// What one run measured: every call's latency, and what the scheduler says of the
+/// slowest call.
+struct Measured {
+    hist: Histogram<u64>,
+    slowest: Slowest,
+}
+
+/// The slowest call of a run, and how much of it the thread spent runnable but
+/// waiting for a CPU (preempted): the window of calls around it waited `waited` ns in
+/// the run queue, of which at least `waited - (window - call)` fell inside the call.
+/// `None` where the kernel keeps no account (not Linux, no schedstat).
+#[derive(Clone, Copy, Default)]
+struct Slowest {
+    call: u64,
+    waiting_at_least: Option<u64>,
+}
+
+impl Slowest {
+    fn consider(&mut self, call: u64, window: u64, waited: Option<u64>) {
+        if call > self.call {
+            let outside = window.saturating_sub(call);
+            *self = Slowest {
+                call,
+                waiting_at_least: waited.map(|waited| waited.saturating_sub(outside)),
+            };
+        }
+    }
+}
+
+/// The calling thread's nanoseconds spent runnable but waiting for a CPU, from
+/// `/proc/thread-self/schedstat` (its second field), read without reopening.
+struct RunQueueWait {
+    file: Option<std::fs::File>,
+}
+
+impl RunQueueWait {
+    /// Opened on the thread it accounts for (`thread-self` names the opener).
+    fn open() -> Self {
+        Self {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+        }
+    }
+
+    fn read(&self) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt as _;
+            let mut buf = [0u8; 96];
+            let len = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+            let text = std::str::from_utf8(&buf[..len]).ok()?;
+            text.split_whitespace().nth(1)?.parse().ok()
+        }
+        #[cfg(not(unix))]
+        None
+    }
+}
+
 /// `threads` threads check keys of `pattern` for `run_for`, each call timed alone.
 fn measure<T: Contender>(
     contender: &T,
     pattern: Pattern,
     threads: usize,
     run_for: Duration,
-) -> Histogram<u64> {
+) -> Measured {
     let barrier = Barrier::new(threads);
     let clock = quanta::Clock::new();
-    let per_thread: Vec<Histogram<u64>> = thread::scope(|s| {
+    let per_thread: Vec<Measured> = thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (barrier, clock) = (&barrier, &clock);
@@ -39,23 +110,42 @@ fn measure<T: Contender>(
                     let mask = keys.len() - 1;
                     let churn_base = Pattern::churn_base(t);
                     let mut hist = histogram();
+                    let mut slowest = Slowest::default();
+                    let run_queue = RunQueueWait::open();
                     barrier.wait();
                     let deadline = Instant::now() + run_for;
                     let mut i = 0u64;
-                    while i % 1024 != 0 || Instant::now() < deadline {
-                        let key = if pattern == Pattern::Churn {
-                            churn_base + i
-                        } else {
-                            keys[i as usize & mask]
-                        };
-                        let start = clock.raw();
-                        black_box(contender.check(black_box(key)));
-                        let end = clock.raw();
-                        hist.record(clock.delta_as_nanos(start, end).max(1))
-                            .expect("within bounds");
-                        i += 1;
+                    loop {
+                        let (window_start, waited_before) = (clock.raw(), run_queue.read());
+                        let mut window_slowest = 0;
+                        for _ in 0..WINDOW {
+                            let key = if pattern == Pattern::Churn {
+                                churn_base + i
+                            } else {
+                                keys[i as usize & mask]
+                            };
+                            let start = clock.raw();
+                            black_box(contender.check(black_box(key)));
+                            let end = clock.raw();
+                            let call = clock.delta_as_nanos(start, end).max(1);
+                            hist.record(call).expect("within bounds");
+                            window_slowest = window_slowest.max(call);
+                            i += 1;
+                            if call > SLOW_CALL {
+                                break; // read the account now: a short window, a tight bound
+                            }
+                        }
+                        let window = clock.delta_as_nanos(window_start, clock.raw());
+                        let waited = run_queue
+                            .read()
+                            .zip(waited_before)
+                            .map(|(after, before)| after.saturating_sub(before));
+                        slowest.consider(window_slowest, window, waited);
+                        if Instant::now() >= deadline {
+                            break;
+                        }
                     }
-                    hist
+                    Measured { hist, slowest }
                 })
             })
             .collect();
@@ -64,9 +154,15 @@ fn measure<T: Contender>(
             .map(|h| h.join().expect("latency thread"))
             .collect()
     });
-    let mut merged = histogram();
-    for hist in &per_thread {
-        merged.add(hist).expect("same bounds");
+    let mut merged = Measured {
+        hist: histogram(),
+        slowest: Slowest::default(),
+    };
+    for measured in &per_thread {
+        merged.hist.add(&measured.hist).expect("same bounds");
+        if measured.slowest.call > merged.slowest.call {
+            merged.slowest = measured.slowest;
+        }
     }
     merged
 }
@@ -85,9 +181,13 @@ impl Visit for Run<'_> {
         for threads in [2, 4] {
             let contender = make();
             prepopulate(&contender, self.pattern);
-            let hist = measure(&contender, self.pattern, threads, self.run_for);
+            let Measured { hist, slowest } =
+                measure(&contender, self.pattern, threads, self.run_for);
+            let waiting = slowest
+                .waiting_at_least
+                .map_or_else(|| "-".to_string(), |ns| ns.to_string());
             let row = format!(
-                "{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{}",
                 self.name,
                 self.pattern.name(),
                 threads,
@@ -95,7 +195,8 @@ impl Visit for Run<'_> {
                 hist.value_at_quantile(0.5),
                 hist.value_at_quantile(0.99),
                 hist.value_at_quantile(0.999),
-                hist.max()
+                hist.max(),
+                waiting
             );
             println!("{row}");
             writeln!(self.csv, "{row}").expect("write to string");
@@ -110,7 +211,9 @@ fn main() {
     } else {
         Duration::from_millis(300)
     };
-    let mut csv = String::from("limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n");
+    let mut csv = String::from(
+        "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,max_waiting_for_cpu_ns\n",
+    );
     println!("{}", csv.trim_end());
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {

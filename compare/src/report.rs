@@ -384,13 +384,21 @@ fn direct_tables(figures: &Figures) -> String {
 
 fn latency_table(figures: &Figures) -> String {
     let mut out = String::from(
-        "| contender | pattern | threads | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|\n",
+        "| contender | pattern | threads | p50 | p99 | p99.9 | max | of the max, preempted |\n|---|---|---|---|---|---|---|---|\n",
     );
     for l in &figures.latency {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} ns | {} ns | {} ns | {} ns |",
-            l.limiter, l.pattern, l.threads, l.p50, l.p99, l.p999, l.max
+            "| {} | {} | {} | {} ns | {} ns | {} ns | {} ns | {} |",
+            l.limiter,
+            l.pattern,
+            l.threads,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max,
+            l.max_waiting
+                .map_or("–".to_string(), |ns| format!("≥ {ns} ns"))
         );
     }
     out
@@ -480,11 +488,13 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     }
     write_file(&out.join("ratios.csv"), &csv)?;
 
-    let mut csv = head.clone() + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns\n";
+    let mut csv = head.clone()
+        + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,max_waiting_for_cpu_ns\n";
     for l in &figures.latency {
+        let waiting = l.max_waiting.map_or("-".to_string(), |ns| ns.to_string());
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{waiting}",
             l.limiter, l.pattern, l.threads, l.calls, l.p50, l.p99, l.p999, l.max
         );
     }
@@ -573,7 +583,10 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ## Latency per call (HDR histogram; TSC-timed, includes ~10–20 ns of timer overhead)\n\n\
          Churn runs 3 s per contender in either mode (a fresh limiter, every call a new key): \
          past turnstile's first 1 s margin, so that its sweeps are in the figures, and \
-         over 2M keys or more.\n\n{}\n\
+         over 2M keys or more. The last column is how much of the slowest call its thread \
+         spent preempted, runnable but waiting for a CPU (the kernel's schedstat account of \
+         the thread, read around every 1,024 calls: a lower bound); with more busy threads \
+         than cores a maximum of milliseconds is mostly that wait, whatever the contender.\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \
          counted by a global allocator. RSS: growth of the resident set.\n\n{}\n\
