@@ -2,6 +2,7 @@
 
 use crate::clock::duration_to_nanos;
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// A rate limit: at most `capacity` at once (the burst), one more every `refill_every`.
@@ -19,7 +20,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     capacity: u32,
-    refill_every: u64,
+    refill_every: NonZeroU64,
 }
 
 impl Quota {
@@ -34,12 +35,12 @@ impl Quota {
         }
         let nanos = u64::try_from(refill_every.as_nanos())
             .map_err(|_| QuotaError::IntervalTooLong { refill_every })?;
-        if nanos == 0 {
+        let Some(refill_every) = NonZeroU64::new(nanos) else {
             return Err(QuotaError::ZeroInterval);
-        }
+        };
         Ok(Self {
             capacity,
-            refill_every: nanos,
+            refill_every,
         })
     }
 
@@ -90,12 +91,12 @@ impl Quota {
     /// How often one token is added.
     #[inline]
     pub fn refill_every(&self) -> Duration {
-        Duration::from_nanos(self.refill_every)
+        Duration::from_nanos(self.refill_every.get())
     }
 
-    /// The refill interval in nanoseconds (at least 1).
+    /// The refill interval in nanoseconds (at least 1: a division by it needs no check).
     #[inline]
-    pub(crate) fn interval_nanos(&self) -> u64 {
+    pub(crate) fn interval_nanos(&self) -> NonZeroU64 {
         self.refill_every
     }
 }

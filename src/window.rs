@@ -22,7 +22,7 @@ pub(crate) struct Window {
 impl Window {
     /// The window of `quota`: its capacity times its refill interval.
     pub(crate) fn of(quota: &Quota) -> Self {
-        let len = u128::from(quota.capacity()) * u128::from(quota.interval_nanos());
+        let len = u128::from(quota.capacity()) * u128::from(quota.interval_nanos().get());
         Self {
             nanos: u64::try_from(len).ok().and_then(NonZeroU64::new),
             len,

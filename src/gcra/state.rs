@@ -7,6 +7,7 @@ use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// GCRA's parameters and the meaning of its state word, fixed per quota.
@@ -36,7 +37,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraRules {
     capacity: u64,
-    interval: u64,
+    interval: NonZeroU64,
     /// `capacity × interval`: the debt of an empty bucket, and the burst tolerance.
     full_refill: u64,
     /// The last instant the limiter tells apart: `u64::MAX − 1 − full_refill`.
@@ -55,7 +56,7 @@ impl GcraRules {
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let capacity = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
-        match capacity.checked_mul(interval) {
+        match capacity.checked_mul(interval.get()) {
             Some(full_refill) if full_refill <= 1 << 63 => Ok(Self {
                 capacity,
                 interval,
@@ -86,7 +87,7 @@ impl GcraRules {
     /// The emission interval: nanoseconds per token, for models.
     #[cfg(turnstile_loom)]
     pub const fn interval(&self) -> u64 {
-        self.interval
+        self.interval.get()
     }
 
     /// Whole tokens at reading `t` (already clamped to `end`) for a key whose TAT is
@@ -160,7 +161,7 @@ pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Deci
         return (word, decision);
     }
     // At most t + full_refill <= end + full_refill = u64::MAX − 1: no overflow.
-    (word.max(t) + cost * layout.interval, decision)
+    (word.max(t) + cost * layout.interval.get(), decision)
 }
 
 /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
@@ -172,7 +173,7 @@ pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
         return word;
     }
     // Saturating: a cost above the capacity refunds everything, however large.
-    word.saturating_sub(u64::from(cost).saturating_mul(layout.interval))
+    word.saturating_sub(u64::from(cost).saturating_mul(layout.interval.get()))
         .max(t)
 }
 
@@ -182,7 +183,7 @@ pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
 /// short.
 #[inline(never)]
 fn wait(layout: &GcraRules, tat: u64, t: u64, cost: u64) -> Duration {
-    let ready = tat - (layout.capacity - cost) * layout.interval;
+    let ready = tat - (layout.capacity - cost) * layout.interval.get();
     nanos_to_duration(u128::from(ready - t))
 }
 

@@ -340,17 +340,15 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let decision = loop {
-            // The hot path: a known key, one lookup and one compare-and-set. Its only
-            // call of `apply`, so it inlines.
-            let found = match self.states.get(key, |state| self.apply(state, now, cost)) {
-                Some(found) => found,
-                None => self.acquire_new(key, now, cost),
-            };
-            match found {
-                Ok(decision) => break decision,
-                Err(blocked) => self.unblock(key, blocked, now),
-            }
+        // The hot path: a known key, one lookup and one compare-and-set; anything
+        // else is out of line (`acquire_new`, `acquire_blocked`).
+        let found = match self.states.get(key, |state| self.apply(state, now, cost)) {
+            Some(found) => found,
+            None => self.acquire_new(key, now, cost),
+        };
+        let decision = match found {
+            Ok(decision) => decision,
+            Err(blocked) => self.acquire_blocked(key, blocked, now, cost),
         };
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
@@ -608,9 +606,31 @@ where
         found.unwrap_or(Err(Blocked::Retired))
     }
 
+    /// A request that met a state it could not use: clear what kept it, look again,
+    /// and repeat until the request is decided. Out of line, so the hot path carries
+    /// nothing of the loop.
+    #[cold]
+    #[inline(never)]
+    fn acquire_blocked<Q>(&self, key: &Q, mut blocked: Blocked, now: u64, cost: u32) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        loop {
+            self.unblock(key, blocked, now);
+            let found = self
+                .states
+                .get(key, |state| self.apply(state, now, cost))
+                .unwrap_or_else(|| self.acquire_new(key, now, cost));
+            match found {
+                Ok(decision) => return decision,
+                Err(again) => blocked = again,
+            }
+        }
+    }
+
     /// Clears what kept a request from `key`'s state, so that the next look finds it
     /// usable, absent or fresh.
-    #[cold]
     fn unblock<Q>(&self, key: &Q, blocked: Blocked, now: u64)
     where
         K: Borrow<Q>,

@@ -77,7 +77,7 @@ impl SlidingWindowRules {
     /// word: `2 × bits(capacity) + max(1, bits(u64::MAX / window)) <= 64`.
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = u64::from(quota.capacity());
-        let interval = quota.interval_nanos();
+        let interval = quota.interval_nanos().get();
         let count_bits = bits(limit);
         let last_index = u64::MAX / interval / limit;
         // The index keeps at least one bit, so no shift spans the whole word.

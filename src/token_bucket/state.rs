@@ -8,6 +8,7 @@ use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
 use crate::word::{MovableWord, WordAlgorithm};
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// The rules of a token bucket under one quota, and the meaning of its state word.
@@ -42,7 +43,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucketRules {
     capacity: u64,
-    interval: u64,
+    interval: NonZeroU64,
     /// The last grid index a reading is taken to (see the type's documentation).
     last_index: u64,
 }
@@ -68,7 +69,7 @@ impl TokenBucketRules {
     /// The refill interval in nanoseconds, for models.
     #[cfg(turnstile_loom)]
     pub const fn interval(&self) -> u64 {
-        self.interval
+        self.interval.get()
     }
 
     /// The capacity, for models.
@@ -79,7 +80,7 @@ impl TokenBucketRules {
 
     /// The grid index of the reading `now`.
     #[inline(always)]
-    const fn index(&self, now: u64) -> u64 {
+    fn index(&self, now: u64) -> u64 {
         // A division each time: behind the clock reading it costs nothing measurable
         // (a multiplication by a precomputed reciprocal measured no faster).
         let index = now / self.interval;
@@ -117,7 +118,7 @@ impl WordAlgorithm for TokenBucketRules {
     /// either.
     fn forgettable_from(&self, word: u64) -> Option<u64> {
         // No overflow: `last_index × interval` is at most `u64::MAX`.
-        (word <= self.last_index).then(|| word * self.interval)
+        (word <= self.last_index).then(|| word * self.interval.get())
     }
 
     #[inline]
@@ -201,7 +202,7 @@ fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Dura
         return Duration::MAX;
     }
     // Above the reading's grid index, so after the reading: never zero.
-    nanos_to_duration(ready * u128::from(rules.interval) - u128::from(now))
+    nanos_to_duration(ready * u128::from(rules.interval.get()) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -470,6 +471,6 @@ impl MovableWord for TokenBucketRules {
         // Below `u64::MAX / interval + 1`: the product stays within `u64` but for the
         // last grid point, which saturates to the clock's end.
         word.saturating_sub(self.capacity)
-            .saturating_mul(self.interval)
+            .saturating_mul(self.interval.get())
     }
 }
