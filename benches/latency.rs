@@ -3,9 +3,9 @@
 //! on the hot-key, uniform and churn patterns. Writes `latency.csv` to the output
 //! directory (see `common::out_dir`).
 //!
-//! Beside the maximum, how much of that slowest call the thread spent preempted:
-//! runnable, waiting in the run queue for a CPU (the kernel's schedstat account, read
-//! between windows of calls). On a machine with fewer cores than busy threads a
+//! Beside the maximum, how much of that slowest call the thread spent preempted —
+//! runnable, waiting in the run queue for a CPU — as a lower and an upper bound (the
+//! kernel's schedstat account, read between windows of calls). On a machine with fewer cores than busy threads a
 //! maximum of a few milliseconds is mostly that wait, whatever the limiter.
 
 mod common;
@@ -43,13 +43,16 @@ struct Measured {
 }
 
 /// The slowest call of a run, and how much of it the thread spent runnable but
-/// waiting for a CPU (preempted): the window of calls around it waited `waited` ns in
-/// the run queue, of which at least `waited - (window - call)` fell inside the call.
-/// `None` where the kernel keeps no account (not Linux, no schedstat).
+/// waiting for a CPU (preempted), as bounds: the account is read just before the
+/// window's first call and just before its end is timed, so the `waited` ns it shows
+/// cover the call (at most `waited` of it) and lie within the timed `window` (at least
+/// `waited - (window - call)` of it). Up to the TSC's and the kernel's clocks agreeing
+/// (their rates differ by well under 0.1 %). `None` where the kernel keeps no account
+/// (not Linux, no schedstat).
 #[derive(Clone, Copy, Default)]
 struct Slowest {
     call: u64,
-    waiting_at_least: Option<u64>,
+    preempted: Option<(u64, u64)>,
 }
 
 impl Slowest {
@@ -58,7 +61,7 @@ impl Slowest {
             let outside = window.saturating_sub(call);
             *self = Slowest {
                 call,
-                waiting_at_least: waited.map(|waited| waited.saturating_sub(outside)),
+                preempted: waited.map(|waited| (waited.saturating_sub(outside), waited.min(call))),
             };
         }
     }
@@ -135,9 +138,11 @@ fn measure<T: Contender>(
                                 break; // read the account now: a short window, a tight bound
                             }
                         }
+                        // The account first, then the clock: the wait read lies inside
+                        // the window timed.
+                        let waited_after = run_queue.read();
                         let window = clock.delta_as_nanos(window_start, clock.raw());
-                        let waited = run_queue
-                            .read()
+                        let waited = waited_after
                             .zip(waited_before)
                             .map(|(after, before)| after.saturating_sub(before));
                         slowest.consider(window_slowest, window, waited);
@@ -183,11 +188,12 @@ impl Visit for Run<'_> {
             prepopulate(&contender, self.pattern);
             let Measured { hist, slowest } =
                 measure(&contender, self.pattern, threads, self.run_for);
-            let waiting = slowest
-                .waiting_at_least
-                .map_or_else(|| "-".to_string(), |ns| ns.to_string());
+            let (at_least, at_most) = slowest.preempted.map_or_else(
+                || ("-".to_string(), "-".to_string()),
+                |(least, most)| (least.to_string(), most.to_string()),
+            );
             let row = format!(
-                "{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{}",
                 self.name,
                 self.pattern.name(),
                 threads,
@@ -196,7 +202,8 @@ impl Visit for Run<'_> {
                 hist.value_at_quantile(0.99),
                 hist.value_at_quantile(0.999),
                 hist.max(),
-                waiting
+                at_least,
+                at_most
             );
             println!("{row}");
             writeln!(self.csv, "{row}").expect("write to string");
@@ -212,7 +219,7 @@ fn main() {
         Duration::from_millis(300)
     };
     let mut csv = String::from(
-        "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,max_waiting_for_cpu_ns\n",
+        "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,max_preempted_at_least_ns,max_preempted_at_most_ns\n",
     );
     println!("{}", csv.trim_end());
     for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {

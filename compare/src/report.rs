@@ -397,8 +397,10 @@ fn latency_table(figures: &Figures) -> String {
             l.p99,
             l.p999,
             l.max,
-            l.max_waiting
-                .map_or("–".to_string(), |ns| format!("≥ {ns} ns"))
+            l.max_preempted
+                .map_or("–".to_string(), |(least, most)| format!(
+                    "{least}–{most} ns"
+                ))
         );
     }
     out
@@ -489,12 +491,16 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     write_file(&out.join("ratios.csv"), &csv)?;
 
     let mut csv = head.clone()
-        + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,max_waiting_for_cpu_ns\n";
+        + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,\
+           max_preempted_at_least_ns,max_preempted_at_most_ns\n";
     for l in &figures.latency {
-        let waiting = l.max_waiting.map_or("-".to_string(), |ns| ns.to_string());
+        let (least, most) = l.max_preempted.map_or_else(
+            || ("-".to_string(), "-".to_string()),
+            |(least, most)| (least.to_string(), most.to_string()),
+        );
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{waiting}",
+            "{},{},{},{},{},{},{},{},{least},{most}",
             l.limiter, l.pattern, l.threads, l.calls, l.p50, l.p99, l.p999, l.max
         );
     }
@@ -584,9 +590,10 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          Churn runs 3 s per contender in either mode (a fresh limiter, every call a new key): \
          past turnstile's first 1 s margin, so that its sweeps are in the figures, and \
          over 2M keys or more. The last column is how much of the slowest call its thread \
-         spent preempted, runnable but waiting for a CPU (the kernel's schedstat account of \
-         the thread, read around every 1,024 calls: a lower bound); with more busy threads \
-         than cores a maximum of milliseconds is mostly that wait, whatever the contender.\n\n{}\n\
+         spent preempted, runnable but waiting for a CPU, at least and at most (the kernel's \
+         schedstat account of the thread, read around every 1,024 calls and after any call \
+         over 100 µs); with more busy threads than cores a maximum of milliseconds is mostly \
+         that wait, whatever the contender.\n\n{}\n\
          ## Memory per key\n\n\
          Heap: every byte allocated while inserting the keys (limiter, map, owned keys), \
          counted by a global allocator. RSS: growth of the resident set.\n\n{}\n\

@@ -23,9 +23,9 @@ pub struct Latency {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
-    /// Of the slowest call, at least this long was spent preempted (runnable,
-    /// waiting for a CPU); `None` where the kernel keeps no such account.
-    pub max_waiting: Option<u64>,
+    /// Of the slowest call, at least and at most this long was spent preempted
+    /// (runnable, waiting for a CPU); `None` where the kernel keeps no such account.
+    pub max_preempted: Option<(u64, u64)>,
 }
 
 /// Bytes per key after inserting `keys` keys.
@@ -181,7 +181,10 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             p99: f[5].parse().unwrap_or(0),
             p999: f[6].parse().unwrap_or(0),
             max: f[7].parse().unwrap_or(0),
-            max_waiting: f.get(8).and_then(|w| w.parse().ok()),
+            max_preempted: f
+                .get(8)
+                .zip(f.get(9))
+                .and_then(|(least, most)| Some((least.parse().ok()?, most.parse().ok()?))),
         })?,
         memory: read_csv(&scratch.join("memory.csv"), |f| Memory {
             limiter: f[0].to_string(),

@@ -631,6 +631,7 @@ where
 
     /// Clears what kept a request from `key`'s state, so that the next look finds it
     /// usable, absent or fresh.
+    #[cold]
     fn unblock<Q>(&self, key: &Q, blocked: Blocked, now: u64)
     where
         K: Borrow<Q>,

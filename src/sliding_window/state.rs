@@ -7,6 +7,7 @@ use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// The layout of a sliding window counter's state word, fixed per quota.
@@ -41,7 +42,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindowRules {
     limit: u64,
-    interval: u64,
+    interval: NonZeroU64,
     count_bits: u32,
 }
 
@@ -77,7 +78,7 @@ impl SlidingWindowRules {
     /// word: `2 × bits(capacity) + max(1, bits(u64::MAX / window)) <= 64`.
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = u64::from(quota.capacity());
-        let interval = quota.interval_nanos().get();
+        let interval = quota.interval_nanos();
         let count_bits = bits(limit);
         let last_index = u64::MAX / interval / limit;
         // The index keeps at least one bit, so no shift spans the whole word.
@@ -204,7 +205,7 @@ impl WordAlgorithm for SlidingWindowRules {
             _ => 2,
         };
         let window = u128::from(index) + after;
-        let start = window * u128::from(self.limit) * u128::from(self.interval);
+        let start = window * u128::from(self.limit) * u128::from(self.interval.get());
         u64::try_from(start).ok()
     }
 }
@@ -292,7 +293,7 @@ fn wait(layout: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
         (u128::from(at.index) + 1) * u128::from(limit)
             + u128::from(limit - room * limit / at.current)
     };
-    nanos_to_duration(ready * u128::from(layout.interval) - u128::from(now))
+    nanos_to_duration(ready * u128::from(layout.interval.get()) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
