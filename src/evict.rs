@@ -69,7 +69,8 @@
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
 //! an insertion into the bucket being swept waits while the sweeper looks at those
 //! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
-//! whatever the size of the map. Lookups of stored keys never wait; a peek or refund
+//! whatever the size of the map. Lookups of stored keys never wait (while the table
+//! grows they may do work, below); a peek or refund
 //! of a key the lock-free lookup did not find looks again under the bucket's lock, and
 //! may wait for it the same way. A forgotten entry is only marked removed; its slot
 //! in the map is reused by a later insertion into its bucket once no reader can still
@@ -84,19 +85,21 @@
 //! thread finished moving it — measured, a request stalled 240 ms after a sweep forgot
 //! 1M boxed keys.
 //!
-//! The index's own growth is the one maintenance left on requests, and only while the
-//! map grows past the largest size it has had — about log₂ of its peak key count times
-//! in a limiter's life; a map that sweeps hold at a steady size never grows again.
-//! While the table moves to one twice its size, every request that touches the index
-//! (lookup or insertion) first moves one unit of it: 64 buckets, up to **2,048
-//! entries** — measured 80–100 µs per such request, one request per 2,048 slots of the
-//! outgrown table. And the outgrown table is freed on the thread that finishes the
-//! move, which can be a request: for word states with keys that own no memory
-//! (integers, addresses) that hands the table's pages back to the OS, a cost that
-//! grows with the table — measured 0.7 ms at 1M keys, 2.8 ms at 4M, 5.3 ms at 8M and
-//! 11–12.5 ms at 16M (one thread, 2-core VM); for boxed states or owned keys
-//! (`String`), one `free` per entry left in it besides. Both are scc's, not
-//! turnstile's protocol (results/ANALYSIS.md, "The slowest requests").
+//! Besides those frees and the starved-thread exception below, the index's own growth
+//! puts work on requests — only while the map grows past the largest size it has had,
+//! about log₂ of its peak key count times in a limiter's life (a map that sweeps hold
+//! at a steady size never grows again). While the table moves to one twice its size,
+//! every request that touches the index (lookup or insertion) first moves one unit of
+//! it: 64 buckets, up to **2,048 entries** — measured 80–100 µs per such request, one
+//! request per 2,048 slots of the outgrown table. And the outgrown table is freed on
+//! the thread that finishes the move, which can be a request: for word states with
+//! keys that own no memory (integers, addresses) that hands the table's pages back to
+//! the OS, a cost that grows with the table (`munmap` of its entries: 1.4 ms for 16
+//! MB, 5.0 ms for 128 MB, 12.8 ms for 256 MB); for boxed states or owned keys
+//! (`String`), one `free` per entry left in it besides. The slowest request per
+//! doubling, measured (one thread, 2-core VM): 0.7 ms at 1M keys, 2.8 ms at 4M, 5.3 ms
+//! at 8M, 11–12.5 ms at 16M. Both are scc's, not turnstile's protocol
+//! (results/ANALYSIS.md, "The slowest requests").
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four
