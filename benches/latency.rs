@@ -5,8 +5,9 @@
 //!
 //! Beside the maximum, how much of that slowest call the thread spent preempted —
 //! runnable, waiting in the run queue for a CPU — as a lower and an upper bound (the
-//! kernel's schedstat account, read between windows of calls). On a machine with fewer cores than busy threads a
-//! maximum of a few milliseconds is mostly that wait, whatever the limiter.
+//! kernel's schedstat account, read between windows of calls). On a machine with
+//! fewer cores than busy threads a maximum of a few milliseconds is mostly that wait,
+//! whatever the limiter.
 
 mod common;
 

@@ -97,8 +97,8 @@
 //! the OS, a cost that grows with the table (`munmap` of its entries: 1.4 ms for 16
 //! MB, 5.0 ms for 128 MB, 12.8 ms for 256 MB); for boxed states or owned keys
 //! (`String`), one `free` per entry left in it besides. The slowest request per
-//! doubling, measured (one thread, a 2-core Intel Xeon VM): 0.7 ms at 1M keys, 2.8 ms at 4M, 5.3 ms
-//! at 8M, 11–12.5 ms at 16M. Both are scc's, not turnstile's protocol
+//! doubling, measured (one thread, a 2-core Intel Xeon VM): 0.7 ms at 1M keys, 2.8 ms
+//! at 4M, 5.3 ms at 8M, 11–12.5 ms at 16M. Both are scc's, not turnstile's protocol
 //! (results/ANALYSIS.md, "The slowest requests"). A limiter built with
 //! `expected_keys(n)` starts with the table for `n` keys and meets neither below
 //! that: 17M new keys into one presized for them, the slowest request took 0.4 ms.
