@@ -342,11 +342,7 @@ where
         let now = self.epoch.elapsed();
         // The hot path: a known key, one lookup and one compare-and-set; anything
         // else is out of line (`acquire_new`, `acquire_blocked`).
-        let found = match self.states.get(key, |state| self.apply(state, now, cost)) {
-            Some(found) => found,
-            None => self.acquire_new(key, now, cost),
-        };
-        let decision = match found {
+        let decision = match self.look(key, now, cost) {
             Ok(decision) => decision,
             Err(blocked) => self.acquire_blocked(key, blocked, now, cost),
         };
@@ -618,14 +614,24 @@ where
     {
         loop {
             self.unblock(key, blocked, now);
-            let found = self
-                .states
-                .get(key, |state| self.apply(state, now, cost))
-                .unwrap_or_else(|| self.acquire_new(key, now, cost));
-            match found {
+            match self.look(key, now, cost) {
                 Ok(decision) => return decision,
                 Err(again) => blocked = again,
             }
+        }
+    }
+
+    /// One look for `key`'s state and one request applied to it: the stored state if
+    /// there is one, else a new one (`acquire_new`).
+    #[inline(always)]
+    fn look<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        match self.states.get(key, |state| self.apply(state, now, cost)) {
+            Some(found) => found,
+            None => self.acquire_new(key, now, cost),
         }
     }
 
