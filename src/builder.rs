@@ -70,7 +70,8 @@ impl<L, C, S> Builder<L, C, S> {
         }
     }
 
-    /// Hashes keys with `hasher` instead of [`DefaultHasher`].
+    /// Hashes keys with `hasher` instead of [`DefaultHasher`]. The keyed limiters
+    /// need it to be `Clone`: the larger table that replaces a full one gets a copy.
     pub fn hasher<S2>(self, hasher: S2) -> Builder<L, C, S2> {
         Builder {
             quota: self.quota,

@@ -27,9 +27,9 @@ pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};
 pub fn word<W, K, C, S, Q>(limiter: &KeyedLimiter<W, K, C, S>, key: &Q) -> (Option<u64>, W)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64> + Copy,
-    K: Hash + Eq + Clone + Borrow<Q>,
+    K: Hash + Eq + Clone + Borrow<Q> + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
     Q: ?Sized + Hash + Eq,
 {
     // Relaxed: read after the model's threads are joined, which orders everything.
@@ -43,9 +43,9 @@ pub fn token_bucket_word<K, C, S, Q>(
     key: &Q,
 ) -> (Option<u64>, TokenBucketRules)
 where
-    K: Hash + Eq + Clone + Borrow<Q>,
+    K: Hash + Eq + Clone + Borrow<Q> + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
     Q: ?Sized + Hash + Eq,
 {
     word(limiter, key)
@@ -56,9 +56,9 @@ where
 pub fn sweep_without_retiring<W, K, C, S>(limiter: &KeyedLimiter<W, K, C, S>)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64>,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     let rules = limiter.algorithm();
     // Relaxed: this is the mutant; the model shows why it is wrong.

@@ -19,7 +19,7 @@ pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
     quota: Quota,
 }
 
-impl<K: Hash + Eq + Clone> MutexPerKey<K> {
+impl<K: Hash + Eq + Clone + 'static> MutexPerKey<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
@@ -31,14 +31,16 @@ impl<K: Hash + Eq + Clone> MutexPerKey<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock> MutexPerKey<K, C> {
+impl<K: Hash + Eq + Clone + 'static, C: Clock> MutexPerKey<K, C> {
     /// A limiter on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<MutexPerKey<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq + Clone, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, S> {
+impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
+    Builder<MutexPerKey<K>, C, S>
+{
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
@@ -52,9 +54,9 @@ impl<K: Hash + Eq + Clone, C: Clock, S: BuildHasher> Builder<MutexPerKey<K>, C, 
 
 impl<K, C, S> RateLimiter<K> for MutexPerKey<K, C, S>
 where
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where

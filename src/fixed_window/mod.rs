@@ -78,7 +78,7 @@ impl<K, C, S> Builder<FixedWindow<K>, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
-    S: BuildHasher + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> FixedWindow<K, C, S> {

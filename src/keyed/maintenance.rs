@@ -11,8 +11,10 @@
 //! itself.
 //!
 //! The thread also prepares the store's next stretch of memory when asked (a slab
-//! level allocated and its pages touched before requests reach it, `store/slab.rs`),
-//! so that no request pays for first-touching fresh pages either.
+//! level allocated and its pages touched before requests reach it, `store/slab.rs`;
+//! a full index table replaced by one twice its size, `store/tables.rs`), so that no
+//! request pays for first-touching fresh pages, moving entries or freeing an outgrown
+//! table either.
 //!
 //! The handshake: a request sets what it wants under the mutex and notifies; the
 //! thread checks under the same mutex before it waits, so a request made before it

@@ -112,7 +112,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
         A: Algorithm<K> + 'static,
         K: Hash + Eq + Clone + Send + Sync + 'static,
         C: 'static,
-        S: Send + Sync + 'static,
+        S: Clone + Send + Sync + 'static,
         R: Algorithm<()> + 'static,
     {
         let overflow = match self.forgetting.max_keys {
@@ -149,7 +149,7 @@ where
     A: Algorithm<K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
-    S: BuildHasher + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     if !automatic {
         return Maintenance::manual();
@@ -197,9 +197,9 @@ fn maintenance<A: Algorithm<K>, K, C, S: BuildHasher>(
 impl<A, K, C, S> KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
@@ -327,9 +327,9 @@ where
 impl<A, K, C, S> Core<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
@@ -405,7 +405,7 @@ where
     fn get_settled<Q, R>(&self, key: &Q, f: impl Fn(&A::State) -> R) -> Option<R>
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         if let Some(found) = self.states.get(key, &f) {
             return Some(found);
@@ -508,8 +508,9 @@ where
             self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
             if self.sweeper.automatic() && self.states.wants_preparation() {
                 // The slab's next level, allocated and touched by the sweeper thread
-                // before requests reach it. Without a thread (`manual_eviction()`),
-                // requests touch its pages as they take slots.
+                // before requests reach it; a full table, replaced by one twice its
+                // size. Without a thread (`manual_eviction()`), requests touch the
+                // slab's pages as they take slots, and the index grows by itself.
                 self.maintenance.request_preparation();
             }
         }
@@ -656,7 +657,7 @@ where
     fn remove_retired<Q>(&self, key: &Q)
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         self.states
             .remove_if(key, |state| self.algorithm.is_retired(state));
@@ -690,9 +691,9 @@ where
 impl<A, K, C, S> RateLimiter<K> for KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     #[inline]
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision

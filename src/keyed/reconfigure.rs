@@ -21,7 +21,7 @@ where
     A: Reconfigurable + Algorithm<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
-    S: BuildHasher + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Builds a limiter in which each key gets `quota_for(key)`, asked once when the
     /// key's state is created (premium users more, say). The builder's quota is what
@@ -54,9 +54,9 @@ where
 impl<A, K, C, S> KeyedLimiter<PerKey<A, K>, K, C, S>
 where
     A: Reconfigurable + Algorithm<K>,
-    K: Hash + Eq + Clone + Send + Sync,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     /// From now on each key gets `quota_for(key)`: new keys at once, existing keys at
     /// their next request, as the [`per_key`](crate::per_key) module docs say (a key

@@ -95,7 +95,7 @@ impl<K, C, S> Builder<SlidingWindowCounter<K>, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
-    S: BuildHasher + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Builds the limiter; its epoch is now.
     ///

@@ -39,6 +39,15 @@ pub trait Home<V>: Send + Sync + Sized {
     /// after the index has removed them.
     fn release(&self, removed: Self::Removed);
 
+    /// Whether an entry's handle can be copied into another table, so that the sweeper
+    /// thread can move entries to a larger one (`tables.rs`). A box cannot: it owns
+    /// its state.
+    const MOVABLE: bool = false;
+
+    /// A copy of `handle`, naming the same state, for an entry moved to another table.
+    /// Called only when [`MOVABLE`](Self::MOVABLE).
+    fn copied(handle: &Self::Handle) -> Self::Handle;
+
     /// Whether the home would like its next stretch of memory prepared.
     fn wants_preparation(&self) -> bool {
         false
@@ -70,6 +79,10 @@ impl<V: Send + Sync + 'static> Home<V> for Boxes {
     #[inline(always)]
     fn state<'a>(&'a self, handle: &'a Box<V>) -> &'a V {
         handle
+    }
+
+    fn copied(_handle: &Box<V>) -> Box<V> {
+        unreachable!("turnstile: boxes are never moved between tables")
     }
 
     fn removed(_handle: &Box<V>, _removed: &mut ()) {}

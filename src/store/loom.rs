@@ -98,7 +98,7 @@ where
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         self.snapshot(key).map(|v| f(&v))
     }
@@ -125,7 +125,7 @@ where
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         loop {
             let Some(seen) = self.snapshot(key) else {

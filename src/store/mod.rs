@@ -1,13 +1,14 @@
 //! The keyed store: where each key's state lives, behind a small contract.
 //!
-//! Limiters use only this contract, so the same limiter code runs on an
-//! `scc::HashIndex` in normal builds and on a small loom-aware store under
+//! Limiters use only this contract, so the same limiter code runs on `scc::HashIndex`
+//! tables in normal builds and on a small loom-aware store under
 //! `--cfg turnstile_loom`. scc is not loom-aware (it uses std atomics internally), so
 //! loom checks turnstile's protocols against this contract, and the index's own
 //! guarantees — insert-if-absent under a bucket lock, lock-free lookups that see
 //! every completed insertion and removal (Release stores of a bucket's bitmaps,
 //! Acquire loads in the lookup), removed entries kept until no reader can hold them —
-//! cover the rest.
+//! cover the rest. The move of every entry to a larger table (`tables.rs`) is a
+//! protocol of ours on top of scc; loom model 15 checks a restatement of it.
 
 use crate::KeyRef;
 use std::borrow::Borrow;
@@ -23,6 +24,8 @@ mod loom;
 mod scc;
 #[cfg(not(turnstile_loom))]
 mod slab;
+#[cfg(not(turnstile_loom))]
+mod tables;
 
 #[cfg(not(turnstile_loom))]
 pub use home::{Boxes, Stored};
@@ -64,7 +67,8 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 /// - **get**: `get(key, f)` calls `f` with the key's value if the key is present. It
 ///   takes no lock, and may miss a key whose entry a `swap` is replacing at that
 ///   moment (scc inserts the successor and marks the old entry removed as two steps
-///   that a lock-free reader can straddle); never one present throughout.
+///   that a lock-free reader can straddle), or that is moving to a larger table (the
+///   same two steps across two tables); never one present throughout.
 /// - **get-locked**: `get_locked(key, f)` looks under the map's lock for the key, so
 ///   it never misses a present key, swapped or not; `f` runs under that lock. For the
 ///   cold paths where a miss means something (a peek's fresh answer, a refund's
@@ -117,7 +121,7 @@ pub(crate) trait Store<K, V, S> {
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq;
+        Q: ?Sized + KeyRef<K>;
 
     /// Calls `f` with the value of `key`, storing `value(owned key)` first if the key
     /// is absent. For a key the caller has just missed: `value` is made before the
@@ -136,7 +140,7 @@ pub(crate) trait Store<K, V, S> {
     fn remove_if<Q>(&self, key: &Q, pred: impl FnMut(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq;
+        Q: ?Sized + KeyRef<K>;
 
     /// Removes every entry whose value `keep` rejects.
     fn retain(&self, keep: impl FnMut(&V) -> bool);
@@ -155,8 +159,10 @@ pub(crate) trait Store<K, V, S> {
 
     /// Prepares the store's next stretch of memory: for the slab of word states, the
     /// next level allocated and its pages touched, so that no request meets a fresh
-    /// page; ends early once `stopping` says so. For the sweeper thread (none under
-    /// loom); safe while requests run.
+    /// page; for a full table, a table twice its size with every entry moved into it,
+    /// so that no request moves entries or frees the outgrown table. Ends early once
+    /// `stopping` says so. For the sweeper thread (none under loom); safe while
+    /// requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     fn prepare(&self, stopping: impl Fn() -> bool) {
         let _ = stopping;

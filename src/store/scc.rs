@@ -1,29 +1,29 @@
-//! The store of normal builds: an `scc::HashIndex` of handles to states kept in a
+//! The store of normal builds: an `scc::HashIndex` of handles ([`super::tables`],
+//! which the sweeper thread replaces by a larger one as it fills) to states kept in a
 //! home of their own ([`super::home`]): a slab slot for a single word, a box for
 //! anything else.
 //!
 //! Why this map (measured in results/ANALYSIS.md, "The store"): its lookups take no
-//! lock and write no shared memory, like papaya's (during a resize a lookup may move
-//! one bucket of the old table, if it can lock it without waiting); its
-//! buckets hold entries inline, so an insertion takes one bucket lock and growing the
-//! table rehashes keys in place instead of following a pointer per entry — under key
-//! churn it inserts several times faster than papaya, about as fast as a locked map.
+//! lock and write no shared memory, like papaya's; its buckets hold entries inline,
+//! so an insertion takes one bucket lock — under key churn it inserts several times
+//! faster than papaya, about as fast as a locked map.
 
 use super::Store;
 use super::count::KeyCount;
 use super::home::{Home, Stored};
+use super::tables::{Tables, hold_capacity};
 use crate::KeyRef;
-use scc::HashIndex;
 use scc::hash_index::Entry;
+use sdd::Guard;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 /// What the index holds for a state of type `V`.
 type Handle<V> = <<V as Stored>::Home as Home<V>>::Handle;
 
-/// Keys and handles to their states in a lock-free-read hash index.
+/// Keys and handles to their states in lock-free-read hash tables.
 pub(crate) struct SccStore<K, V: Stored, S: BuildHasher> {
-    map: HashIndex<K, Handle<V>, S>,
+    tables: Tables<K, Handle<V>, S>,
     /// Where the states are.
     home: V::Home,
     /// `HashIndex::len` walks the whole table; this counts insertions and removals.
@@ -32,13 +32,13 @@ pub(crate) struct SccStore<K, V: Stored, S: BuildHasher> {
 
 impl<K, V, S> Store<K, V, S> for SccStore<K, V, S>
 where
-    K: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + 'static,
     V: Stored,
-    S: BuildHasher,
+    S: BuildHasher + Clone + 'static,
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
         Self {
-            map: HashIndex::with_capacity_and_hasher(expected_keys, hasher),
+            tables: Tables::new(hasher, expected_keys),
             home: V::Home::new(expected_keys),
             keys: KeyCount::new(),
         }
@@ -50,21 +50,28 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        self.map
-            .peek_with(key, |_, handle| f(self.home.state(handle)))
+        let guard = Guard::new();
+        let handle = self.tables.peek(key, &guard)?;
+        Some(f(self.home.state(handle)))
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
-        // A shared lock on the key's bucket: `swap` holds it exclusively from inserting
-        // the successor to marking the old entry removed. (scc answers a read of
-        // primitive keys and values without the lock; our values are boxes, never
-        // primitive — a box or a `Slot` — so this always locks.)
-        self.map
-            .read_sync(key, |_, handle| f(self.home.state(handle)))
+        let guard = Guard::new();
+        if let Some(index) = self.tables.alone(&guard) {
+            // A shared lock on the key's bucket: `swap` holds it exclusively from
+            // inserting the successor to marking the old entry removed. (scc answers a
+            // read of primitive keys and values without the lock; our values are boxes
+            // or slots, never primitive, so this always locks.)
+            return index.read_sync(key, |_, handle| f(self.home.state(handle)));
+        }
+        match self.tables.locate(key.to_key(), &guard).entry {
+            Entry::Occupied(entry) => Some(f(self.home.state(entry.get()))),
+            Entry::Vacant(_) => None,
+        }
     }
 
     #[inline]
@@ -83,13 +90,16 @@ where
         // another thread stored the key meanwhile, ours is dropped unused.
         let owned = key.to_key();
         let value = value(&owned);
+        // Held until the insertion is done: a move waits for every operation that may
+        // have seen its tables before (see `tables`).
+        let guard = Guard::new();
         // `f` (the algorithm's step, never user code: a compare-and-set, or for the
         // sliding log its own lock and `cost` timestamps pushed, which may grow the
         // log) runs on the entry under the bucket's lock: the state it sees is the
         // key's, with no second lookup (measured: about 30 instructions of a new key's
         // 860, results/ANALYSIS.md). Insertions into the bucket and the sweeper wait
         // for it; lock-free lookups do not.
-        let entry = match self.map.entry_sync(owned) {
+        let entry = match self.tables.locate(owned, &guard).entry {
             Entry::Occupied(entry) => entry,
             Entry::Vacant(entry) => {
                 self.keys.add(1);
@@ -104,18 +114,30 @@ where
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
+        Q: ?Sized + KeyRef<K>,
     {
         let mut handles = Default::default();
-        // `remove_if_sync` removes the entry exactly when `pred` answers true (it asks
-        // once, under the bucket's lock).
-        let removed = self.map.remove_if_sync(key, |handle| {
-            let remove = pred(self.home.state(handle));
-            if remove {
-                V::Home::removed(handle, &mut handles);
-            }
-            remove
-        });
+        let guard = Guard::new();
+        let removed = match self.tables.alone(&guard) {
+            // `remove_if_sync` removes the entry exactly when `pred` answers true (it
+            // asks once, under the bucket's lock).
+            Some(index) => index.remove_if_sync(key, |handle| {
+                let remove = pred(self.home.state(handle));
+                if remove {
+                    V::Home::removed(handle, &mut handles);
+                }
+                remove
+            }),
+            None => match self.tables.locate(key.to_key(), &guard).entry {
+                Entry::Occupied(entry) if pred(self.home.state(entry.get())) => {
+                    V::Home::removed(entry.get(), &mut handles);
+                    entry.remove_entry();
+                    true
+                }
+                _ => false,
+            },
+        };
+        drop(guard);
         if removed {
             self.keys.add(-1);
             self.home.release(handles);
@@ -124,28 +146,31 @@ where
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        // Never let a sweep shrink the table. scc frees a removed entry only when its
-        // bucket is next written or when the table holding it is dropped; a table
-        // outgrown or shrunk away is dropped with every removed entry in it, all at
-        // once, on the thread that finishes moving it — a request, as likely as not
-        // (1M forgotten keys: a 240 ms stall, measured in results/ANALYSIS.md). Held
-        // at its largest size, as DashMap's and papaya's tables are, the table only
-        // ever grows, and removed entries are freed a bucket at a time by the
-        // insertions that reuse their slots.
-        self.hold_capacity();
         let mut handles = Default::default();
-        self.map.retain_sync(|_, handle| {
-            let kept = keep(self.home.state(handle));
-            if !kept {
-                // Counted as it goes (the index removes the entry as soon as this
-                // returns: `retain_sync` marks it removed under the bucket's lock
-                // before it asks about the next), so a long pass frees room at a key
-                // cap while it runs, and a pass cut short by a panic leaves the count
-                // right (and its removed states unreleased: kept, never reused early).
-                self.keys.add(-1);
-                V::Home::removed(handle, &mut handles);
-            }
-            kept
+        self.tables.upkeep(|index| {
+            // Never let a sweep shrink a table. scc frees a removed entry only when
+            // its bucket is next written or when the table holding it is dropped; a
+            // table shrunk away is dropped with every removed entry in it, all at
+            // once, on the thread that finishes moving it — a request, as likely as
+            // not (1M forgotten keys: a 240 ms stall, measured in results/ANALYSIS.md).
+            // Held at its largest size, as DashMap's and papaya's tables are, a table
+            // only ever grows, and removed entries are freed a bucket at a time by the
+            // insertions that reuse their slots.
+            hold_capacity(index);
+            index.retain_sync(|_, handle| {
+                let kept = keep(self.home.state(handle));
+                if !kept {
+                    // Counted as it goes (the index removes the entry as soon as this
+                    // returns: `retain_sync` marks it removed under the bucket's lock
+                    // before it asks about the next), so a long pass frees room at a
+                    // key cap while it runs, and a pass cut short by a panic leaves the
+                    // count right (and its removed states unreleased: kept, never
+                    // reused early).
+                    self.keys.add(-1);
+                    V::Home::removed(handle, &mut handles);
+                }
+                kept
+            });
         });
         // After the pass: every entry noted is out of the index.
         self.home.release(handles);
@@ -157,17 +182,19 @@ where
         // operation sees one or the other. A lock-free `get` can straddle the two
         // steps (insert the successor, mark the old entry removed) and miss the key;
         // see the contract.
-        match self.map.entry_sync(key) {
+        let mut handles = Default::default();
+        let guard = Guard::new();
+        let swapped = match self.tables.locate(key, &guard).entry {
             Entry::Occupied(mut entry) if std::ptr::eq(self.home.state(entry.get()), current) => {
-                let mut handles = Default::default();
                 V::Home::removed(entry.get(), &mut handles);
                 entry.update(self.home.place(new));
-                drop(entry);
-                self.home.release(handles);
                 true
             }
             _ => false,
-        }
+        };
+        drop(guard);
+        self.home.release(handles);
+        swapped
     }
 
     fn len(&self) -> usize {
@@ -175,31 +202,13 @@ where
     }
 
     fn wants_preparation(&self) -> bool {
-        self.home.wants_preparation()
+        self.home.wants_preparation() || (V::Home::MOVABLE && self.tables.growth_due(self.len()))
     }
 
     fn prepare(&self, stopping: impl Fn() -> bool) {
         self.home.prepare(&stopping);
-    }
-}
-
-impl<K, V, S> SccStore<K, V, S>
-where
-    K: Hash + Eq,
-    V: Stored,
-    S: BuildHasher,
-{
-    /// Raises the table's minimum capacity to its capacity now, so that it never
-    /// shrinks below the largest size it has had.
-    fn hold_capacity(&self) {
-        let capacity = self.map.capacity();
-        let minimum = *self.map.capacity_range().start();
-        if capacity > minimum
-            && let Some(reservation) = self.map.reserve(capacity - minimum)
-        {
-            // Kept for the map's whole life: dropping the reservation would lower the
-            // minimum again. Forgetting it leaks nothing (it only borrows the map).
-            std::mem::forget(reservation);
+        if V::Home::MOVABLE {
+            self.tables.grow(V::Home::copied, &|| self.len(), &stopping);
         }
     }
 }
@@ -217,16 +226,180 @@ mod tests {
         for key in 0..100_000 {
             let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
         }
-        let grown = store.map.capacity();
+        let grown = store.tables.capacity();
         store.retain(|_| false);
         assert_eq!(store.len(), 0);
-        assert_eq!(store.map.capacity(), grown, "the table shrank");
+        assert_eq!(store.tables.capacity(), grown, "the table shrank");
         // And keeps it while keys come back.
         for key in 100_000..100_100 {
             let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
         }
-        assert_eq!(store.map.capacity(), grown);
+        assert_eq!(store.tables.capacity(), grown);
         assert_eq!(store.len(), 100);
+    }
+}
+
+/// The sweeper thread's move to a larger table (`tables.rs`), with requests running.
+#[cfg(test)]
+mod growth {
+    use super::{SccStore, Store};
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    type Words = SccStore<u64, AtomicU64, foldhash::fast::RandomState>;
+
+    /// Adds one to `key`'s word, storing the key first if it is new; how many times
+    /// the word had been added to before.
+    fn count(store: &Words, key: u64) -> u64 {
+        // Relaxed: each test reads the words after the threads that add have ended.
+        let add = |word: &AtomicU64| word.fetch_add(1, Ordering::Relaxed);
+        match store.get(&key, add) {
+            Some(before) => before,
+            None => store
+                .get_or_insert(&key, |_| AtomicU64::new(0), add)
+                .expect("the scc store always answers"),
+        }
+    }
+
+    /// A store with keys `0..n`, each counted once, whose table they fill enough to
+    /// be replaced: the store and `n` (at least `at_least`).
+    fn full(at_least: u64) -> (Words, u64) {
+        let store = Words::with_hasher(Default::default(), 0);
+        let mut keys = 0;
+        while keys < at_least || !store.wants_preparation() {
+            count(&store, keys);
+            keys += 1;
+        }
+        (store, keys)
+    }
+
+    #[test]
+    fn a_full_table_is_replaced_by_one_twice_its_size_with_every_key_kept() {
+        let (store, keys) = full(50_000);
+        let before = store.tables.capacity();
+        store.prepare(|| false);
+        assert_eq!(store.tables.capacity(), 2 * before);
+        assert!(!store.tables.moving());
+        assert!(
+            !store.wants_preparation(),
+            "the new table is due again at once"
+        );
+        assert_eq!(store.len(), keys as usize);
+        for key in 0..keys {
+            assert_eq!(count(&store, key), 1, "key {key} lost its state");
+        }
+    }
+
+    #[test]
+    fn a_table_that_is_not_full_is_kept() {
+        let store = Words::with_hasher(Default::default(), 0);
+        count(&store, 1);
+        let before = store.tables.capacity();
+        store.prepare(|| false);
+        assert_eq!(store.tables.capacity(), before);
+    }
+
+    /// Threads count keys (old and new, each key by every thread) while the table is
+    /// replaced: every key ends with exactly one word holding every count, so no key
+    /// was given two states and no count was lost in a moved one.
+    #[test]
+    fn requests_during_a_move_count_exactly() {
+        const THREADS: u64 = 3;
+        for round in 0..4 {
+            let (store, old) = full(40_000);
+            let start = Barrier::new(THREADS as usize + 1);
+            let mut moved = false;
+            std::thread::scope(|s| {
+                for thread in 0..THREADS {
+                    let (store, start) = (&store, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        // Old keys, and new ones every thread also counts, each
+                        // thread from its own end.
+                        let keys: Vec<u64> = (0..2 * old).collect();
+                        let order: Box<dyn Iterator<Item = &u64>> = if thread % 2 == 0 {
+                            Box::new(keys.iter())
+                        } else {
+                            Box::new(keys.iter().rev())
+                        };
+                        for &key in order {
+                            count(store, key);
+                        }
+                    });
+                }
+                start.wait();
+                store.prepare(|| false);
+                moved = !store.tables.moving();
+            });
+            assert!(moved, "round {round}: the move did not finish");
+            assert_eq!(store.len(), 2 * old as usize, "round {round}");
+            for key in 0..2 * old {
+                let expected = THREADS + u64::from(key < old);
+                assert_eq!(
+                    count(&store, key),
+                    expected,
+                    "round {round}: key {key} counted wrong"
+                );
+            }
+        }
+    }
+
+    /// A locked look never misses a key that is there, moving or not; removals during
+    /// the move remove exactly the keys asked for.
+    #[test]
+    fn locked_looks_and_removals_during_a_move_are_exact() {
+        let (store, keys) = full(40_000);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Relaxed: a flag to stop looking; the scope's join orders the rest.
+                while !done.load(Ordering::Relaxed) {
+                    for key in (0..keys).step_by(7) {
+                        if key % 2 == 1 {
+                            continue;
+                        }
+                        assert!(
+                            store.get_locked(&key, |_| ()).is_some(),
+                            "key {key} missed under the lock"
+                        );
+                    }
+                }
+            });
+            s.spawn(|| {
+                for key in (1..keys).step_by(2) {
+                    assert!(store.remove_if(&key, |_| true), "key {key} not removed");
+                }
+            });
+            store.prepare(|| false);
+            done.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(store.len(), keys.div_ceil(2) as usize);
+        for key in 0..keys {
+            assert_eq!(store.get(&key, |_| ()).is_some(), key % 2 == 0, "key {key}");
+        }
+    }
+
+    #[test]
+    fn a_move_stopped_halfway_leaves_every_key_findable_and_is_finished_later() {
+        let (store, keys) = full(50_000);
+        let looks = std::cell::Cell::new(0);
+        // Stops at its first look after publishing the new table.
+        store.prepare(|| {
+            looks.set(looks.get() + 1);
+            true
+        });
+        assert!(looks.get() > 0);
+        assert!(store.tables.moving());
+        for key in 0..keys {
+            assert_eq!(count(&store, key), 1, "key {key}");
+        }
+        count(&store, u64::MAX);
+        store.prepare(|| false);
+        assert!(!store.tables.moving());
+        assert_eq!(store.len(), keys as usize + 1);
+        for key in 0..keys {
+            assert_eq!(count(&store, key), 2, "key {key}");
+        }
     }
 }
 

@@ -383,6 +383,13 @@ impl Home<AtomicU64> for Slab {
         self.word(handle)
     }
 
+    const MOVABLE: bool = true;
+
+    #[inline]
+    fn copied(handle: &Slot) -> Slot {
+        *handle
+    }
+
     fn removed(handle: &Slot, removed: &mut Removed) {
         removed.push(*handle);
     }

@@ -79,7 +79,7 @@ impl<K, C, S> Builder<TokenBucket<K>, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
-    S: BuildHasher + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Builds the limiter; its epoch (the refill grid's origin) is now.
     pub fn build(self) -> TokenBucket<K, C, S> {

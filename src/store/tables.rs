@@ -1,0 +1,403 @@
+//! The index of normal builds: an `scc::HashIndex`, replaced by one twice its size by
+//! the sweeper thread when it fills up, so that no request moves entries or frees the
+//! outgrown table.
+//!
+//! # Why
+//! Left to itself, an `scc::HashIndex` that fills up links a table twice the size and
+//! makes every operation that touches it meanwhile — lookups included — move a unit of
+//! 64 buckets first (80–100 µs), and whichever thread moves the last unit frees the
+//! outgrown table (`munmap`: 0.3 ms for 4 MB, 12.8 ms for 256 MB). Both land on
+//! requests, and the second grows with the map (results/ANALYSIS.md, "The slowest
+//! requests"). Here the sweeper thread builds the larger table, moves every entry into
+//! it and drops the outgrown one itself. Entries hold handles (a slab slot), never the
+//! states, so moving an entry never splits a state in two.
+//!
+//! # The move
+//! Two tables: `current`, which lookups try first and new keys go to, and while a move
+//! is under way `draining`, the outgrown table. The sweeper thread (under the store's
+//! upkeep lock, so never two at once):
+//! 1. builds a table twice the size, publishes the old one as `draining`, then the
+//!    new one as `current` (Release stores; operations load `current` first, so one
+//!    that sees the new table also sees the old one draining);
+//! 2. waits until every operation that began before is over (an `sdd` grace period:
+//!    every operation runs inside a guard). Operations that began before saw the old
+//!    table alone and may insert into it. Meanwhile operations that see both tables
+//!    insert new keys into the old one too, so the two kinds never disagree;
+//! 3. seals the old table: from now on new keys go to the new one. It waits again,
+//!    for the operations that read "not sealed";
+//! 4. moves every entry: under the old entry's bucket lock and then the new bucket's,
+//!    inserts the entry into the new table and removes it from the old one. Nothing
+//!    enters the old table any more, so one pass empties it;
+//! 5. unpublishes the old table and drops it: `sdd` frees it on this thread once the
+//!    lookups still reading it are over.
+//!
+//! An operation that sees both tables locks the key's bucket in the old table first,
+//! then (if the key is not there) in the new one, and holds both while it inserts:
+//! the same order as the move, so a key is never in both tables, and never inserted
+//! into one while it is in the other. A lock-free lookup tries the new table, then the
+//! old one: it can miss a key that moves between its two looks, as it can miss a key
+//! being swapped (the store contract), and the caller looks again under the locks.
+//!
+//! A move stopped halfway (the limiter dropped, or the thread panicked) leaves both
+//! tables published: every operation still works, looking in both.
+//!
+//! # Without the sweeper thread
+//! `manual_eviction()` limiters, and states in boxes (a box cannot be in two tables),
+//! leave growth to the index itself, as described above.
+
+use scc::HashIndex;
+use scc::hash_index::Entry;
+use sdd::{AtomicShared, Guard, Shared, Tag};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One table and whether it has stopped taking new keys.
+struct Table<K, H, S: BuildHasher> {
+    index: HashIndex<K, H, S>,
+    /// Set while the table drains, once no operation that saw it alone is left: new
+    /// keys go to the new table from then on.
+    sealed: AtomicBool,
+}
+
+/// The tables, and the lock that keeps moves and sweeps apart.
+pub(crate) struct Tables<K, H, S: BuildHasher> {
+    current: AtomicShared<Table<K, H, S>>,
+    draining: AtomicShared<Table<K, H, S>>,
+    /// For the tables to come.
+    hasher: S,
+    /// Held by a move and by each sweep.
+    upkeep: Mutex<()>,
+}
+
+/// The current table's index, and the outgrown table if a move is under way.
+type Both<'g, K, H, S> = (&'g HashIndex<K, H, S>, Option<&'g Table<K, H, S>>);
+
+/// Where a key is, or is to go, under the locks that keep it there: see [`Tables::locate`].
+pub(crate) struct Located<'g, K, H, S: BuildHasher> {
+    /// The key's entry, or the vacant one it is to be inserted into.
+    pub(crate) entry: Entry<'g, K, H, S>,
+    /// The vacant entry in the old table, held while the key goes into the new one.
+    _old: Option<Entry<'g, K, H, S>>,
+}
+
+/// The fraction of a table's capacity, in sixteenths, at which the sweeper thread
+/// replaces it: below the 13/16 at which the index would grow by itself, leaving room
+/// for the keys that arrive while the thread finishes a sweep.
+const GROW_AT_SIXTEENTHS: usize = 11;
+
+/// Tables smaller than this (a million slots, 16 MiB of `u64` keys and slots) grow
+/// by themselves: a limiter that stays small needs no thread, and a request that
+/// finishes such a growth frees at most 8 MiB (measured: see the module docs). Unit
+/// tests move tables from 4,096 slots, so that a move takes a few thousand keys.
+const FIRST_MOVED_CAPACITY: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
+
+impl<K, H, S> Tables<K, H, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    H: 'static,
+    S: BuildHasher + Clone + 'static,
+{
+    /// One table for about `expected_keys` keys.
+    pub(crate) fn new(hasher: S, expected_keys: usize) -> Self {
+        Self {
+            current: AtomicShared::new(Table::new(hasher.clone(), expected_keys)),
+            draining: AtomicShared::null(),
+            hasher,
+            upkeep: Mutex::new(()),
+        }
+    }
+
+    /// The table new keys go to, and the outgrown one if a move is under way.
+    #[inline(always)]
+    fn both<'g>(&self, guard: &'g Guard) -> Both<'g, K, H, S> {
+        // Acquire: the table's construction happens before its use. `current` first:
+        // the move publishes `draining` before `current`, so whoever sees the new
+        // table sees the old one draining.
+        let current = self.current.load(Ordering::Acquire, guard).as_ref();
+        let draining = self.draining.load(Ordering::Acquire, guard).as_ref();
+        let current = current.expect("turnstile: the current table is never unpublished");
+        let draining = draining.filter(|old| !std::ptr::eq(*old, current));
+        (&current.index, draining)
+    }
+
+    /// The key's handle, without a lock: the new table, then the outgrown one.
+    #[inline(always)]
+    pub(crate) fn peek<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g H>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        // Acquire: as in `both`.
+        let current = self.current.load(Ordering::Acquire, guard).as_ref()?;
+        match current.index.peek(key, guard) {
+            Some(handle) => Some(handle),
+            None => self.peek_draining(key, guard),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn peek_draining<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g H>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        // Acquire: as in `both`.
+        let old = self.draining.load(Ordering::Acquire, guard).as_ref()?;
+        old.index.peek(key, guard)
+    }
+
+    /// The only table, when no move is under way: operations on it need no more than
+    /// its own bucket lock.
+    #[inline]
+    pub(crate) fn alone<'g>(&self, guard: &'g Guard) -> Option<&'g HashIndex<K, H, S>> {
+        match self.both(guard) {
+            (current, None) => Some(current),
+            (_, Some(_)) => None,
+        }
+    }
+
+    /// The key's entry, or the vacant entry it is to go into, locked so that no other
+    /// operation can insert, move or remove the key meanwhile.
+    pub(crate) fn locate<'g>(&self, key: K, guard: &'g Guard) -> Located<'g, K, H, S> {
+        let (current, old) = self.both(guard);
+        let Some(old) = old else {
+            return Located {
+                entry: current.entry_sync(key),
+                _old: None,
+            };
+        };
+        // The old table's bucket first, as the move locks it.
+        match old.index.entry_sync(key) {
+            occupied @ Entry::Occupied(_) => Located {
+                entry: occupied,
+                _old: None,
+            },
+            Entry::Vacant(vacant) => {
+                // Acquire: sealed only after every operation that saw the old table
+                // alone is over (their insertions, which happen before, are visible:
+                // the key is not among them).
+                if old.sealed.load(Ordering::Acquire) {
+                    let key = vacant.key().clone();
+                    Located {
+                        entry: current.entry_sync(key),
+                        _old: Some(Entry::Vacant(vacant)),
+                    }
+                } else {
+                    // Not sealed: operations that saw the old table alone may still
+                    // insert into it; insert there too, unless the key is already in
+                    // the new table.
+                    match current.entry_sync(vacant.key().clone()) {
+                        occupied @ Entry::Occupied(_) => Located {
+                            entry: occupied,
+                            _old: Some(Entry::Vacant(vacant)),
+                        },
+                        new @ Entry::Vacant(_) => Located {
+                            entry: Entry::Vacant(vacant),
+                            _old: Some(new),
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `each` on every table's index, the outgrown one first (a key moving while
+    /// this runs is then seen once or twice, never missed), with no move running.
+    pub(crate) fn upkeep(&self, mut each: impl FnMut(&HashIndex<K, H, S>)) {
+        let _upkeep = self.upkeep.lock().unwrap_or_else(PoisonError::into_inner);
+        let guard = Guard::new();
+        let (current, old) = self.both(&guard);
+        if let Some(old) = old {
+            each(&old.index);
+        }
+        each(current);
+    }
+
+    /// Whether `keys` keys fill the current table enough for the sweeper thread to
+    /// replace it. Cheap: for a sampled insertion.
+    pub(crate) fn growth_due(&self, keys: usize) -> bool {
+        let guard = Guard::new();
+        match self.both(&guard) {
+            (current, None) => full(current, keys),
+            // Under way already.
+            (_, Some(_)) => false,
+        }
+    }
+
+    /// Replaces the current table by one twice its size, moving every entry (see the
+    /// module docs); `copy` gives a moved entry's handle. Finishes a move left halfway.
+    /// Ends early once `stopping` says so. For the sweeper thread only.
+    pub(crate) fn grow(
+        &self,
+        copy: impl Fn(&H) -> H,
+        keys: &dyn Fn() -> usize,
+        stopping: &dyn Fn() -> bool,
+    ) {
+        let _upkeep = self.upkeep.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(old) = self.publish(keys) else {
+            return;
+        };
+        if !old.sealed.load(Ordering::Acquire) {
+            if !wait_for_operations(stopping) {
+                return;
+            }
+            // Release: pairs with `locate`'s Acquire load.
+            old.sealed.store(true, Ordering::Release);
+        }
+        if !wait_for_operations(stopping) {
+            return;
+        }
+        while !old.index.is_empty() {
+            if !self.move_entries(&old.index, &copy, stopping) {
+                return;
+            }
+        }
+        // Release: nothing depends on it but the pointer itself.
+        let (gone, _) = self.draining.swap((None, Tag::None), Ordering::Release);
+        // Dropped here: its memory is freed by this thread, once no lookup reads it.
+        drop(gone);
+        drop(old);
+    }
+
+    /// The table to drain: the one of a move left halfway, else the current one if
+    /// `keys` fill it, once a table twice its size has replaced it; else none.
+    fn publish(&self, keys: &dyn Fn() -> usize) -> Option<Shared<Table<K, H, S>>> {
+        let guard = Guard::new();
+        if let Some(old) = self.draining.get_shared(Ordering::Acquire, &guard) {
+            return Some(old);
+        }
+        let old = self
+            .current
+            .get_shared(Ordering::Acquire, &guard)
+            .expect("turnstile: the current table is never unpublished");
+        if !full(&old.index, keys()) {
+            return None;
+        }
+        // Entries only leave the old table from now on: keep it from shrinking,
+        // which would make its readers move buckets.
+        hold_capacity(&old.index);
+        let new = Shared::new(Table::new(
+            self.hasher.clone(),
+            entries_for(old.index.capacity().saturating_mul(2)),
+        ));
+        // Release, both: the table's construction happens before any use of it; and
+        // `draining` before `current` (see `both`).
+        self.draining
+            .swap((Some(old.clone()), Tag::None), Ordering::Release);
+        self.current.swap((Some(new), Tag::None), Ordering::Release);
+        Some(old)
+    }
+
+    /// One pass over the outgrown table, moving each entry to the current one; false
+    /// if it ended early because `stopping` said so.
+    fn move_entries(
+        &self,
+        old: &HashIndex<K, H, S>,
+        copy: &impl Fn(&H) -> H,
+        stopping: &dyn Fn() -> bool,
+    ) -> bool {
+        /// Entries moved between looks at `stopping`.
+        const MOVES_PER_LOOK: usize = 4096;
+        let guard = Guard::new();
+        let (current, _) = self.both(&guard);
+        let mut entry = old.begin_sync();
+        let mut moved = 0_usize;
+        while let Some(from) = entry {
+            moved += 1;
+            if moved % MOVES_PER_LOOK == 0 && stopping() {
+                return false;
+            }
+            // Under the old bucket's lock, then the new one's, as `locate` takes them.
+            match current.entry_sync(from.key().clone()) {
+                Entry::Vacant(to) => drop(to.insert_entry(copy(from.get()))),
+                // Never: a key is in one table at a time. Were it in both, lookups
+                // would find the new table's entry first; the old one goes.
+                Entry::Occupied(_) => debug_assert!(false, "a key in both tables"),
+            }
+            entry = from.remove_and_sync();
+        }
+        true
+    }
+
+    /// The capacity of the table new keys go to: for tests.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.both(&Guard::new()).0.capacity()
+    }
+
+    /// Whether a move is under way: for tests.
+    #[cfg(test)]
+    pub(crate) fn moving(&self) -> bool {
+        self.both(&Guard::new()).1.is_some()
+    }
+}
+
+impl<K, H, S> Table<K, H, S>
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    fn new(hasher: S, capacity: usize) -> Self {
+        Self {
+            index: HashIndex::with_capacity_and_hasher(capacity, hasher),
+            sealed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The entries to ask scc for so that a table has `capacity` slots: it sizes a table
+/// for `n` entries at `n · 5/4` slots, rounded up to a power of two.
+fn entries_for(capacity: usize) -> usize {
+    capacity / 5 * 4
+}
+
+/// Whether `keys` keys fill `index` enough for the sweeper thread to replace it.
+fn full<K: Hash + Eq, H, S: BuildHasher>(index: &HashIndex<K, H, S>, keys: usize) -> bool {
+    let capacity = index.capacity();
+    capacity >= FIRST_MOVED_CAPACITY && keys >= capacity / 16 * GROW_AT_SIXTEENTHS
+}
+
+/// Raises `index`'s minimum capacity to its capacity now, so that it never shrinks
+/// below the largest size it has had.
+pub(crate) fn hold_capacity<K, H, S>(index: &HashIndex<K, H, S>)
+where
+    K: Hash + Eq,
+    S: BuildHasher,
+{
+    let capacity = index.capacity();
+    let minimum = *index.capacity_range().start();
+    if capacity > minimum
+        && let Some(reservation) = index.reserve(capacity - minimum)
+    {
+        // Kept for the index's whole life: dropping the reservation would lower the
+        // minimum again. Forgetting it leaks nothing (it only borrows the index).
+        std::mem::forget(reservation);
+    }
+}
+
+/// Waits until every operation that began before the call is over: every `sdd` guard
+/// present now has been dropped. False if `stopping` said to stop first.
+fn wait_for_operations(stopping: &dyn Fn() -> bool) -> bool {
+    let over = Arc::new(AtomicBool::new(false));
+    let mark = Arc::clone(&over);
+    // Runs once no guard present now remains (sdd's epoch rule, the same by which
+    // the index frees removed entries).
+    Guard::new().defer_execute(move || {
+        // Release: read with Acquire below.
+        mark.store(true, Ordering::Release);
+    });
+    // Acquire: what those operations did happens before the deferred closure ran.
+    while !over.load(Ordering::Acquire) {
+        if stopping() {
+            return false;
+        }
+        let guard = Guard::new();
+        guard.accelerate();
+        drop(guard);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    true
+}
