@@ -88,6 +88,13 @@ impl Signal {
         (!self.stopping()).then_some(wants)
     }
 
+    /// Whether a sweep has been asked for and not begun: a long preparation gives way
+    /// to it. (No thread under loom: unused there.)
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    pub(crate) fn sweep_requested(&self) -> bool {
+        self.requested().sweep
+    }
+
     /// Whether the limiter is being dropped, so that a running sweep can stop early.
     pub(crate) fn stopping(&self) -> bool {
         // Relaxed: a hint to end a sweep early; the handshake itself is under the
@@ -190,6 +197,12 @@ impl Maintenance {
     /// Whether the limiter is being dropped.
     pub(crate) fn stopping(&self) -> bool {
         self.signal.stopping()
+    }
+
+    /// Whether a sweep has been asked for and not begun.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    pub(crate) fn sweep_requested(&self) -> bool {
+        self.signal.sweep_requested()
     }
 
     /// Stops the thread and waits for it.

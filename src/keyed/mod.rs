@@ -157,7 +157,12 @@ where
     Maintenance::on_thread(move |wants| match core.upgrade() {
         Some(core) => {
             if wants.prepare {
-                core.states.prepare(|| core.maintenance.stopping());
+                // A sweep asked for meanwhile goes first (a move to a larger table can
+                // take a second; a thread behind on sweeps makes insertions sweep
+                // themselves): the preparation, left halfway, resumes when next asked.
+                let maintenance = &core.maintenance;
+                core.states
+                    .prepare(|| maintenance.stopping() || maintenance.sweep_requested());
             }
             if !wants.sweep {
                 return true;

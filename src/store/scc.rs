@@ -147,7 +147,7 @@ where
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
         let mut handles = Default::default();
-        self.tables.upkeep(|index| {
+        self.tables.each_index(|index| {
             // Never let a sweep shrink a table. scc frees a removed entry only when
             // its bucket is next written or when the table holding it is dropped; a
             // table shrunk away is dropped with every removed entry in it, all at
