@@ -1,7 +1,11 @@
 //! Memory per key: heap bytes (every allocation made while inserting, through a
 //! counting global allocator) and resident set growth, after 1,000,000 `u64` keys
 //! and 1,000,000 IPv4-string keys, for each limiter. Each case runs in its own child
-//! process so RSS is not polluted by the one before. Writes `memory.csv`.
+//! process so RSS is not polluted by the one before. Writes `memory.csv`. The count is
+//! per thread, and a limiter's sweeper thread grows its index (allocating the larger
+//! table and freeing the outgrown one), so turnstile's limiters are built here with
+//! `manual_eviction()`: the inserting thread grows the same tables (2²¹ slots at 1M
+//! keys either way), and the count sees them.
 //!
 //! Then key churn: 10,000,000 distinct keys streamed through, each seen once, with a
 //! simulated clock advancing 10 µs per key, under the churn quota (10 tokens, one per
@@ -92,15 +96,32 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
     // The other algorithms under a quota each of them holds (see `with_algorithm`).
     let small = Quota::new(500, Duration::from_micros(2)).expect("valid quota");
     match limiter {
-        "gcra" => measure(keys, || Gcra::<K>::new(small).expect("fits"), admit),
-        "fixed-window" => measure(keys, || FixedWindow::<K>::new(small), admit),
+        "gcra" => measure(
+            keys,
+            || Gcra::<K>::builder(small).manual_eviction().build().expect("fits"),
+            admit,
+        ),
+        "fixed-window" => measure(
+            keys,
+            || FixedWindow::<K>::builder(small).manual_eviction().build(),
+            admit,
+        ),
         "sliding-window" => measure(
             keys,
-            || SlidingWindowCounter::<K>::new(small).expect("fits"),
+            || {
+                SlidingWindowCounter::<K>::builder(small)
+                    .manual_eviction()
+                    .build()
+                    .expect("fits")
+            },
             admit,
         ),
         "sliding-log" => measure(keys, || SlidingLog::<K>::new(small), admit),
-        "turnstile" => measure(keys, || TokenBucket::<K>::new(quota), admit),
+        "turnstile" => measure(
+            keys,
+            || TokenBucket::<K>::builder(quota).manual_eviction().build(),
+            admit,
+        ),
         // Told how many keys to expect, the map sizes its table once instead of growing
         // it by doubling; governor has no such setting.
         "turnstile-presized" => measure(

@@ -69,10 +69,10 @@
 //! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
 //! an insertion into the bucket being swept waits while the sweeper looks at those
 //! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
-//! whatever the size of the map. Lookups of stored keys never wait (while the table
-//! grows they may do work, below); a peek or refund
-//! of a key the lock-free lookup did not find looks again under the bucket's lock, and
-//! may wait for it the same way. A forgotten entry is only marked removed; its slot
+//! whatever the size of the map. Lookups of stored keys never wait (while a small
+//! table grows by itself they may do work, below); a peek or refund of a key the
+//! lock-free lookup did not find looks again under the bucket's lock, and may wait for
+//! it the same way. A forgotten entry is only marked removed; its slot
 //! in the map is reused by a later insertion into its bucket once no reader can still
 //! hold it. A single-word state's slot in the limiter's slab goes back to the slab in
 //! the same way — after the sweep, once every lookup that might hold it has ended
@@ -85,23 +85,28 @@
 //! thread finished moving it — measured, a request stalled 240 ms after a sweep forgot
 //! 1M boxed keys.
 //!
-//! Besides those frees and the starved-thread exception below, the index's own growth
-//! puts work on requests — only while the map grows past the largest size it has had,
-//! about log₂ of its peak key count times in a limiter's life (a map that sweeps hold
-//! at a steady size never grows again). While the table moves to one twice its size,
-//! every request that touches the index (lookup or insertion) first moves one unit of
-//! it: 64 buckets, up to **2,048 entries** — measured 80–100 µs per such request, one
-//! request per 2,048 slots of the outgrown table. And the outgrown table is freed on
-//! the thread that finishes the move, which can be a request: for word states with
-//! keys that own no memory (integers, addresses) that hands the table's pages back to
-//! the OS, a cost that grows with the table (`munmap` of its entries: 1.4 ms for 16
-//! MB, 5.0 ms for 128 MB, 12.8 ms for 256 MB); for boxed states or owned keys
-//! (`String`), one `free` per entry left in it besides. The slowest request per
-//! doubling, measured (one thread, a 2-core Intel Xeon VM): 0.7 ms at 1M keys, 2.8 ms
-//! at 4M, 5.3 ms at 8M, 11–12.5 ms at 16M. Both are scc's, not turnstile's protocol
-//! (results/ANALYSIS.md, "The slowest requests"). A limiter built with
-//! `expected_keys(n)` starts with the table for `n` keys and meets neither below
-//! that: 17M new keys into one presized for them, the slowest request took 0.4 ms.
+//! Besides those frees and the starved-thread exception below, growing the index puts
+//! no work on requests either. Once a table of a million slots or more is 11/16 full,
+//! the sweeper thread builds one twice its size, touches its pages, moves every entry
+//! into it and frees the outgrown table itself (`src/store/tables.rs`, loom model 15).
+//! While it moves them, a request for a key not yet moved looks in both tables, and
+//! one that inserts or removes a key locks its bucket in the new table, then in the
+//! old one: it waits at most while the thread moves one old bucket's entries (32). A
+//! sweep runs alongside a move, and a sweep asked for interrupts one (which resumes
+//! after it). Tables below a million slots grow by themselves, as scc's do: a request
+//! that touches such a table while it grows first moves up to 2,048 entries (80–100
+//! µs), and the one that finishes the move frees the outgrown table (at most 8 MB of
+//! entries: under 1 ms). Measured, one thread inserting 17M new keys on a 2-core Intel
+//! Xeon VM, three runs: the slowest request per million keys took 0.1–0.5 ms, but for
+//! one stall per run in two runs (2.6 and 3.5 ms, not preemption; cause not found);
+//! when requests grew the table it took 1.3, 2.5, 3.2, 5.5 and 10.9 ms at 1, 2, 4, 8
+//! and 16M keys, growing with the map (results/ANALYSIS.md, "Growth by the sweeper
+//! thread"). The price: the thread's moves take CPU while the map grows past its
+//! largest size, which two threads saturating two cores feel (2.2 M new keys/s against
+//! 2.6 with requests growing the table; one thread, no difference). With
+//! `manual_eviction()` there is no thread and every table grows by itself; a limiter
+//! built with `expected_keys(n)` starts with the table for `n` keys and meets no growth
+//! below that.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four

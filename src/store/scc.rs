@@ -99,16 +99,10 @@ where
         // key's, with no second lookup (measured: about 30 instructions of a new key's
         // 860, results/ANALYSIS.md). Insertions into the bucket and the sweeper wait
         // for it; lock-free lookups do not.
-        let entry = match self.tables.locate(owned, &guard).entry {
-            Entry::Occupied(entry) => entry,
-            Entry::Vacant(entry) => {
-                self.keys.add(1);
-                // Placed under the bucket's lock, so a slab slot is taken only for a
-                // key that is really new.
-                entry.insert_entry(self.home.place(value))
-            }
-        };
-        Some(f(self.home.state(entry.get())))
+        match self.tables.alone(&guard) {
+            Some(index) => Some(self.settle(index.entry_sync(owned), value, f)),
+            None => Some(self.settle(self.tables.locate(owned, &guard).entry, value, f)),
+        }
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
@@ -210,6 +204,29 @@ where
         if V::Home::MOVABLE {
             self.tables.grow(V::Home::copied, &|| self.len(), &stopping);
         }
+    }
+}
+
+impl<K, V, S> SccStore<K, V, S>
+where
+    K: Hash + Eq,
+    V: Stored,
+    S: BuildHasher,
+{
+    /// `f` on the state of the key `entry` holds, storing `value` there first if the
+    /// entry is vacant.
+    #[inline(always)]
+    fn settle<R>(&self, entry: Entry<'_, K, Handle<V>, S>, value: V, f: impl FnOnce(&V) -> R) -> R {
+        let entry = match entry {
+            Entry::Occupied(entry) => entry,
+            Entry::Vacant(entry) => {
+                self.keys.add(1);
+                // Placed under the bucket's lock, so a slab slot is taken only for a
+                // key that is really new.
+                entry.insert_entry(self.home.place(value))
+            }
+        };
+        f(self.home.state(entry.get()))
     }
 }
 

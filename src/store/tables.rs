@@ -16,9 +16,10 @@
 //! Two tables: `current`, which lookups try first and new keys go to, and while a move
 //! is under way `draining`, the outgrown table. The sweeper thread (under a lock, so
 //! never two at once; sweeps run alongside):
-//! 1. builds a table twice the size, publishes the old one as `draining`, then the
-//!    new one as `current` (Release stores; operations load `current` first, so one
-//!    that sees the new table also sees the old one draining);
+//! 1. builds a table twice the size and touches its pages (`warm`), publishes the
+//!    old one as `draining`, then the new one as `current` (Release stores;
+//!    operations load `current` first, so one that sees the new table also sees the
+//!    old one draining);
 //! 2. waits until every operation that began before is over (an `sdd` grace period:
 //!    every operation runs inside a guard). Operations that began before saw the old
 //!    table alone and may insert into it; meanwhile operations that see both tables
@@ -34,23 +35,26 @@
 //!    lookups still reading it are over.
 //!
 //! An operation that sees both tables locks the key's bucket in the new table first,
-//! then (if the key is not there) in the old one, and holds both while it works: the
-//! same order as the move, so a key is never in both tables, and never inserted into
-//! one while it is in the other. A request waits for at most the move of one old
-//! bucket's entries (32). A lock-free lookup tries the new table, then the old one:
-//! while a key moves it is in both for a moment, with the same handle, so a lookup
-//! finds either copy, unless the whole move falls between its two looks; it then
-//! misses the key, as it can miss a key being swapped (the store contract), and the
-//! caller looks again under the locks. Loom model 15 (`loom-tests/tests/growth.rs`) restates these steps on
-//! loom's primitives and checks them, with a mutant for each of steps 2 and 3 and for
-//! a move that lets go of the new bucket's lock between removal and insertion.
+//! then (if the key is not there) in the old one, and holds both while it works. The
+//! move holds both too while an entry is in both tables (with the same handle, for a
+//! moment), so a key never has two states, and is never inserted into one table while
+//! it is in the other. A request waits at most while the move holds one old bucket
+//! (its entries, up to 32, moved). A lock-free lookup tries the new table, then the
+//! old one, so it finds a moving key in either, unless the whole move falls between
+//! its two looks; it then misses the key, as it can miss a key being swapped (the
+//! store contract), and the caller looks again under the locks. Loom model 15
+//! (`loom-tests/tests/growth.rs`) restates these steps on loom's primitives and checks
+//! them, with a mutant for each of steps 2 and 3 and one for a move that removes the
+//! entry before it holds the new bucket.
 //!
-//! A move stopped halfway (the limiter dropped, or the thread panicked) leaves both
-//! tables published: every operation still works, looking in both.
+//! A move stopped halfway (a sweep asked for, the limiter dropped, the thread
+//! panicked) leaves both tables published: every operation still works, looking in
+//! both, and the next preparation finishes the move.
 //!
 //! # Without the sweeper thread
-//! `manual_eviction()` limiters, and states in boxes (a box cannot be in two tables),
-//! leave growth to the index itself, as described above.
+//! Tables below `FIRST_MOVED_CAPACITY`, every table of a `manual_eviction()`
+//! limiter, and tables of boxed states (a box cannot be in two tables) grow by
+//! themselves, as described above.
 
 use scc::HashIndex;
 use scc::hash_index::Entry;
@@ -140,6 +144,8 @@ where
         let current = self.current.load(Ordering::Acquire, guard).as_ref()?;
         match current.index.peek(key, guard) {
             Some(handle) => Some(handle),
+            // Relaxed: only whether to look; `peek_draining` loads it with Acquire.
+            None if self.draining.is_null(Ordering::Relaxed) => None,
             None => self.peek_draining(key, guard),
         }
     }
@@ -176,8 +182,10 @@ where
             return Located { entry, _held: None };
         };
         let in_old = old.index.entry_sync(vacant.key().clone());
-        // Acquire: sealed only after every operation that saw the old table alone is
-        // over; their insertions, which happened before, are visible to the look above.
+        // Acquire, read under the old bucket's lock: the seal is stored only once every
+        // operation that saw the old table alone is over. Any insertion of this key
+        // such an operation made took this bucket's lock before us (it cannot while we
+        // hold it, and it happened before the seal), so the look above saw it.
         if matches!(in_old, Entry::Occupied(_)) || !old.sealed.load(Ordering::Acquire) {
             // The key is in the old table, or goes there: operations that saw the old
             // table alone may still insert into it, so until it is sealed, so do we.
@@ -194,10 +202,10 @@ where
     }
 
     /// Calls `each` once on every table's index, the outgrown one first: a key that
-    /// moves while this runs is removed from the old table before it is inserted into
-    /// the new one, under the new bucket's lock, so `each` meets it in one table or the
-    /// other, or both, never neither. A move that begins meanwhile is followed into the
-    /// table it publishes. Runs alongside a move, without waiting for it.
+    /// moves while this runs is in the new table before it leaves the old one, so
+    /// `each` meets it in one table or both, never neither. A move that begins
+    /// meanwhile is followed into the table it publishes. Runs alongside a move,
+    /// without waiting for it (each holds one bucket at a time, as the move does).
     pub(crate) fn each_index(&self, mut each: impl FnMut(&HashIndex<K, H, S>)) {
         let guard = Guard::new();
         let mut seen: Vec<*const HashIndex<K, H, S>> = Vec::with_capacity(2);
@@ -257,9 +265,13 @@ where
         }
         // Release: nothing depends on it but the pointer itself.
         let (gone, _) = self.draining.swap((None, Tag::None), Ordering::Release);
-        // Dropped here: its memory is freed by this thread, once no lookup reads it.
+        // The last references: the table goes to this thread's `sdd` collector, which
+        // frees it once no lookup reads it, at one of this thread's later guards. Wait
+        // for that here rather than hold the memory until the thread next wakes: by the
+        // time a grace period that began after the drop is over, so is its release.
         drop(gone);
         drop(old);
+        wait_for_operations(stopping);
     }
 
     /// The table to drain: the one of a move left halfway, else the current one if
