@@ -98,7 +98,12 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
     match limiter {
         "gcra" => measure(
             keys,
-            || Gcra::<K>::builder(small).manual_eviction().build().expect("fits"),
+            || {
+                Gcra::<K>::builder(small)
+                    .manual_eviction()
+                    .build()
+                    .expect("fits")
+            },
             admit,
         ),
         "fixed-window" => measure(

@@ -154,28 +154,31 @@ where
     if !automatic {
         return Maintenance::manual();
     }
-    Maintenance::on_thread(move |wants| match core.upgrade() {
-        Some(core) => {
-            if wants.prepare {
-                // A sweep asked for meanwhile goes first (a move to a larger table can
-                // take a second; a thread behind on sweeps makes insertions sweep
-                // themselves): the preparation, left halfway, resumes when next asked.
-                let maintenance = &core.maintenance;
-                core.states
-                    .prepare(|| maintenance.stopping() || maintenance.sweep_requested());
-            }
-            if !wants.sweep {
-                return true;
-            }
+    Maintenance::on_thread(move |wants| {
+        // A sweep first: a move to a larger table can take a second, and a thread
+        // behind on sweeps makes insertions sweep themselves.
+        if wants.sweep {
+            let Some(core) = core.upgrade() else {
+                return false;
+            };
             let forgotten = {
                 let _sweeping = core.sweeper.lock();
                 core.sweep()
             };
             drop(core);
             settle_after(forgotten);
-            true
         }
-        None => false,
+        if wants.prepare {
+            let Some(core) = core.upgrade() else {
+                return false;
+            };
+            let maintenance = &core.maintenance;
+            // A sweep asked for during a long preparation (a move, once its old table
+            // is sealed) goes first: the move, left halfway, resumes when next asked.
+            core.states
+                .prepare(|| maintenance.stopping(), || maintenance.sweep_requested());
+        }
+        true
     })
 }
 

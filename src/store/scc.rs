@@ -199,10 +199,23 @@ where
         self.home.wants_preparation() || (V::Home::MOVABLE && self.tables.growth_due(self.len()))
     }
 
-    fn prepare(&self, stopping: impl Fn() -> bool) {
-        self.home.prepare(&stopping);
-        if V::Home::MOVABLE {
-            self.tables.grow(V::Home::copied, &|| self.len(), &stopping);
+    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
+        loop {
+            self.home.prepare(&stopping);
+            if !V::Home::MOVABLE {
+                return;
+            }
+            // The move also gives way to the slab's next level, which new keys need
+            // sooner (a request that takes a slot on an untouched page pays a fault),
+            // and resumes after it.
+            let slab_due = || self.home.wants_preparation();
+            let pause = || stopping() || give_way() || slab_due();
+            let done = self
+                .tables
+                .grow(V::Home::copied, &|| self.len(), &stopping, &pause);
+            if done || stopping() || give_way() {
+                return;
+            }
         }
     }
 }
@@ -283,7 +296,7 @@ mod growth {
     fn full(at_least: u64) -> (Words, u64) {
         let store = Words::with_hasher(Default::default(), 0);
         let mut keys = 0;
-        while keys < at_least || !store.wants_preparation() {
+        while keys < at_least || !store.tables.growth_due(store.len()) {
             count(&store, keys);
             keys += 1;
         }
@@ -294,7 +307,7 @@ mod growth {
     fn a_full_table_is_replaced_by_one_twice_its_size_with_every_key_kept() {
         let (store, keys) = full(50_000);
         let before = store.tables.capacity();
-        store.prepare(|| false);
+        store.prepare(|| false, || false);
         assert_eq!(store.tables.capacity(), 2 * before);
         assert!(!store.tables.moving());
         assert!(
@@ -312,7 +325,7 @@ mod growth {
         let store = Words::with_hasher(Default::default(), 0);
         count(&store, 1);
         let before = store.tables.capacity();
-        store.prepare(|| false);
+        store.prepare(|| false, || false);
         assert_eq!(store.tables.capacity(), before);
     }
 
@@ -345,7 +358,7 @@ mod growth {
                     });
                 }
                 start.wait();
-                store.prepare(|| false);
+                store.prepare(|| false, || false);
                 moved = !store.tables.moving();
             });
             assert!(moved, "round {round}: the move did not finish");
@@ -387,7 +400,7 @@ mod growth {
                     assert!(store.remove_if(&key, |_| true), "key {key} not removed");
                 }
             });
-            store.prepare(|| false);
+            store.prepare(|| false, || false);
             done.store(true, Ordering::Relaxed);
         });
         assert_eq!(store.len(), keys.div_ceil(2) as usize);
@@ -396,22 +409,50 @@ mod growth {
         }
     }
 
+    /// A sweep alongside a move forgets exactly the keys it rejects: none is missed,
+    /// and the move brings none of them back.
+    #[test]
+    fn a_sweep_during_a_move_forgets_exactly_what_it_rejects() {
+        for round in 0..4 {
+            let (store, keys) = full(40_000);
+            // Every word is 1 (each key counted once); the sweep keeps those set to 0.
+            for key in (0..keys).step_by(2) {
+                // Relaxed: read by the sweep after the scope's spawn orders it.
+                store.get(&key, |word| word.store(0, Ordering::Relaxed));
+            }
+            std::thread::scope(|s| {
+                // Relaxed: as above.
+                s.spawn(|| store.retain(|word| word.load(Ordering::Relaxed) == 0));
+                store.prepare(|| false, || false);
+            });
+            assert!(!store.tables.moving(), "round {round}");
+            assert_eq!(store.len(), keys.div_ceil(2) as usize, "round {round}");
+            for key in 0..keys {
+                let kept = store.get(&key, |_| ()).is_some();
+                assert_eq!(kept, key % 2 == 0, "round {round}: key {key}");
+            }
+        }
+    }
+
     #[test]
     fn a_move_stopped_halfway_leaves_every_key_findable_and_is_finished_later() {
         let (store, keys) = full(50_000);
         let looks = std::cell::Cell::new(0);
         // Stops at its first look after publishing the new table.
-        store.prepare(|| {
-            looks.set(looks.get() + 1);
-            true
-        });
+        store.prepare(
+            || {
+                looks.set(looks.get() + 1);
+                true
+            },
+            || false,
+        );
         assert!(looks.get() > 0);
         assert!(store.tables.moving());
         for key in 0..keys {
             assert_eq!(count(&store, key), 1, "key {key}");
         }
         count(&store, u64::MAX);
-        store.prepare(|| false);
+        store.prepare(|| false, || false);
         assert!(!store.tables.moving());
         assert_eq!(store.len(), keys as usize + 1);
         for key in 0..keys {

@@ -31,21 +31,25 @@
 //!    Nothing enters the old table any more, so passes empty it (one, unless a new
 //!    bucket was busy: the move takes it without waiting, since a request holding it
 //!    may wait for the old bucket, and leaves the entry for the next pass);
-//! 5. unpublishes the old table and drops it: `sdd` frees it on this thread once the
-//!    lookups still reading it are over.
+//! 5. unpublishes the old table and drops it, and waits out a grace period, by the
+//!    end of which `sdd` has freed it on this thread.
 //!
 //! An operation that sees both tables locks the key's bucket in the new table first,
 //! then (if the key is not there) in the old one, and holds both while it works. The
 //! move holds both too while an entry is in both tables (with the same handle, for a
 //! moment), so a key never has two states, and is never inserted into one table while
 //! it is in the other. A request waits at most while the move holds one old bucket
-//! (its entries, up to 32, moved). A lock-free lookup tries the new table, then the
+//! (its entries, up to 32, moved) or, having moved an entry, holds that entry's new
+//! bucket until it finds the next one: the next old bucket in the first pass, but
+//! in a later pass (entries whose new bucket was busy) a scan over emptied buckets. A lock-free lookup tries the new table, then the
 //! old one, so it finds a moving key in either, unless the whole move falls between
 //! its two looks; it then misses the key, as it can miss a key being swapped (the
 //! store contract), and the caller looks again under the locks. Loom model 15
 //! (`loom-tests/tests/growth.rs`) restates these steps on loom's primitives and checks
 //! them, with a mutant for each of steps 2 and 3 and one for a move that removes the
-//! entry before it holds the new bucket.
+//! entry from the old table, letting go of its bucket, before it takes the new one.
+//! Not modelled: a move that lets go of the new bucket before the old entry is gone
+//! (then a removal could release the state's slot while the old copy still names it).
 //!
 //! A move stopped halfway (a sweep asked for, the limiter dropped, the thread
 //! panicked) leaves both tables published: every operation still works, looking in
@@ -98,11 +102,18 @@ pub(crate) struct Located<'g, K, H, S: BuildHasher> {
 /// for the keys that arrive while the thread finishes a sweep.
 const GROW_AT_SIXTEENTHS: usize = 11;
 
-/// Tables smaller than this (a million slots, 16 MiB of `u64` keys and slots) grow
-/// by themselves: a limiter that stays small needs no thread, and a request that
-/// finishes such a growth frees at most 8 MiB (measured: see the module docs). Unit
-/// tests move tables from 4,096 slots, so that a move takes a few thousand keys.
-const FIRST_MOVED_CAPACITY: usize = if cfg!(test) { 1 << 12 } else { 1 << 20 };
+/// Tables smaller than this (8Mi slots, 128 MiB of `u64` keys and slots) grow by
+/// themselves: the sweeper thread takes over from the growth that would free a table
+/// of 8Mi slots on a request. Below, what a request pays for a growth is bounded
+/// (measured, the slowest request per doubling when requests grow the table, one
+/// thread, a 2-core Intel Xeon VM: 1.3 ms to 2.5 ms up to 2Mi slots, 3.2 ms at 4Mi),
+/// and the moves would cost more than they save: on two cores the thread's moves and
+/// page touches take a core's share from the requests while the map grows (throughput
+/// 0.83× and a p99.9 several times higher, results/ANALYSIS.md, "Growth by the sweeper
+/// thread"), where the growth they replace costs a request a few milliseconds once
+/// per doubling. Unit tests move tables from 4,096 slots, so that a move takes a few
+/// thousand keys.
+const FIRST_MOVED_CAPACITY: usize = if cfg!(test) { 1 << 12 } else { 1 << 23 };
 
 impl<K, H, S> Tables<K, H, S>
 where
@@ -182,10 +193,11 @@ where
             return Located { entry, _held: None };
         };
         let in_old = old.index.entry_sync(vacant.key().clone());
-        // Acquire, read under the old bucket's lock: the seal is stored only once every
-        // operation that saw the old table alone is over. Any insertion of this key
-        // such an operation made took this bucket's lock before us (it cannot while we
-        // hold it, and it happened before the seal), so the look above saw it.
+        // Acquire, read while holding the old bucket's lock: the seal is stored only
+        // once every operation that saw the old table alone is over, so reading it
+        // sealed, any insertion of this key such an operation made happened before this
+        // load. It needed this bucket's lock, which we have held since before the look
+        // above, so it came before that look, which therefore saw it.
         if matches!(in_old, Entry::Occupied(_)) || !old.sealed.load(Ordering::Acquire) {
             // The key is in the old table, or goes there: operations that saw the old
             // table alone may still insert into it, so until it is sealed, so do we.
@@ -237,33 +249,38 @@ where
 
     /// Replaces the current table by one twice its size, moving every entry (see the
     /// module docs); `copy` gives a moved entry's handle. Finishes a move left halfway.
-    /// Ends early once `stopping` says so. For the sweeper thread only.
+    /// Ends early once `stopping` says so, and once the old table is sealed (its first
+    /// milliseconds: until then new keys still go to it) once `give_way` does; whether
+    /// no move is left to finish. For the sweeper thread only.
     pub(crate) fn grow(
         &self,
         copy: impl Fn(&H) -> H,
         keys: &dyn Fn() -> usize,
         stopping: &dyn Fn() -> bool,
-    ) {
+        give_way: &dyn Fn() -> bool,
+    ) -> bool {
         let _moving = self.moving.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(old) = self.publish(keys, &copy) else {
-            return;
+        let Some(old) = self.publish(keys, &copy, stopping) else {
+            return true;
         };
         if !old.sealed.load(Ordering::Acquire) {
             if !wait_for_operations(stopping) {
-                return;
+                return false;
             }
             // Release: pairs with `locate`'s Acquire load.
             old.sealed.store(true, Ordering::Release);
         }
         if !wait_for_operations(stopping) {
-            return;
+            return false;
         }
         while !old.index.is_empty() {
-            if !self.move_entries(&old.index, &copy, stopping) {
-                return;
+            if !self.move_entries(&old.index, &copy, give_way) {
+                return false;
             }
         }
-        // Release: nothing depends on it but the pointer itself.
+        // Release: a lock-free lookup that reads no draining table relies on it to see
+        // every moved entry in the new one (its Acquire load in `peek_draining`, or
+        // `both`); the moves happen before this store.
         let (gone, _) = self.draining.swap((None, Tag::None), Ordering::Release);
         // The last references: the table goes to this thread's `sdd` collector, which
         // frees it once no lookup reads it, at one of this thread's later guards. Wait
@@ -272,14 +289,17 @@ where
         drop(gone);
         drop(old);
         wait_for_operations(stopping);
+        true
     }
 
     /// The table to drain: the one of a move left halfway, else the current one if
-    /// `keys` fill it, once a table twice its size has replaced it; else none.
+    /// `keys` fill it, once a table twice its size has replaced it; else none (also
+    /// when `stopping` said so while the new table was being prepared).
     fn publish(
         &self,
         keys: &dyn Fn() -> usize,
         copy: &impl Fn(&H) -> H,
+        stopping: &dyn Fn() -> bool,
     ) -> Option<Shared<Table<K, H, S>>> {
         let guard = Guard::new();
         if let Some(old) = self.draining.get_shared(Ordering::Acquire, &guard) {
@@ -299,7 +319,9 @@ where
             self.hasher.clone(),
             entries_for(old.index.capacity().saturating_mul(2)),
         );
-        warm(&new.index, &old.index, copy);
+        if !warm(&new.index, &old.index, copy, stopping) {
+            return None;
+        }
         let new = Shared::new(new);
         // Release, both: the table's construction happens before any use of it; and
         // `draining` before `current` (see `both`).
@@ -344,8 +366,8 @@ where
                 }
                 // Never: a key is in one table at a time. Were it in both, every
                 // operation would find the new table's entry first; the old one goes
-                // (its state kept, never reused: a slot leaked rather than a pass that
-                // never empties the table).
+                // (its state kept, never reused: a slot leaked and the key counted
+                // twice, rather than a pass that never empties the table).
                 Some(Entry::Occupied(_)) => {
                     debug_assert!(false, "a key in both tables");
                     from.remove_and_sync()
@@ -388,34 +410,54 @@ where
 /// slab's once were). scc allocates a table's entries untouched; an insertion writes
 /// its bucket's metadata and entry block. So for each page's worth of buckets, one of
 /// `old`'s keys that falls there is inserted and removed again, leaving the table
-/// empty.
-fn warm<K, H, S>(new: &HashIndex<K, H, S>, old: &HashIndex<K, H, S>, copy: &impl Fn(&H) -> H)
+/// empty. False if `stopping` said to stop first.
+fn warm<K, H, S>(
+    new: &HashIndex<K, H, S>,
+    old: &HashIndex<K, H, S>,
+    copy: &impl Fn(&H) -> H,
+    stopping: &dyn Fn() -> bool,
+) -> bool
 where
     K: Hash + Eq + Clone,
     S: BuildHasher,
 {
+    /// Entries looked at between looks at `stopping`.
+    const ENTRIES_PER_LOOK: usize = 1 << 16;
     /// Entries per bucket (scc's `BUCKET_LEN`).
     const BUCKET_ENTRIES: usize = 32;
     const PAGE: usize = 4096;
     let per_page = (PAGE / (BUCKET_ENTRIES * size_of::<(K, H)>()).max(1)).max(1);
     let mut untouched = vec![true; (new.capacity() / BUCKET_ENTRIES).div_ceil(per_page)];
     let mut left = untouched.len();
-    // Without locks, under one guard for the pass (a few tens of nanoseconds per
-    // entry): entries moved or removed meanwhile only make the choice of keys differ.
-    // `new` is this thread's alone.
-    for (key, handle) in old.iter(&Guard::new()) {
+    // One old bucket locked at a time, not one guard held for the pass: a guard held
+    // that long would keep `sdd`'s epoch from moving, and every thread's periodic
+    // attempt to move it would fail and be made again (measured: under churn, calls
+    // over 8 µs by the hundred per 50 ms while such a pass ran). `new` is this
+    // thread's alone.
+    let mut entry = old.begin_sync();
+    let mut looked = 0_usize;
+    while let Some(found) = entry {
         if left == 0 {
             break;
         }
-        let page = new.bucket_index(key) / per_page;
+        looked += 1;
+        if looked % ENTRIES_PER_LOOK == 0 && stopping() {
+            return false;
+        }
+        let page = new.bucket_index(found.key()) / per_page;
         if let Some(untouched @ true) = untouched.get_mut(page) {
             *untouched = false;
             left -= 1;
-            if new.insert_sync(key.clone(), copy(handle)).is_ok() {
-                new.remove_sync(key);
+            if new
+                .insert_sync(found.key().clone(), copy(found.get()))
+                .is_ok()
+            {
+                new.remove_sync(found.key());
             }
         }
+        entry = found.next_sync();
     }
+    true
 }
 
 /// The entries to ask scc for so that a table has `capacity` slots: it sizes a table
