@@ -86,29 +86,27 @@
 //! 1M boxed keys.
 //!
 //! Besides those frees and the starved-thread exception below, the index's growth
-//! puts bounded work on requests, and none past 8Mi slots. A table below 8Mi slots
+//! puts bounded work on requests, and none past 16Mi slots. A table below 16Mi slots
 //! grows by itself: a request that touches it while it grows first moves up to 2,048
 //! entries (80–100 µs), and the one that finishes the move frees the outgrown table
-//! (measured, the slowest request per doubling: 0.5–0.9 ms at 1M keys, 0.9–2.5 ms at
-//! 2M, 1.5–3.2 ms at 4M). From 8Mi slots on, once a table is 11/16 full, the sweeper
-//! thread builds one twice its size, touches its pages, moves every entry into it and
-//! frees the outgrown table itself (`src/store/tables.rs`, loom model 15): requests
-//! that grew such tables took 5.5 ms at 8M keys and 10.9 ms at 16M, and more with
-//! every doubling. While the thread moves entries, a request for a key not yet moved
-//! looks in both tables, and one that inserts or removes a key locks its bucket in the
-//! new table, then in the old one; a sweep runs alongside a move, and a sweep asked
-//! for interrupts one (which resumes after it). Measured, one thread inserting 17M new
-//! keys on a 2-core Intel Xeon VM, three runs: where the thread moved the 8Mi-slot
-//! table (about 5.8M keys) the slowest request took 0.07–0.30 ms; where it moved the
-//! 16Mi-slot one (about 11.5M keys), 0.23 ms in one run and 2.8 and 4.3 ms in the
-//! other two, with no run-queue wait (cause not found); requests growing those tables
-//! took 4.6–5.5 and 9.9–10.9 ms (results/ANALYSIS.md, "Growth by the sweeper thread").
-//! The thread does not move smaller tables because on two cores its moves take a
-//! core's share from the requests while the map grows (measured from a million slots:
-//! 0.83× the throughput, and a p99.9 several times higher), for a growth that costs a
-//! request a few milliseconds once per doubling. With `manual_eviction()` there is no
-//! thread and every table grows by itself; a limiter built with `expected_keys(n)`
-//! starts with the table for `n` keys and meets no growth below that.
+//! (measured, one thread inserting 17M new keys on a 2-core Intel Xeon VM, the slowest
+//! request per doubling: 0.7–1.3 ms at 1M keys, 1.4–1.8 ms at 2M, 2.3–3.1 ms at 4M,
+//! 4.4–5.4 ms at 8M; one run also had a 13.6 ms stall at 1–2M keys, not preemption).
+//! From 16Mi slots on, once a table is 11/16 full, the sweeper thread builds one twice
+//! its size, touches its pages, moves every entry into it and frees the outgrown table
+//! itself (`src/store/tables.rs`, loom model 15): where requests that grew the 16Mi-slot
+//! table took 9.9–10.9 ms (and a request would pay twice that at each doubling after),
+//! the slowest request took 0.1–0.4 ms. While the thread moves entries, a request for
+//! a key not yet moved looks in both tables, and one that inserts or removes a key
+//! locks its bucket in the new table, then in the old one; a sweep runs alongside a
+//! move, and a sweep asked for goes first. The thread leaves smaller tables alone
+//! because on two cores its moves take a core's share from the requests while they
+//! run (measured with moves from a million slots: 0.83× the throughput, and a churn
+//! p99.9 of about 12 µs against 2–3), for a growth that costs a request a few
+//! milliseconds once per doubling (results/ANALYSIS.md, "Growth by the sweeper
+//! thread"). With `manual_eviction()` there is no thread and every table grows by
+//! itself; a limiter built with `expected_keys(n)` starts with the table for `n` keys
+//! and meets no growth below that.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four

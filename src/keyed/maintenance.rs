@@ -12,7 +12,7 @@
 //!
 //! The thread also prepares the store's next stretch of memory when asked (a slab
 //! level allocated and its pages touched before requests reach it, `store/slab.rs`;
-//! a full index table of 8Mi slots or more replaced by one twice its size,
+//! a full index table of 16Mi slots or more replaced by one twice its size,
 //! `store/tables.rs`), so that requests do not pay for first-touching fresh pages,
 //! moving entries or freeing a large outgrown table either — while the thread keeps
 //! up: smaller tables, and a table that fills faster than the thread can replace it,

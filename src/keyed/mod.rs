@@ -155,27 +155,37 @@ where
         return Maintenance::manual();
     }
     Maintenance::on_thread(move |wants| {
-        // A sweep first: a move to a larger table can take a second, and a thread
-        // behind on sweeps makes insertions sweep themselves.
-        if wants.sweep {
-            let Some(core) = core.upgrade() else {
-                return false;
-            };
-            let forgotten = {
-                let _sweeping = core.sweeper.lock();
-                core.sweep()
-            };
-            drop(core);
-            settle_after(forgotten);
-        }
+        let Some(limiter) = core.upgrade() else {
+            return false;
+        };
+        let maintenance = &limiter.maintenance;
+        let sweep_waiting = || maintenance.sweep_requested();
         if wants.prepare {
-            let Some(core) = core.upgrade() else {
+            // The slab's next level first: new keys need it soonest (a request that
+            // takes a slot on an untouched page pays a fault). A move to a larger
+            // table, which can take a second, waits for a sweep asked for: a thread
+            // behind on sweeps makes insertions sweep themselves.
+            limiter
+                .states
+                .prepare(|| maintenance.stopping(), || wants.sweep || sweep_waiting());
+        }
+        if !wants.sweep {
+            return true;
+        }
+        let forgotten = {
+            let _sweeping = limiter.sweeper.lock();
+            limiter.sweep()
+        };
+        drop(limiter);
+        settle_after(forgotten);
+        if wants.prepare {
+            // A move left for the sweep resumes.
+            let Some(limiter) = core.upgrade() else {
                 return false;
             };
-            let maintenance = &core.maintenance;
-            // A sweep asked for during a long preparation (a move, once its old table
-            // is sealed) goes first: the move, left halfway, resumes when next asked.
-            core.states
+            let maintenance = &limiter.maintenance;
+            limiter
+                .states
                 .prepare(|| maintenance.stopping(), || maintenance.sweep_requested());
         }
         true

@@ -161,10 +161,10 @@ pub(crate) trait Store<K, V, S> {
     /// next level allocated and its pages touched, so that no request meets a fresh
     /// page; for a full table, a table twice its size with every entry moved into it,
     /// so that no request moves entries or frees the outgrown table. Ends early once
-    /// `stopping` says so (the limiter is being dropped); a move past its first
-    /// milliseconds also stops, halfway, when `give_way` says so (a sweep is asked
-    /// for), and the next call finishes it. For the sweeper thread (none under loom);
-    /// safe while requests run.
+    /// `stopping` says so (the limiter is being dropped). The slab comes first; a
+    /// move does not begin while `give_way` says so (a sweep is waiting), and past its
+    /// first milliseconds stops, halfway, when it does, the next call finishing it.
+    /// For the sweeper thread (none under loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
         let _ = (stopping, give_way);

@@ -202,12 +202,11 @@ where
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
         loop {
             self.home.prepare(&stopping);
-            if !V::Home::MOVABLE {
+            if !V::Home::MOVABLE || give_way() {
                 return;
             }
             // The move also gives way to the slab's next level, which new keys need
-            // sooner (a request that takes a slot on an untouched page pays a fault),
-            // and resumes after it.
+            // sooner, and resumes after it.
             let slab_due = || self.home.wants_preparation();
             let pause = || stopping() || give_way() || slab_due();
             let done = self

@@ -102,18 +102,18 @@ pub(crate) struct Located<'g, K, H, S: BuildHasher> {
 /// for the keys that arrive while the thread finishes a sweep.
 const GROW_AT_SIXTEENTHS: usize = 11;
 
-/// Tables smaller than this (8Mi slots, 128 MiB of `u64` keys and slots) grow by
+/// Tables smaller than this (16Mi slots, 256 MiB of `u64` keys and slots) grow by
 /// themselves: the sweeper thread takes over from the growth that would free a table
-/// of 8Mi slots on a request. Below, what a request pays for a growth is bounded
+/// of 16Mi slots on a request. Below, what a request pays for a growth is bounded
 /// (measured, the slowest request per doubling when requests grow the table, one
-/// thread, a 2-core Intel Xeon VM: 1.3 ms to 2.5 ms up to 2Mi slots, 3.2 ms at 4Mi),
-/// and the moves would cost more than they save: on two cores the thread's moves and
-/// page touches take a core's share from the requests while the map grows (throughput
-/// 0.83× and a p99.9 several times higher, results/ANALYSIS.md, "Growth by the sweeper
-/// thread"), where the growth they replace costs a request a few milliseconds once
-/// per doubling. Unit tests move tables from 4,096 slots, so that a move takes a few
-/// thousand keys.
-const FIRST_MOVED_CAPACITY: usize = if cfg!(test) { 1 << 12 } else { 1 << 23 };
+/// thread, a 2-core Intel Xeon VM: up to 2.5 ms to 2Mi slots, 3.2 ms at 4Mi, 5.5 ms at
+/// 8Mi), and the moves would cost more than they save: on two cores the thread's moves
+/// and page touches take a core's share from the requests while they run (throughput
+/// 0.83× and a churn p99.9 of about 12 µs against 2–3, results/ANALYSIS.md, "Growth by
+/// the sweeper thread"), where the growth they replace costs a request a few
+/// milliseconds once per doubling. Unit tests move tables from 4,096 slots, so that a
+/// move takes a few thousand keys.
+const FIRST_MOVED_CAPACITY: usize = if cfg!(test) { 1 << 12 } else { 1 << 24 };
 
 impl<K, H, S> Tables<K, H, S>
 where
