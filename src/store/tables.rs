@@ -301,14 +301,19 @@ where
         copy: &impl Fn(&H) -> H,
         stopping: &dyn Fn() -> bool,
     ) -> Option<Shared<Table<K, H, S>>> {
-        let guard = Guard::new();
-        if let Some(old) = self.draining.get_shared(Ordering::Acquire, &guard) {
+        // Shared references, so that no guard is held while the new table is warmed
+        // (a guard held that long would keep `sdd`'s epoch from moving).
+        let (draining, current) = {
+            let guard = Guard::new();
+            (
+                self.draining.get_shared(Ordering::Acquire, &guard),
+                self.current.get_shared(Ordering::Acquire, &guard),
+            )
+        };
+        if let Some(old) = draining {
             return Some(old);
         }
-        let old = self
-            .current
-            .get_shared(Ordering::Acquire, &guard)
-            .expect("turnstile: the current table is never unpublished");
+        let old = current.expect("turnstile: the current table is never unpublished");
         if !full(&old.index, keys()) {
             return None;
         }
