@@ -230,6 +230,11 @@ fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
     let clock = ManualClock::new();
     let quota = Quota::new(1, ms(100)).unwrap();
     tracing::subscriber::with_default(subscriber, || {
+        // Another test's thread may have met these events' callsites first, with no
+        // subscriber, and cached "never" for them while this one was being set up
+        // (seen once in CI under load): ask every callsite again, with this
+        // subscriber in place.
+        tracing::callsite::rebuild_interest_cache();
         let limiter: TokenBucket<String, _> = TokenBucket::builder(quota)
             .clock(clock.clone())
             .name("api")
