@@ -194,6 +194,9 @@ async fn a_named_limiter_reports_its_fallbacks_as_metrics_and_warnings() {
     let warnings = Warnings::default();
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+    // As in tests/observe.rs: a callsite another test's thread met first, with no
+    // subscriber, may have cached "never"; ask every callsite again.
+    tracing::callsite::rebuild_interest_cache();
 
     assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
     server.pause();
