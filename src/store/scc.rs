@@ -196,7 +196,7 @@ where
     }
 
     fn wants_preparation(&self) -> bool {
-        self.home.wants_preparation() || (V::Home::MOVABLE && self.tables.growth_due(self.len()))
+        self.home.wants_preparation() || (V::Home::MOVABLE && self.tables.growth_due(|| self.len()))
     }
 
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
@@ -295,7 +295,7 @@ mod growth {
     fn full(at_least: u64) -> (Words, u64) {
         let store = Words::with_hasher(Default::default(), 0);
         let mut keys = 0;
-        while keys < at_least || !store.tables.growth_due(store.len()) {
+        while keys < at_least || !store.tables.growth_due(|| store.len()) {
             count(&store, keys);
             keys += 1;
         }

@@ -236,9 +236,10 @@ where
         }
     }
 
-    /// Whether `keys` keys fill the current table enough for the sweeper thread to
-    /// replace it. Cheap: for a sampled insertion.
-    pub(crate) fn growth_due(&self, keys: usize) -> bool {
+    /// Whether the keys (counted by `keys`, only for a table large enough to move)
+    /// fill the current table enough for the sweeper thread to replace it. Cheap: for a
+    /// sampled insertion.
+    pub(crate) fn growth_due(&self, keys: impl FnOnce() -> usize) -> bool {
         let guard = Guard::new();
         match self.both(&guard) {
             (current, None) => full(current, keys),
@@ -314,7 +315,7 @@ where
             return Some(old);
         }
         let old = current.expect("turnstile: the current table is never unpublished");
-        if !full(&old.index, keys()) {
+        if !full(&old.index, keys) {
             return None;
         }
         // Entries only leave the old table from now on: keep it from shrinking,
@@ -471,10 +472,14 @@ fn entries_for(capacity: usize) -> usize {
     capacity / 5 * 4
 }
 
-/// Whether `keys` keys fill `index` enough for the sweeper thread to replace it.
-fn full<K: Hash + Eq, H, S: BuildHasher>(index: &HashIndex<K, H, S>, keys: usize) -> bool {
+/// Whether the keys `keys` counts fill `index` enough for the sweeper thread to
+/// replace it; counted only for a table large enough to move.
+fn full<K: Hash + Eq, H, S: BuildHasher>(
+    index: &HashIndex<K, H, S>,
+    keys: impl FnOnce() -> usize,
+) -> bool {
     let capacity = index.capacity();
-    capacity >= FIRST_MOVED_CAPACITY && keys >= capacity / 16 * GROW_AT_SIXTEENTHS
+    capacity >= FIRST_MOVED_CAPACITY && keys() >= capacity / 16 * GROW_AT_SIXTEENTHS
 }
 
 /// Raises `index`'s minimum capacity to its capacity now, so that it never shrinks
