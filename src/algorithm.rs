@@ -61,11 +61,30 @@ pub trait Algorithm<K>: Send + Sync {
     /// [`resolve`](Self::resolve).
     type Resolved;
 
+    /// Whether [`create`](Self::create) runs user code (a per-key resolver). The
+    /// keyed limiter then makes a new key's state only once the lookup that missed
+    /// the key has let go of its epoch guard, so that slow user code holds up no
+    /// other thread's reclamation of memory.
+    const CREATE_CALLS_USER_CODE: bool = false;
+
     /// The state of a key seen for the first time, or again after it was forgotten.
     fn create(&self, key: &K) -> Self::State;
 
     /// One request for `cost` at `now` (nanoseconds since the epoch).
     fn acquire(&self, state: &Self::State, now: u64, cost: u32) -> Result<Decision, Blocked>;
+
+    /// [`acquire`](Self::acquire) on a state no other thread can see yet: a new key's,
+    /// just made by [`create`](Self::create) and not yet stored. The same step; the
+    /// single-word algorithms take it without an atomic read-modify-write (measured:
+    /// a locked instruction on the first request of every key, results/ANALYSIS.md).
+    fn acquire_unshared(
+        &self,
+        state: &mut Self::State,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Blocked> {
+        self.acquire(state, now, cost)
+    }
 
     /// What the key has left at `now`, taking nothing.
     fn available(&self, state: &Self::State, now: u64) -> Result<u32, Blocked>;

@@ -38,11 +38,15 @@
 //! — a legitimate, slightly later reading — so stale readings never meet a fresh state.
 //!
 //! **Invariant:** every word a request changes is one that the map held and that was
-//! not retired at that moment, and every request's reading is at least the watermark
-//! of any forgetting it can observe. Model-checked in `loom-tests/tests/eviction.rs`:
-//! model 6 with a mutant that removes without retiring, model 11 (the retire's
-//! Release publishing the watermark to the reader's Acquire fence) with a mutant that
-//! retires with Relaxed; loom rejects both.
+//! not retired at that moment (or, for a new key's first request, the word it is
+//! about to store, under the key's lock), and every request's reading is at least the
+//! watermark of any forgetting it can observe. Model-checked in
+//! `loom-tests/tests/eviction.rs`: model 6 with a mutant that removes without
+//! retiring, model 11 (the retire's Release publishing the watermark to the reader's
+//! Acquire fence) with a mutant that retires with Relaxed, model 16 (a new key's
+//! first request reads the watermark under the key's lock, after any removal of the
+//! key it could follow) with a mutant that reads it before taking the lock; loom
+//! rejects all three.
 //!
 //! # When sweeping happens — and why no request pays for it
 //! A sweep is due when the map holds twice the keys the last sweep kept (at least
@@ -285,9 +289,12 @@ impl Sweeper {
     #[inline]
     pub(crate) fn reading(&self, now: u64) -> u64 {
         // Relaxed: callers load it after finding the key's word — through the store's
-        // Acquire lookup, or the Acquire fence taken on seeing RETIRED — which orders
-        // it after the sweeper's raise (sequenced before its Release retire CAS and
-        // before the removal). Any older value is a watermark no fresh word depends on.
+        // Acquire lookup, or the Acquire fence taken on seeing RETIRED — or, for a new
+        // key's first request, after taking the key's bucket lock and finding it
+        // vacant (the removal of the key's last entry released that lock). Each
+        // orders it after the sweeper's raise (sequenced before its Release retire CAS
+        // and before the removal). Any older value is a watermark no fresh word
+        // depends on.
         now.max(self.watermark.load(Ordering::Relaxed))
     }
 

@@ -39,10 +39,12 @@
 //!   [`SlidingLog`]: one clock reading, one lookup in a lock-free map, one
 //!   compare-and-set on the key's `AtomicU64`. A key's first request allocates its
 //!   entry.
-//! - **Consistency**: each key's state changes only by atomic read-modify-write (for
-//!   [`SlidingLog`], under the key's own lock), so
-//!   the decisions on one key are those of some sequential order of its requests
-//!   (linearizable per key). Keys are independent; there is no cross-key ordering.
+//! - **Consistency**: a stored key's state changes only by atomic read-modify-write
+//!   (for [`SlidingLog`], under the key's own lock); a new key's first request is
+//!   applied to its state just before the state is stored, under the lock that makes
+//!   the insertion one step. So the decisions on one key are those of some sequential
+//!   order of its requests (linearizable per key). Keys are independent; there is no
+//!   cross-key ordering.
 //! - **Bad input fails at construction**: every [`Quota`] accepted is one the token
 //!   bucket, fixed window and sliding log hold exactly; [`SlidingWindowCounter`] and
 //!   [`Gcra`] refuse at construction the few they cannot. Nothing panics or

@@ -200,6 +200,9 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     /// The configuration the quota belongs to, and the quota.
     type Resolved = (u64, Quota);
 
+    /// The resolver.
+    const CREATE_CALLS_USER_CODE: bool = true;
+
     fn create(&self, key: &K) -> Entry<A> {
         let (configuration, quota) = self.resolve_now(key);
         Entry::fresh(configuration, &quota)
@@ -209,6 +212,19 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     fn acquire(&self, entry: &Entry<A>, now: u64, cost: u32) -> Result<Decision, Blocked> {
         let (rules, state) = entry.current(self.configuration())?;
         rules.acquire(state, now, cost)
+    }
+
+    fn acquire_unshared(
+        &self,
+        entry: &mut Entry<A>,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Blocked> {
+        // The configuration checked as `current` does (a new entry made just before a
+        // reconfiguration is outdated at once); the rules' own unshared step.
+        entry.current(self.configuration())?;
+        let Entry { rules, state, .. } = entry;
+        rules.acquire_unshared(state, now, cost)
     }
 
     fn available(&self, entry: &Entry<A>, now: u64) -> Result<u32, Blocked> {
@@ -335,5 +351,52 @@ impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
         if let Some(frozen) = self.frozen.take() {
             self.rules.thaw(self.state, frozen);
         }
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::{PerKey, Resolver};
+    use crate::Quota;
+    use crate::algorithm::{Algorithm, Blocked};
+    use crate::token_bucket::TokenBucketRules;
+    use std::sync::Arc;
+
+    fn per_second(n: u32) -> Resolver<u64> {
+        Arc::new(move |_: &u64| Quota::per_second(n).unwrap())
+    }
+
+    /// What is left of a key's allowance at time 0.
+    fn left(rules: &PerKey<TokenBucketRules, u64>, entry: &super::Entry<TokenBucketRules>) -> u32 {
+        rules.available(entry, 0).unwrap()
+    }
+
+    #[test]
+    fn a_new_entry_stepped_unshared_takes_as_a_stored_one_does() {
+        let rules = PerKey::<TokenBucketRules, u64>::new(per_second(10));
+        let (mut unshared, shared) = (rules.create(&1), rules.create(&1));
+        let answers = (
+            rules.acquire_unshared(&mut unshared, 0, 4),
+            rules.acquire(&shared, 0, 4),
+        );
+        assert_eq!(answers.0, answers.1);
+        assert!(matches!(answers.0, Ok(decision) if decision.is_allowed()));
+        assert_eq!((left(&rules, &unshared), left(&rules, &shared)), (6, 6));
+    }
+
+    #[test]
+    fn a_new_entry_made_before_a_reconfiguration_is_outdated_unshared_too() {
+        let rules = PerKey::<TokenBucketRules, u64>::new(per_second(10));
+        let mut entry = rules.create(&1);
+        rules.reconfigure(per_second(20));
+        assert_eq!(
+            rules.acquire_unshared(&mut entry, 0, 4),
+            Err(Blocked::Outdated)
+        );
+        // Untouched: the whole of the old quota is still there for the move.
+        assert_eq!(
+            Algorithm::<()>::available(&entry.rules, &entry.state, 0),
+            Ok(10)
+        );
     }
 }

@@ -50,6 +50,9 @@ pub mod mutants {
         /// lookup as "no state", though that lookup can miss a key whose entry a move
         /// is replacing.
         TrustFirstMiss,
+        /// A new key's first request reads the watermark before it takes the key's
+        /// lock, so a sweep that forgets the key in between is not seen.
+        EarlyReading,
     }
 
     thread_local! {

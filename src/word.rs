@@ -144,6 +144,26 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
     }
 
     #[inline]
+    fn acquire_unshared(
+        &self,
+        word: &mut AtomicU64,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Blocked> {
+        // Relaxed: no other thread can see this word yet (`&mut`); a plain load and
+        // store, with no compare-and-set.
+        let current = word.load(Ordering::Relaxed);
+        if let Some(blocked) = blocked::<W>(current) {
+            // No Acquire fence, unlike `update`: a word no other thread has seen was
+            // retired by no sweep, so there is no watermark to pair with.
+            return Err(blocked);
+        }
+        let (new, decision) = WordAlgorithm::acquire(self, current, now, cost);
+        *word = AtomicU64::new(new);
+        Ok(decision)
+    }
+
+    #[inline]
     fn available(&self, word: &AtomicU64, now: u64) -> Result<u32, Blocked> {
         // Relaxed: a snapshot of the word itself; it guards no other memory.
         let current = word.load(Ordering::Relaxed);
@@ -271,5 +291,97 @@ pub(crate) mod strategies {
     pub(crate) fn readings(from: Option<u64>, random: u64) -> [u64; 4] {
         let from = from.unwrap_or(random);
         [random, from.saturating_sub(1), from, from.saturating_add(1)]
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::strategies::any_quota;
+    use super::{MOVED, RETIRED, WordAlgorithm};
+    use crate::algorithm::{Algorithm, Blocked};
+    use crate::fixed_window::FixedWindowRules;
+    use crate::gcra::GcraRules;
+    use crate::sliding_window::SlidingWindowRules;
+    use crate::sync::{AtomicU64, Ordering};
+    use crate::token_bucket::TokenBucketRules;
+    use crate::{Decision, Quota};
+    use proptest::prelude::*;
+
+    /// The step on an unshared word and on a shared one: their answers, and the words
+    /// they leave.
+    fn both<W: WordAlgorithm>(
+        rules: &W,
+        word: u64,
+        now: u64,
+        cost: u32,
+    ) -> [(Result<Decision, Blocked>, u64); 2] {
+        let mut unshared = AtomicU64::new(word);
+        let answer = Algorithm::<()>::acquire_unshared(rules, &mut unshared, now, cost);
+        let shared = AtomicU64::new(word);
+        let shared_answer = Algorithm::<()>::acquire(rules, &shared, now, cost);
+        [
+            (answer, unshared.load(Ordering::Relaxed)),
+            (shared_answer, shared.load(Ordering::Relaxed)),
+        ]
+    }
+
+    /// What came before the request: a few earlier requests (reading, cost) from a
+    /// fresh word, then, one time in four, a marker in place of the word left.
+    fn any_history() -> impl Strategy<Value = (Vec<(u64, u32)>, Option<u64>)> {
+        let marker =
+            prop_oneof![3 => Just(None), 1 => prop_oneof![Just(Some(RETIRED)), Just(Some(MOVED))]];
+        (
+            proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            marker,
+        )
+    }
+
+    proptest! {
+        /// A new key's first request, stepped without a compare-and-set, answers and
+        /// leaves the word exactly as the compare-and-set loop does, for every
+        /// single-word algorithm, from any word requests can leave (and from the
+        /// markers, which both refuse).
+        #[test]
+        fn an_unshared_step_is_the_shared_step(
+            quota in any_quota(), history in any_history(), now in any::<u64>(), cost in any::<u32>(),
+        ) {
+            fn check<W: WordAlgorithm>(
+                rules: &W,
+                (earlier, marker): &(Vec<(u64, u32)>, Option<u64>),
+                now: u64,
+                cost: u32,
+            ) {
+                let left = earlier.iter().fold(rules.fresh(), |word, &(at, cost)| {
+                    rules.acquire(word, at, cost).0
+                });
+                // MOVED is an ordinary word of the algorithms that do not reserve it.
+                let word = match marker {
+                    Some(MOVED) if !W::RESERVES_MOVED => left,
+                    Some(marker) => *marker,
+                    None => left,
+                };
+                let [unshared, shared] = both(rules, word, now, cost);
+                assert_eq!(unshared, shared, "word {word:#x} at {now} for {cost}");
+            }
+            check(&TokenBucketRules::new(&quota), &history, now, cost);
+            check(&FixedWindowRules::new(&quota), &history, now, cost);
+            if let Ok(gcra) = GcraRules::new(&quota) {
+                check(&gcra, &history, now, cost);
+            }
+            if let Ok(sliding) = SlidingWindowRules::new(&quota) {
+                check(&sliding, &history, now, cost);
+            }
+        }
+    }
+
+    /// Without the generic word: the quota a test names, stepped both ways from fresh.
+    #[test]
+    fn a_fresh_token_bucket_stepped_unshared_takes_its_cost() {
+        let quota = Quota::per_second(10).unwrap();
+        let rules = TokenBucketRules::new(&quota);
+        let [unshared, shared] = both(&rules, rules.fresh(), 0, 3);
+        assert_eq!(unshared, shared);
+        assert!(matches!(unshared.0, Ok(decision) if decision.is_allowed()));
+        assert_eq!(WordAlgorithm::available(&rules, unshared.1, 0), 7);
     }
 }

@@ -1,6 +1,8 @@
 //! Forgetting idle keys, model-checked: a sweeper forgets a full key while two
 //! threads take from it. Exactly its capacity is admitted — and a sweeper that removes
-//! the key without retiring its word first is rejected.
+//! the key without retiring its word first is rejected. Then the watermark: a request
+//! that meets a retired word (model 11) or stores a forgotten key afresh (model 16)
+//! reads at least the sweep's instant; the sweeper thread's handshake (model 12).
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -145,5 +147,65 @@ fn mutant_12_waiting_before_looking_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
     check("12 mutant: wait first", Some(3), || {
         with_mutant(Mutant::WaitFirst, a_sweep_request_is_never_lost)
+    });
+}
+
+/// A new key's first request reads the watermark under the key's lock. A request
+/// whose reading lags at 5 ns misses the key; meanwhile another request stores it (at
+/// 5 ns: one token taken, full again at 10 ns) and a sweep at 50 ns forgets it. If the
+/// lagging request then stores the key afresh, its reading must be the sweep's
+/// watermark: a fresh word dated 5 ns would refill at 10 ns, so a request at 20 ns,
+/// after all of them, would find a token the key, forgotten full at 50 ns and taken
+/// from since, cannot have. At most two of the three requests are allowed.
+fn a_new_key_reads_the_watermark_under_its_lock() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_nanos(10)).unwrap())
+        .clock(clock.clone())
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build();
+    clock.set(Duration::from_nanos(5));
+    let limiter = Arc::new(limiter);
+    let other = {
+        let limiter = limiter.clone();
+        thread::spawn(move || u32::from(limiter.try_acquire(&KEY)))
+    };
+    let sweeper = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(50));
+            limiter.evict_idle();
+        })
+    };
+    let lagging = u32::from(limiter.try_acquire(&KEY));
+    let other = other.join().unwrap();
+    sweeper.join().unwrap();
+    clock.set(Duration::from_nanos(20));
+    let last = u32::from(limiter.try_acquire(&KEY));
+    let allowed = lagging + other + last;
+    assert!(
+        allowed <= 2,
+        "new key: {allowed} of 3 allowed from a bucket of 1 refilled once"
+    );
+}
+
+#[test]
+fn model_16_a_new_key_reads_the_watermark_under_its_lock() {
+    check(
+        "16 new key and watermark",
+        Some(3),
+        a_new_key_reads_the_watermark_under_its_lock,
+    );
+}
+
+#[test]
+#[should_panic(expected = "new key:")]
+fn mutant_16_reading_before_the_lock_is_rejected() {
+    use turnstile::loom_hooks::{Mutant, with_mutant};
+    check("16 mutant: reading before the lock", Some(3), || {
+        with_mutant(
+            Mutant::EarlyReading,
+            a_new_key_reads_the_watermark_under_its_lock,
+        )
     });
 }

@@ -76,7 +76,8 @@ where
             if let Some(decision) = self.words.get(key, step) {
                 return decision;
             }
-            if let Some(decision) = self.words.get_or_insert(key, fresh, step) {
+            let first = |word: &mut Mutex<u64>| step(word);
+            if let Some(decision) = self.words.get_or_insert(key, fresh, first, step) {
                 return decision;
             }
         }

@@ -588,8 +588,9 @@ where
     }
 
     /// The first request of a key with no state: make room if the map is at its cap,
-    /// store the key's state (exactly once, however many threads race), apply the
-    /// request, and ask for a sweep if one is due.
+    /// store the key's state (exactly once, however many threads race) with the
+    /// request applied, and ask for a sweep if one is due. Unless `create` runs user
+    /// code, under the epoch guard of the lookup that missed the key.
     #[cold]
     fn acquire_new<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
     where
@@ -611,9 +612,20 @@ where
             return found.unwrap_or_else(|| Ok(self.overflow(now, cost)));
         }
         let create = |key: &K| self.algorithm.create(key);
+        // The first request applied to the new state before it is stored, under the
+        // key's lock (so at the watermark of that moment, as `apply` reads it).
+        #[cfg(turnstile_loom)]
+        let early = crate::sync::mutants::active(crate::sync::mutants::Mutant::EarlyReading)
+            .then(|| self.sweeper.reading(now));
+        let first = |state: &mut A::State| {
+            let reading = self.sweeper.reading(now);
+            #[cfg(turnstile_loom)]
+            let reading = early.unwrap_or(reading);
+            self.algorithm.acquire_unshared(state, reading, cost)
+        };
         let found = self
             .states
-            .get_or_insert(key, create, |state| self.apply(state, now, cost));
+            .get_or_insert(key, create, first, |state| self.apply(state, now, cost));
         self.after_insertion(now);
         // Gone before we could use it (forgotten at once), or hidden for a moment by a
         // move: the next look finds the key absent, fresh or moved, as after meeting a
@@ -648,9 +660,15 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        match self.states.get(key, |state| self.apply(state, now, cost)) {
-            Some(found) => found,
-            None => self.acquire_new(key, now, cost),
+        let apply = |state: &A::State| self.apply(state, now, cost);
+        let new = || self.acquire_new(key, now, cost);
+        if A::CREATE_CALLS_USER_CODE {
+            self.states.get(key, apply).unwrap_or_else(new)
+        } else {
+            // The insertion under the lookup's guard (see `Store::get_or_else`): it
+            // runs no user code but a metrics recorder's gauge, and waits for no move
+            // to a larger table.
+            self.states.get_or_else(key, apply, new)
         }
     }
 

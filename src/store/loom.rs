@@ -1,8 +1,9 @@
 //! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values,
 //! exactly as weak as the store contract allows.
 //!
-//! Every closure runs outside the lock, on a snapshot that other threads may replace
-//! or remove meanwhile; a removal re-checks under the lock that it removes the value
+//! Every closure but `get_or_insert`'s `first` (which the contract puts under the
+//! lock that makes the insertion one step) runs outside the lock, on a snapshot that
+//! other threads may replace or remove meanwhile; a removal re-checks under the lock that it removes the value
 //! its predicate saw, and retries otherwise; `retain` calls `keep` twice for every
 //! entry and follows the second answer (the contract allows a map that asks twice); a
 //! swap hides the key from lock-free lookups for a moment, as scc's two-step replace
@@ -15,10 +16,11 @@ use crate::KeyRef;
 use crate::sync::{Arc, Mutex, MutexGuard, yield_now};
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, Hash};
 
 /// Keys and their state under one loom mutex; values are `Arc`s so closures run
-/// unlocked.
+/// unlocked (all but `first`, on a value not yet stored).
 pub(crate) struct LoomStore<K, V, S> {
     map: Mutex<Entries<K, V, S>>,
 }
@@ -107,6 +109,7 @@ where
         &self,
         key: &Q,
         value: impl FnOnce(&K) -> V,
+        first: impl FnOnce(&mut V) -> R,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R>
     where
@@ -115,10 +118,18 @@ where
     {
         // Made unlocked; dropped unused if another thread stored one first.
         let owned = key.to_key();
-        let value = Arc::new(value(&owned));
-        self.locked().map.entry(owned).or_insert(value);
-        // Looked up again without the insertion's lock, as the normal store does: the
-        // entry may be removed, or being swapped, in between.
+        let mut value = value(&owned);
+        {
+            let mut entries = self.locked();
+            if let Entry::Vacant(vacant) = entries.map.entry(owned) {
+                // Under the lock that makes the insertion one step, as the contract says.
+                let first = first(&mut value);
+                vacant.insert(Arc::new(value));
+                return Some(first);
+            }
+        }
+        // Found: looked up again without the insertion's lock, which the contract
+        // permits: the entry may be removed, or being swapped, in between.
         self.visible(key).map(|stored| f(&stored))
     }
 

@@ -73,17 +73,19 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   it never misses a present key, swapped or not; `f` runs under that lock. For the
 ///   cold paths where a miss means something (a peek's fresh answer, a refund's
 ///   no-op, a refusal at the key cap).
-/// - **get-or-insert, exactly once**: `get_or_insert(key, value, f)` stores `value`
-///   if the key is absent (under the map's lock, so it never misses a present key)
-///   and calls `f` with the key's value. However many threads race on an absent key,
-///   exactly one value is stored; the losers' `value`s are dropped unused. `f` sees
-///   the key's value as of a look at or after the insertion: the scc store calls it
-///   on the entry it inserted or found, under the bucket's lock, and always answers
-///   `Some`; a store may instead look again without the lock and answer `None`
-///   (without calling `f`) when that look finds nothing — the entry gone, or hidden
-///   for a moment by a swap, as for `get` — and the caller looks again (the loom store
-///   does, which permits more interleavings). In the second case the key existed all
-///   along, so `value` (for per-key quotas, the user's resolver) ran for nothing.
+/// - **get-or-insert, exactly once**: `get_or_insert(key, value, first, f)` stores
+///   `value` if the key is absent (under the map's lock, so it never misses a present
+///   key), calling `first` on it under that lock just before, while no other thread
+///   can see it, and answers what `first` did. However many threads race on an absent
+///   key, exactly one value is stored; the losers' `value`s are dropped unused, and
+///   the losers call `f` with the key's value instead, as of a look at or after the
+///   insertion: the scc store calls it on the entry it found, under the bucket's
+///   lock, and always answers `Some`; a store may instead look again without the lock
+///   and answer `None` (without calling `f`) when that look finds nothing — the entry
+///   gone, or hidden for a moment by a swap, as for `get` — and the caller looks again
+///   (the loom store does, which permits more interleavings). In the second case the
+///   key existed all along, so `value` (for per-key quotas, the user's resolver) ran
+///   for nothing.
 /// - **remove-if**: `remove_if(key, pred)` removes the key's entry only if `pred`
 ///   holds for the value stored at that moment; an entry is never replaced in place,
 ///   so a later insert stores a new value.
@@ -100,11 +102,14 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   inserted or removed during the pass may or may not be seen.
 /// - Closures may run more than once, and may see a value that is replaced or removed
 ///   before the call returns; `remove_if` removes only if `pred` held for the value it
-///   removes. `value` and the `f` of `get` run outside any lock of the map; `pred`,
-///   `keep` and the `f` of `get_locked` and `get_or_insert` may run under one (scc
-///   holds the bucket's lock), so they must be short and must not call the store.
-///   The loom store runs every closure unlocked, which permits more interleavings,
-///   not fewer.
+///   removes. `value` and the `f` of `get` run outside any lock of the map (but
+///   `value` inside the epoch guard of a `get_or_else` that calls `get_or_insert`
+///   from its `missed`); `pred`,
+///   `keep`, the `f` of `get_locked` and the `first` and `f` of `get_or_insert` may
+///   run under one (scc holds the bucket's lock), so they must be short and must not
+///   call the store. The loom store runs every closure but `first` unlocked, which
+///   permits more interleavings, not fewer; `first` runs under the lock that makes
+///   the insertion one step, as the contract says.
 /// - Every method may be called from any number of threads at once.
 pub(crate) trait Store<K, V, S> {
     /// An empty store expecting about `expected_keys` keys.
@@ -116,6 +121,20 @@ pub(crate) trait Store<K, V, S> {
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq;
 
+    /// `f` on the value of `key` if present, else `missed()`, called before the
+    /// lookup lets go of what it holds (the scc store's epoch guard), so that a
+    /// `get_or_insert` inside `missed` takes none of its own: on x86 a full barrier
+    /// fewer on every new key's request (results/ANALYSIS.md). `missed` may take long
+    /// (a sweep, when the map has outgrown its bound), but must not wait for a move to
+    /// a larger table, which waits for it.
+    fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.get(key, f).unwrap_or_else(missed)
+    }
+
     /// Calls `f` with the value of `key`, if present, looking under the map's lock for
     /// the key: never misses a key that a `swap` is replacing.
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
@@ -123,13 +142,15 @@ pub(crate) trait Store<K, V, S> {
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
 
-    /// Calls `f` with the value of `key`, storing `value(owned key)` first if the key
-    /// is absent. For a key the caller has just missed: `value` is made before the
-    /// store looks again, and dropped unused if another thread stored one first.
+    /// Calls `f` with the value of `key`, or, if the key is absent, `first` with
+    /// `value(owned key)` before storing it. For a key the caller has just missed:
+    /// `value` is made before the store looks again, and dropped unused if another
+    /// thread stored one first.
     fn get_or_insert<Q, R>(
         &self,
         key: &Q,
         value: impl FnOnce(&K) -> V,
+        first: impl FnOnce(&mut V) -> R,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R>
     where

@@ -55,6 +55,21 @@ where
         Some(f(self.home.state(handle)))
     }
 
+    #[inline]
+    fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let guard = Guard::new();
+        match self.tables.peek(key, &guard) {
+            Some(handle) => f(self.home.state(handle)),
+            // Under the same guard: the insertion's own, and scc's inside it, are
+            // then nested ones, with no barrier.
+            None => missed(),
+        }
+    }
+
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
@@ -79,6 +94,7 @@ where
         &self,
         key: &Q,
         value: impl FnOnce(&K) -> V,
+        first: impl FnOnce(&mut V) -> R,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R>
     where
@@ -93,15 +109,16 @@ where
         // Held until the insertion is done: a move waits for every operation that may
         // have seen its tables before (see `tables`).
         let guard = Guard::new();
-        // `f` (the algorithm's step, never user code: a compare-and-set, or for the
-        // sliding log its own lock and `cost` timestamps pushed, which may grow the
-        // log) runs on the entry under the bucket's lock: the state it sees is the
-        // key's, with no second lookup (measured: about 30 instructions of a new key's
-        // 860, results/ANALYSIS.md). Insertions into the bucket and the sweeper wait
-        // for it; lock-free lookups do not.
+        // `first` (the algorithm's step on the new state, never user code) runs under
+        // the bucket's lock just before the entry is published; `f` (the step on a
+        // stored state: a compare-and-set, or for the sliding log its own lock and
+        // `cost` timestamps pushed, which may grow the log) for a thread that lost the
+        // race to insert, on the entry it found, also under the lock: no second
+        // lookup. Insertions into the bucket and the sweeper wait for them; lock-free
+        // lookups do not.
         match self.tables.alone(&guard) {
-            Some(index) => Some(self.settle(index.entry_sync(owned), value, f)),
-            None => Some(self.settle(self.tables.locate(owned, &guard).entry, value, f)),
+            Some(index) => Some(self.settle(index.entry_sync(owned), value, first, f)),
+            None => Some(self.settle(self.tables.locate(owned, &guard).entry, value, first, f)),
         }
     }
 
@@ -228,17 +245,25 @@ where
     /// `f` on the state of the key `entry` holds, storing `value` there first if the
     /// entry is vacant.
     #[inline(always)]
-    fn settle<R>(&self, entry: Entry<'_, K, Handle<V>, S>, value: V, f: impl FnOnce(&V) -> R) -> R {
-        let entry = match entry {
-            Entry::Occupied(entry) => entry,
+    fn settle<R>(
+        &self,
+        entry: Entry<'_, K, Handle<V>, S>,
+        mut value: V,
+        first: impl FnOnce(&mut V) -> R,
+        f: impl FnOnce(&V) -> R,
+    ) -> R {
+        match entry {
+            Entry::Occupied(entry) => f(self.home.state(entry.get())),
             Entry::Vacant(entry) => {
-                self.keys.add(1);
+                let first = first(&mut value);
                 // Placed under the bucket's lock, so a slab slot is taken only for a
                 // key that is really new.
-                entry.insert_entry(self.home.place(value))
+                entry.insert_entry(self.home.place(value));
+                // Counted once stored: a `first` that panics stores and counts nothing.
+                self.keys.add(1);
+                first
             }
-        };
-        f(self.home.state(entry.get()))
+        }
     }
 }
 
@@ -253,7 +278,7 @@ mod tests {
     fn a_sweep_that_empties_the_map_leaves_its_table_as_large_as_it_was() {
         let store = Words::with_hasher(Default::default(), 0);
         for key in 0..100_000 {
-            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
+            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| (), |_| ());
         }
         let grown = store.tables.capacity();
         store.retain(|_| false);
@@ -261,7 +286,7 @@ mod tests {
         assert_eq!(store.tables.capacity(), grown, "the table shrank");
         // And keeps it while keys come back.
         for key in 100_000..100_100 {
-            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
+            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| (), |_| ());
         }
         assert_eq!(store.tables.capacity(), grown);
         assert_eq!(store.len(), 100);
@@ -285,7 +310,7 @@ mod growth {
         match store.get(&key, add) {
             Some(before) => before,
             None => store
-                .get_or_insert(&key, |_| AtomicU64::new(0), add)
+                .get_or_insert(&key, |_| AtomicU64::new(0), |word| add(word), add)
                 .expect("the scc store always answers"),
         }
     }
@@ -478,13 +503,15 @@ mod reuse {
     /// insertions, saw: whether a new key was given its word, and the word's value when
     /// the reader looked again. Then, the reader gone, whether new keys reuse it.
     fn reader_across_removal(store: &Words) -> (bool, u64, bool) {
-        let _ = store.get_or_insert(&0, |_| AtomicU64::new(MARK), |_| ());
+        let _ = store.get_or_insert(&0, |_| AtomicU64::new(MARK), |_| (), |_| ());
         let address = |word: &AtomicU64| std::ptr::from_ref(word) as usize;
         let old = store.get(&0, address).unwrap();
         let inserted = |keys: std::ops::Range<u64>| -> HashSet<usize> {
-            keys.map(|key| store.get_or_insert(&key, |_| AtomicU64::new(0), address))
-                .map(Option::unwrap)
-                .collect()
+            keys.map(|key| {
+                let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| (), |_| ());
+                store.get(&key, address).unwrap()
+            })
+            .collect()
         };
         let (entered, wait) = (mpsc::channel(), mpsc::channel::<()>());
         std::thread::scope(|s| {
@@ -530,7 +557,7 @@ mod reuse {
     fn a_sweeping_thread_that_settles_hands_its_slots_back() {
         let store = Words::with_hasher(Default::default(), 0);
         for key in 0..5_000 {
-            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| ());
+            let _ = store.get_or_insert(&key, |_| AtomicU64::new(0), |_| (), |_| ());
         }
         let released = std::thread::scope(|s| {
             s.spawn(|| {
