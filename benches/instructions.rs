@@ -8,8 +8,10 @@
 //! the floors floor-stack, floor-cas, floor-clock, floor-lookup) or one of turnstile's
 //! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log) or a
 //! direct limiter (direct-turnstile, direct-turnstile-gcra, direct-governor); MIX is
-//! allowed, denied or churn. Keys are the uniform pattern (1,000 keys, all stored
-//! before counting), or with churn a new key for every check.
+//! allowed, denied, churn, zipf-allowed or zipf-denied. Keys are the uniform pattern
+//! (1,000 keys, all stored before counting), with churn a new key for every check,
+//! with zipf-* the zipf pattern (1,000,000 keys, all stored before counting: run with
+//! `--cache-sim=yes` to count its cache misses).
 
 mod common;
 
@@ -43,7 +45,7 @@ fn measured_churn<T: Contender>(contender: &T, checks: u64) -> u64 {
 /// stores nothing: every check brings a new key).
 struct Count {
     checks: u64,
-    churn: bool,
+    pattern: Pattern,
 }
 
 impl Visit for Count {
@@ -51,11 +53,11 @@ impl Visit for Count {
 
     fn visit<T: Contender + 'static>(self, make: impl Fn() -> T + Send + Sync + 'static) -> u64 {
         let contender = make();
-        if self.churn {
+        if self.pattern == Pattern::Churn {
             return measured_churn(&contender, self.checks);
         }
-        prepopulate(&contender, Pattern::Uniform);
-        let keys = Pattern::Uniform.keys(0);
+        prepopulate(&contender, self.pattern);
+        let keys = self.pattern.keys(0);
         measured(&contender, &keys, self.checks)
     }
 }
@@ -68,17 +70,18 @@ fn main() -> ExitCode {
         [name, mix, checks] => [name.as_str(), mix.as_str(), checks.as_str()],
         _ => {
             eprintln!(
-                "usage: instructions NAME allowed|denied CHECKS (see results/instructions.sh)"
+                "usage: instructions NAME allowed|denied|churn|zipf-allowed|zipf-denied CHECKS (see results/instructions.sh)"
             );
             return ExitCode::SUCCESS;
         }
     };
     let churn = mix == "churn";
+    let zipf = mix.starts_with("zipf-");
     let mix = match mix {
-        "allowed" | "churn" => Mix::Allowed,
-        "denied" => Mix::Denied,
+        "allowed" | "churn" | "zipf-allowed" => Mix::Allowed,
+        "denied" | "zipf-denied" => Mix::Denied,
         other => {
-            eprintln!("unknown mix {other}: allowed, denied or churn");
+            eprintln!("unknown mix {other}: allowed, denied, churn, zipf-allowed or zipf-denied");
             return ExitCode::FAILURE;
         }
     };
@@ -86,12 +89,14 @@ fn main() -> ExitCode {
         eprintln!("CHECKS must be a whole number, got {checks}");
         return ExitCode::FAILURE;
     };
-    let count = Count { checks, churn };
     let pattern = if churn {
         Pattern::Churn
+    } else if zipf {
+        Pattern::Zipf
     } else {
         Pattern::Uniform
     };
+    let count = Count { checks, pattern };
     let admitted = match name {
         "token-bucket" | "gcra" | "fixed-window" | "sliding-window" | "sliding-log" => {
             with_algorithm(name, mix, count)
