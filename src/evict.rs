@@ -70,10 +70,13 @@
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
 //! per-thread cells), so a sweep is asked for a few dozen insertions late. The sweeper
-//! holds one bucket of the map at a time (32 entries, plus a short overflow chain), so
-//! an insertion into the bucket being swept waits while the sweeper looks at those
-//! entries (and reads the limiter's clock, once every 256 keys) — microseconds,
-//! whatever the size of the map. Lookups of stored keys never wait (while a small
+//! asks about every key without any lock of the map, and removes the keys it retired
+//! afterwards, a thousand at a time, each under its own bucket's lock for one entry's
+//! removal: an insertion into that bucket waits that long, unless the OS preempts the
+//! thread inside that removal. (A sweep that held each bucket while it asked about its
+//! 32 entries was, whenever the OS preempted the thread, holding one, and an insertion
+//! into it slept until the thread ran again: 4–38 ms with two requesting threads on
+//! two cores.) Lookups of stored keys never wait (while a small
 //! table grows by itself they may do work, below); a peek or refund of a key the
 //! lock-free lookup did not find looks again under the bucket's lock, and may wait for
 //! it the same way. A forgotten entry is only marked removed; its slot

@@ -18,6 +18,9 @@ use sdd::Guard;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
+/// Keys a sweep removes at a time, once it has asked about them.
+const REMOVED_AT_ONCE: usize = 1024;
+
 /// What the index holds for a state of type `V`.
 type Handle<V> = <<V as Stored>::Home as Home<V>>::Handle;
 
@@ -122,35 +125,14 @@ where
         }
     }
 
-    fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
+    fn remove_if<Q>(&self, key: &Q, pred: impl FnMut(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let mut handles = Default::default();
-        let guard = Guard::new();
-        let removed = match self.tables.alone(&guard) {
-            // `remove_if_sync` removes the entry exactly when `pred` answers true (it
-            // asks once, under the bucket's lock).
-            Some(index) => index.remove_if_sync(key, |handle| {
-                let remove = pred(self.home.state(handle));
-                if remove {
-                    V::Home::removed(handle, &mut handles);
-                }
-                remove
-            }),
-            None => match self.tables.locate(key.to_key(), &guard).entry {
-                Entry::Occupied(entry) if pred(self.home.state(entry.get())) => {
-                    V::Home::removed(entry.get(), &mut handles);
-                    entry.remove_entry();
-                    true
-                }
-                _ => false,
-            },
-        };
-        drop(guard);
+        let removed = self.remove_noting(key, pred, &mut handles);
         if removed {
-            self.keys.add(-1);
             self.home.release(handles);
         }
         removed
@@ -158,6 +140,7 @@ where
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
         let mut handles = Default::default();
+        let mut rejected = Vec::with_capacity(REMOVED_AT_ONCE);
         self.tables.each_index(|index| {
             // Never let a sweep shrink a table. scc frees a removed entry only when
             // its bucket is next written or when the table holding it is dropped; a
@@ -168,20 +151,23 @@ where
             // only ever grows, and removed entries are freed a bucket at a time by the
             // insertions that reuse their slots.
             hold_capacity(index);
-            index.retain_sync(|_, handle| {
-                let kept = keep(self.home.state(handle));
-                if !kept {
-                    // Counted as it goes (the index removes the entry as soon as this
-                    // returns: `retain_sync` marks it removed under the bucket's lock
-                    // before it asks about the next), so a long pass frees room at a
-                    // key cap while it runs, and a pass cut short by a panic leaves the
-                    // count right (and its removed states unreleased: kept, never
-                    // reused early).
-                    self.keys.add(-1);
-                    V::Home::removed(handle, &mut handles);
+            // Asked without the bucket's lock, removed under it a batch at a time: a
+            // pass that held each bucket while it asked (scc's `retain_sync`) was,
+            // whenever the OS preempted the sweeper thread, holding some bucket, and
+            // a request inserting into it slept until the thread ran again — 4 to 38
+            // ms under churn with two requesting threads on two cores (results/
+            // ANALYSIS.md, "A new key's barriers").
+            let guard = Guard::new();
+            for (key, handle) in index.iter(&guard) {
+                let state = self.home.state(handle);
+                if !keep(state) {
+                    rejected.push((key.clone(), std::ptr::from_ref(state)));
+                    if rejected.len() == REMOVED_AT_ONCE {
+                        self.remove_rejected(&mut rejected, &mut handles);
+                    }
                 }
-                kept
-            });
+            }
+            self.remove_rejected(&mut rejected, &mut handles);
         });
         // After the pass: every entry noted is out of the index.
         self.home.release(handles);
@@ -232,6 +218,66 @@ where
             if done || stopping() || give_way() {
                 return;
             }
+        }
+    }
+}
+
+impl<K, V, S> SccStore<K, V, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    V: Stored,
+    S: BuildHasher + Clone + 'static,
+{
+    /// Removes `key`'s entry if `pred` holds for its state, noting its handle in
+    /// `handles` for release; whether it did.
+    fn remove_noting<Q>(
+        &self,
+        key: &Q,
+        mut pred: impl FnMut(&V) -> bool,
+        handles: &mut <V::Home as Home<V>>::Removed,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let guard = Guard::new();
+        let removed = match self.tables.alone(&guard) {
+            // `remove_if_sync` removes the entry exactly when `pred` answers true (it
+            // asks once, under the bucket's lock).
+            Some(index) => index.remove_if_sync(key, |handle| {
+                let remove = pred(self.home.state(handle));
+                if remove {
+                    V::Home::removed(handle, handles);
+                }
+                remove
+            }),
+            None => match self.tables.locate(key.to_key(), &guard).entry {
+                Entry::Occupied(entry) if pred(self.home.state(entry.get())) => {
+                    V::Home::removed(entry.get(), handles);
+                    entry.remove_entry();
+                    true
+                }
+                _ => false,
+            },
+        };
+        if removed {
+            self.keys.add(-1);
+        }
+        removed
+    }
+
+    /// Removes each key `retain` rejected, if its entry still holds the state it was
+    /// rejected for (compared by address: the pass's guard keeps a removed state's
+    /// memory from being reused meanwhile). An entry replaced since (a key moved to a
+    /// new quota) or removed and stored afresh (by a request that met its retired
+    /// state) holds another state and stays.
+    fn remove_rejected(
+        &self,
+        rejected: &mut Vec<(K, *const V)>,
+        handles: &mut <V::Home as Home<V>>::Removed,
+    ) {
+        for (key, state) in rejected.drain(..) {
+            self.remove_noting(&key, |current| std::ptr::eq(current, state), handles);
         }
     }
 }
