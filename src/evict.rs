@@ -134,8 +134,9 @@
 //! approximate: threads inserting at once may each pass the check, so the map can
 //! exceed `max_keys` by at most the number of threads inserting concurrently.
 //!
-//! A sweep costs about 55 ns per key, kept or forgotten, on a 2-core EPYC VM (1M
-//! keys: 54 ms either way; results/ANALYSIS.md, "The store").
+//! A sweep costs the sweeper thread about 65 ns per key kept and 110 ns per key
+//! forgotten, on a 2-core EPYC VM (1M keys: 63–71 ms, 107–129 ms; results/ANALYSIS.md,
+//! "A new key's barriers").
 
 use crate::Quota;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
