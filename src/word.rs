@@ -374,7 +374,7 @@ mod tests {
         }
     }
 
-    /// Without the generic word: the quota a test names, stepped both ways from fresh.
+    /// A fresh bucket of 10 asked for 3, both ways: allowed, and 7 left either way.
     #[test]
     fn a_fresh_token_bucket_stepped_unshared_takes_its_cost() {
         let quota = Quota::per_second(10).unwrap();

@@ -3,11 +3,11 @@
 //!
 //! Every closure but `get_or_insert`'s `first` (which the contract puts under the
 //! lock that makes the insertion one step) runs outside the lock, on a snapshot that
-//! other threads may replace or remove meanwhile; a removal re-checks under the lock that it removes the value
-//! its predicate saw, and retries otherwise; `retain` calls `keep` twice for every
-//! entry and follows the second answer (the contract allows a map that asks twice); a
-//! swap hides the key from lock-free lookups for a moment, as scc's two-step replace
-//! can.
+//! other threads may replace or remove meanwhile; a removal re-checks under the lock
+//! that it removes the value its predicate saw, and retries otherwise; `retain` calls
+//! `keep` twice for every entry and follows the second answer (the contract allows a
+//! map that asks twice); a swap hides the key from lock-free lookups for a moment, as
+//! scc's two-step replace can.
 //! So loom explores every interleaving the contract permits, not just the ones a lock
 //! around each call would allow.
 

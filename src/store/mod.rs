@@ -104,10 +104,9 @@ pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
 ///   before the call returns; `remove_if` removes only if `pred` held for the value it
 ///   removes. `value` and the `f` of `get` run outside any lock of the map (but
 ///   `value` inside the epoch guard of a `get_or_else` that calls `get_or_insert`
-///   from its `missed`); `pred`,
-///   `keep`, the `f` of `get_locked` and the `first` and `f` of `get_or_insert` may
-///   run under one (scc holds the bucket's lock), so they must be short and must not
-///   call the store. The loom store runs every closure but `first` unlocked, which
+///   from its `missed`); `pred`, `keep`, the `f` of `get_locked` and the `first` and
+///   `f` of `get_or_insert` may run under one (scc holds the bucket's lock), so they
+///   must be short and must not call the store. The loom store runs every closure but `first` unlocked, which
 ///   permits more interleavings, not fewer; `first` runs under the lock that makes
 ///   the insertion one step, as the contract says.
 /// - Every method may be called from any number of threads at once.

@@ -53,9 +53,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let guard = Guard::new();
-        let handle = self.tables.peek(key, &guard)?;
-        Some(f(self.home.state(handle)))
+        self.get_or_else(key, |state| Some(f(state)), || None)
     }
 
     #[inline]
