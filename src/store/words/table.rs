@@ -1,0 +1,237 @@
+//! One segment's table: open addressing over groups of eight slots, each slot a key
+//! and its state word side by side, the group's eight tags in one `AtomicU64`.
+//!
+//! A slot is empty, full or removed. A key is written into an empty slot once and
+//! stays until the table is dropped: removal only marks the slot removed, and a
+//! removed slot is never used again in this table (the segment's next growth leaves
+//! it behind). So a key never changes under a reader, the one fact the lock-free
+//! lookup rests on, and the only `unsafe` is the write-once key cell (`cell.rs`).
+//!
+//! Lookups probe from the key's home group through the groups after it, and stop at
+//! the first group with an empty slot: an insertion takes the first empty slot on
+//! that path, and slots never become empty again, so a key is never past a group that
+//! had an empty slot when it was inserted. A table is grown before it is 7/8 full
+//! (full and removed slots together), so every probe ends.
+
+use super::cell::KeyCell;
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots per group: one tag byte each in the group's `AtomicU64`.
+const GROUP: usize = 8;
+/// A never-used slot's tag.
+const EMPTY: u8 = 0;
+/// A removed key's tag; full slots' tags have the top bit set.
+const REMOVED: u8 = 1;
+/// `0x01` in every byte.
+const LOW_BITS: u64 = u64::from_ne_bytes([0x01; 8]);
+/// `0x80` in every byte.
+const HIGH_BITS: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// A full slot's tag for `hash`: the top bit, and seven bits of the hash that neither
+/// the segment (the top ten) nor the home group (the low 32) uses.
+#[inline(always)]
+pub(super) fn tag(hash: u64) -> u8 {
+    0x80 | ((hash >> 47) as u8 & 0x7F)
+}
+
+/// The bytes of `tags` equal to `byte`, as their top bits. A byte just above a true
+/// match may show as one too (the borrow of the subtraction); callers check the byte.
+#[inline(always)]
+fn matching(tags: u64, byte: u8) -> u64 {
+    let differences = tags ^ (LOW_BITS * u64::from(byte));
+    differences.wrapping_sub(LOW_BITS) & !differences & HIGH_BITS
+}
+
+/// Byte `index` of `tags`.
+#[inline(always)]
+fn byte(tags: u64, index: usize) -> u8 {
+    (tags >> (index * 8)) as u8
+}
+
+struct Slot<K> {
+    key: KeyCell<K>,
+    word: AtomicU64,
+}
+
+struct Group<K> {
+    /// The slots' tags, byte `i` for slot `i`. Written only under the segment's lock
+    /// (or before the table is published), with Release; loaded with Acquire before
+    /// any key is read.
+    tags: AtomicU64,
+    slots: [Slot<K>; GROUP],
+}
+
+/// A table of keys and their words (see the module docs).
+pub(super) struct Table<K> {
+    groups: Box<[Group<K>]>,
+}
+
+/// A key's slot in a table: its position (stable while the table lives) and word.
+pub(super) struct Found<'t> {
+    pub(super) position: usize,
+    pub(super) word: &'t AtomicU64,
+}
+
+impl<K> Table<K> {
+    /// An empty table of `groups` groups (at least one).
+    pub(super) fn new(groups: usize) -> Self {
+        let groups = (0..groups.max(1))
+            .map(|_| Group {
+                tags: AtomicU64::new(0),
+                slots: std::array::from_fn(|_| Slot {
+                    key: KeyCell::empty(),
+                    word: AtomicU64::new(0),
+                }),
+            })
+            .collect();
+        Self { groups }
+    }
+
+    /// Groups for a table that holds `keys` keys at about 7/12 full: two thirds of
+    /// the most it may hold, so that it takes half as many again before it grows.
+    pub(super) fn groups_for(keys: usize) -> usize {
+        (keys.saturating_mul(3) / 2).div_ceil(GROUP / 8 * 7).max(1)
+    }
+
+    /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
+    /// slots, so that every probe meets an empty slot.
+    pub(super) fn room(&self) -> usize {
+        self.groups.len() * GROUP / 8 * 7
+    }
+
+    /// The group a key with `hash` probes first (multiply-shift: any number of groups).
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        ((u64::from(hash as u32) * self.groups.len() as u64) >> 32) as usize
+    }
+
+    /// The next group on a probe.
+    #[inline(always)]
+    fn next(&self, group: usize) -> usize {
+        if group + 1 == self.groups.len() {
+            0
+        } else {
+            group + 1
+        }
+    }
+
+    /// The slot holding `key` (whose hash is `hash`), if it is full. Takes no lock.
+    #[inline(always)]
+    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let tag = tag(hash);
+        let mut at = self.home(hash);
+        loop {
+            let group = &self.groups[at];
+            // Acquire: pairs with the Release store that published each full slot,
+            // so its key and word are visible before they are read.
+            let tags = group.tags.load(Ordering::Acquire);
+            let mut candidates = matching(tags, tag);
+            while candidates != 0 {
+                let index = candidates.trailing_zeros() as usize / 8;
+                candidates &= candidates - 1;
+                let slot = &group.slots[index];
+                // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so
+                // the key's write happened before; it is never written again.
+                if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
+                    return Some(Found {
+                        position: at * GROUP + index,
+                        word: &slot.word,
+                    });
+                }
+            }
+            if matching(tags, EMPTY) != 0 {
+                return None;
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Stores `key` with `word` in the first empty slot of its probe, and answers the
+    /// slot's position. The caller holds the segment's lock (or alone holds the
+    /// table), has found no full slot for the key, and has checked [`room`](Self::room).
+    pub(super) fn insert(&self, hash: u64, key: K, word: u64) -> usize {
+        let mut at = self.home(hash);
+        loop {
+            let group = &self.groups[at];
+            // Relaxed: only the lock's holder writes tags, and the lock orders its
+            // writes before ours.
+            let tags = group.tags.load(Ordering::Relaxed);
+            let empty = matching(tags, EMPTY);
+            if empty != 0 {
+                let index = empty.trailing_zeros() as usize / 8;
+                let slot = &group.slots[index];
+                // SAFETY: the slot is empty (its tag says so, and tags never return to
+                // empty), and readers read keys only of full or removed slots, so no
+                // thread reads it until the Release store below publishes it.
+                unsafe { slot.key.write(key) };
+                // Relaxed: published with the tag just below.
+                slot.word.store(word, Ordering::Relaxed);
+                let tags = tags | (u64::from(tag(hash)) << (index * 8));
+                // Release: publishes the key and word to lookups' Acquire loads.
+                group.tags.store(tags, Ordering::Release);
+                return at * GROUP + index;
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Marks the full slot at `position` removed. The caller holds the segment's lock.
+    pub(super) fn remove(&self, position: usize) {
+        let (group, index) = (&self.groups[position / GROUP], position % GROUP);
+        // Relaxed: only the lock's holder writes tags.
+        let tags = group.tags.load(Ordering::Relaxed);
+        debug_assert!(
+            byte(tags, index) & 0x80 != 0,
+            "removing a slot that is not full"
+        );
+        let tags = tags & !(0xFF << (index * 8)) | (u64::from(REMOVED) << (index * 8));
+        // Release: a lookup that sees the slot removed has seen everything before.
+        group.tags.store(tags, Ordering::Release);
+    }
+
+    /// Whether the slot at `position` is full. The caller holds the segment's lock.
+    pub(super) fn is_full(&self, position: usize) -> bool {
+        let group = &self.groups[position / GROUP];
+        // Relaxed: only the lock's holder writes tags.
+        byte(group.tags.load(Ordering::Relaxed), position % GROUP) & 0x80 != 0
+    }
+
+    /// Every full slot: its position, key and word. Takes no lock; a slot filled or
+    /// removed meanwhile may or may not be seen.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
+        self.groups.iter().enumerate().flat_map(|(at, group)| {
+            // Acquire: as in `find`.
+            let tags = group.tags.load(Ordering::Acquire);
+            group
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(move |(index, slot)| {
+                    (byte(tags, index) & 0x80 != 0).then(|| {
+                        // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
+                        (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
+                    })
+                })
+        })
+    }
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        for group in self.groups.iter_mut() {
+            let tags = *group.tags.get_mut();
+            for (index, slot) in group.slots.iter_mut().enumerate() {
+                if byte(tags, index) != EMPTY {
+                    // SAFETY: a full or removed slot holds a key, written once; the
+                    // table is being dropped, so no reference to it remains.
+                    unsafe { slot.key.drop_key() };
+                }
+            }
+        }
+    }
+}
