@@ -1,6 +1,7 @@
-//! The limiter's own sweeper thread: started only when first needed (a sweep due),
-//! named, never started under `manual_eviction()`, and gone once the limiter is
-//! dropped.
+//! The limiter's own sweeper thread: started only when first needed (a sweep due, or
+//! the word store's tables filling past the size at which it grows them ahead of
+//! requests), named, never started under `manual_eviction()`, and gone once the
+//! limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
 
 use std::time::Duration;
@@ -76,5 +77,17 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     );
 
     drop(many);
+    wait_for_threads(0, "dropping the limiter did not end its thread");
+
+    // Within its first margin, no sweep is due; but growing past about 200,000 keys
+    // (segments' tables three quarters full past 256 keys of room), the limiter asks
+    // its thread to grow them before requests must.
+    let growing = limiter(false, &clock);
+    clock.advance(Duration::from_millis(1));
+    for key in 0..400_000 {
+        assert!(growing.try_acquire(&key));
+    }
+    wait_for_threads(1, "no thread came to grow the tables ahead");
+    drop(growing);
     wait_for_threads(0, "dropping the limiter did not end its thread");
 }

@@ -22,11 +22,6 @@ pub(super) struct KeyCell<K>(UnsafeCell<MaybeUninit<K>>);
 unsafe impl<K: Send + Sync> Sync for KeyCell<K> {}
 
 impl<K> KeyCell<K> {
-    /// An empty cell.
-    pub(super) fn empty() -> Self {
-        Self(UnsafeCell::new(MaybeUninit::uninit()))
-    }
-
     /// Stores `key`.
     ///
     /// # Safety

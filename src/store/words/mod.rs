@@ -44,7 +44,7 @@ use crate::word::RETIRED;
 use sdd::{AtomicShared, Guard, Shared, Tag};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use table::{Found, Table};
 
@@ -59,6 +59,9 @@ pub(crate) struct WordStore<K, S> {
     hasher: S,
     /// Keys stored, for `len` (the segments' counts are under their locks).
     keys: KeyCount,
+    /// Segments filled past [`AHEAD`] of their room and not grown since: the sweeper
+    /// thread grows them before a request must.
+    due: AtomicUsize,
 }
 
 struct Segment<K> {
@@ -68,6 +71,15 @@ struct Segment<K> {
     lock: Mutex<Used>,
 }
 
+/// The share of its room, in eighths, past which a segment's table is due to be
+/// grown by the sweeper thread: early enough that it is grown before requests fill
+/// the rest (a growth copies a segment's keys, 10–50 µs, which a request would pay).
+const AHEAD: usize = 6;
+/// Tables with room for fewer keys than this are grown by the request that fills them:
+/// a copy of at most this many keys (a few µs) costs a request less than waking the
+/// sweeper thread, and a limiter that stays small never starts one for its growth.
+const AHEAD_FROM: usize = 256;
+
 /// What a segment's table holds, under the segment's lock.
 #[derive(Default)]
 struct Used {
@@ -75,6 +87,8 @@ struct Used {
     slots: usize,
     /// Keys stored.
     keys: usize,
+    /// Counted in the store's `due` since the table was last grown.
+    due: bool,
 }
 
 /// Locks a segment. Nothing under the lock leaves `Used` half-changed but an
@@ -113,7 +127,7 @@ where
         {
             return table;
         }
-        self.grow(segment, used, guard)
+        self.grow(segment, used, guard, false)
     }
 
     /// Replaces the segment's table by one sized for its live keys and one more,
@@ -121,19 +135,38 @@ where
     /// caller holds the segment's lock (`used`).
     #[cold]
     #[inline(never)]
-    fn grow<'g>(&self, segment: &Segment<K>, used: &mut Used, guard: &'g Guard) -> &'g Table<K> {
+    fn grow<'g>(
+        &self,
+        segment: &Segment<K>,
+        used: &mut Used,
+        guard: &'g Guard,
+        ahead: bool,
+    ) -> &'g Table<K> {
         let new = Table::new(Table::<K>::groups_for(used.keys + 1));
+        if ahead {
+            new.touch_pages();
+        }
         // Acquire: as in `with_room`.
         if let Some(old) = segment.table.load(Ordering::Acquire, guard).as_ref() {
-            for (_, key, word) in old.entries() {
+            // Every word frozen first, then every key copied: a locked instruction
+            // waits for the stores before it, and the copies' stores go to the new
+            // table's cold lines (interleaved, each freeze waited for the last copy).
+            let last: Vec<u64> = old
+                .entries()
                 // Acquire: the word may have been retired by a sweep, whose Release
-                // made its watermark visible first; whoever reads the copy through
-                // the new table's publication must see that watermark too.
-                let last = word.swap(RETIRED, Ordering::Acquire);
+                // made its watermark visible first; whoever reads the copy through the
+                // new table's publication must see that watermark too.
+                .map(|(_, _, word)| word.swap(RETIRED, Ordering::Acquire))
+                .collect();
+            for ((_, key, _), last) in old.entries().zip(last) {
                 new.insert(self.hash(key), key.clone(), last);
             }
         }
         used.slots = used.keys;
+        if std::mem::take(&mut used.due) {
+            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
+            self.due.fetch_sub(1, Ordering::Relaxed);
+        }
         // Release: the new table and every word copied into it happen before any use
         // through the pointer. The old table goes to this thread's collector, which
         // frees it once no lookup can hold it.
@@ -179,6 +212,7 @@ where
             segments,
             hasher,
             keys: KeyCount::new(),
+            due: AtomicUsize::new(0),
         }
     }
 
@@ -261,6 +295,11 @@ where
         table.insert(hash, owned, value.into_inner());
         used.slots += 1;
         used.keys += 1;
+        if !used.due && table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
+            used.due = true;
+            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
+            self.due.fetch_add(1, Ordering::Relaxed);
+        }
         // Counted once stored: a `first` that panics stores and counts nothing.
         self.keys.add(1);
         Some(first)
@@ -334,6 +373,25 @@ where
 
     fn len(&self) -> usize {
         self.keys.get()
+    }
+
+    fn wants_preparation(&self) -> bool {
+        // Relaxed: a hint; a segment missed here is grown by the request that fills it.
+        self.due.load(Ordering::Relaxed) > 0
+    }
+
+    /// Grows every segment due (see [`AHEAD`]), one at a time, each under its lock.
+    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
+        for segment in self.segments.iter() {
+            if stopping() || give_way() || !self.wants_preparation() {
+                return;
+            }
+            let mut used = lock(segment);
+            if used.due {
+                let guard = Guard::new();
+                self.grow(segment, &mut used, &guard, true);
+            }
+        }
     }
 }
 

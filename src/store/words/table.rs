@@ -1,5 +1,6 @@
 //! One segment's table: open addressing over groups of eight slots, each slot a key
-//! and its state word side by side, the group's eight tags in one `AtomicU64`.
+//! and its state word side by side, each group's eight tags in one `AtomicU64` of an
+//! array of their own.
 //!
 //! A slot is empty, full or removed. A key is written into an empty slot once and
 //! stays until the table is dropped: removal only marks the slot removed, and a
@@ -12,6 +13,12 @@
 //! that path, and slots never become empty again, so a key is never past a group that
 //! had an empty slot when it was inserted. A table is grown before it is 7/8 full
 //! (full and removed slots together), so every probe ends.
+//!
+//! The tags are apart from the slots, one byte per slot, as hashbrown keeps its
+//! control bytes: the lines a probe reads first are then few (the slots of a million
+//! `u64` keys take 24 MB, their tags 1.5 MB) and stay cached, and a lookup reads one
+//! tag word and one slot. With the tags in the groups, every new key's probe read a
+//! line from memory, and churn ran about a fifth slower (results/ANALYSIS.md).
 
 use super::cell::KeyCell;
 use std::borrow::Borrow;
@@ -23,6 +30,11 @@ const GROUP: usize = 8;
 const EMPTY: u8 = 0;
 /// A removed key's tag; full slots' tags have the top bit set.
 const REMOVED: u8 = 1;
+/// Tables smaller than this many groups grow to twice their keys' room, larger ones to
+/// half as much again (see [`Table::groups_for`]).
+const DOUBLING_GROUPS: usize = 128;
+/// Tables smaller than this grow to four times their keys' room.
+const QUADRUPLING_GROUPS: usize = 16;
 /// `0x01` in every byte.
 const LOW_BITS: u64 = u64::from_ne_bytes([0x01; 8]);
 /// `0x80` in every byte.
@@ -54,17 +66,17 @@ struct Slot<K> {
     word: AtomicU64,
 }
 
-struct Group<K> {
-    /// The slots' tags, byte `i` for slot `i`. Written only under the segment's lock
-    /// (or before the table is published), with Release; loaded with Acquire before
-    /// any key is read.
-    tags: AtomicU64,
-    slots: [Slot<K>; GROUP],
-}
+// SAFETY: all zero bits are a valid slot: the word 0, and the key cell uninitialised,
+// which any bits are.
+unsafe impl<K> bytemuck::Zeroable for Slot<K> {}
 
 /// A table of keys and their words (see the module docs).
 pub(super) struct Table<K> {
-    groups: Box<[Group<K>]>,
+    /// Group `g`'s tags, byte `i` for slot `g * GROUP + i`. Written only under the
+    /// segment's lock (or before the table is published), with Release; loaded with
+    /// Acquire before any key is read.
+    tags: Box<[AtomicU64]>,
+    slots: Box<[Slot<K>]>,
 }
 
 /// A key's slot in a table: its position (stable while the table lives) and word.
@@ -74,42 +86,70 @@ pub(super) struct Found<'t> {
 }
 
 impl<K> Table<K> {
-    /// An empty table of `groups` groups (at least one).
+    /// An empty table of `groups` groups (at least one), allocated zeroed: every tag
+    /// empty, and no page written until a key lands in it.
     pub(super) fn new(groups: usize) -> Self {
-        let groups = (0..groups.max(1))
-            .map(|_| Group {
-                tags: AtomicU64::new(0),
-                slots: std::array::from_fn(|_| Slot {
-                    key: KeyCell::empty(),
-                    word: AtomicU64::new(0),
-                }),
-            })
-            .collect();
-        Self { groups }
+        let groups = groups.max(1);
+        Self {
+            tags: bytemuck::allocation::zeroed_slice_box(groups),
+            slots: bytemuck::allocation::zeroed_slice_box(groups * GROUP),
+        }
     }
 
-    /// Groups for a table that holds `keys` keys at about 7/12 full: two thirds of
-    /// the most it may hold, so that it takes half as many again before it grows.
+    /// Groups for a table that is to hold `keys` keys: room for twice as many while
+    /// the table is small (fewer than [`DOUBLING_GROUPS`] groups), so that a segment
+    /// filling from empty copies each key about once over its growths; then room for
+    /// half as many again (about 7/12 full), so that a large table wastes less.
     pub(super) fn groups_for(keys: usize) -> usize {
-        (keys.saturating_mul(3) / 2).div_ceil(GROUP / 8 * 7).max(1)
+        let doubled = keys.saturating_mul(2).div_ceil(GROUP / 8 * 7);
+        if doubled < QUADRUPLING_GROUPS {
+            (doubled * 2).max(1)
+        } else if doubled < DOUBLING_GROUPS {
+            doubled
+        } else {
+            (keys.saturating_mul(3) / 2).div_ceil(GROUP / 8 * 7)
+        }
+    }
+
+    /// Writes one word of every page of the table, not yet published, so that the
+    /// requests that fill it meet no fresh page (a fault, 1–5 µs on these VMs: under
+    /// churn, enough of them to set the p99.9). For the sweeper thread's growths.
+    pub(super) fn touch_pages(&self) {
+        const PAGE: usize = 4096;
+        for tags in self
+            .tags
+            .iter()
+            .step_by((PAGE / size_of::<AtomicU64>()).max(1))
+        {
+            // Relaxed: the table is this thread's alone; only the page matters.
+            tags.store(0, Ordering::Relaxed);
+        }
+        for slot in self
+            .slots
+            .iter()
+            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
+        {
+            // Relaxed: as above (the word of an empty slot is 0, and stays 0).
+            slot.word.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
     /// slots, so that every probe meets an empty slot.
     pub(super) fn room(&self) -> usize {
-        self.groups.len() * GROUP / 8 * 7
+        self.tags.len() * GROUP / 8 * 7
     }
 
     /// The group a key with `hash` probes first (multiply-shift: any number of groups).
     #[inline(always)]
     fn home(&self, hash: u64) -> usize {
-        ((u64::from(hash as u32) * self.groups.len() as u64) >> 32) as usize
+        ((u64::from(hash as u32) * self.tags.len() as u64) >> 32) as usize
     }
 
     /// The next group on a probe.
     #[inline(always)]
     fn next(&self, group: usize) -> usize {
-        if group + 1 == self.groups.len() {
+        if group + 1 == self.tags.len() {
             0
         } else {
             group + 1
@@ -126,15 +166,14 @@ impl<K> Table<K> {
         let tag = tag(hash);
         let mut at = self.home(hash);
         loop {
-            let group = &self.groups[at];
             // Acquire: pairs with the Release store that published each full slot,
             // so its key and word are visible before they are read.
-            let tags = group.tags.load(Ordering::Acquire);
+            let tags = self.tags[at].load(Ordering::Acquire);
             let mut candidates = matching(tags, tag);
             while candidates != 0 {
                 let index = candidates.trailing_zeros() as usize / 8;
                 candidates &= candidates - 1;
-                let slot = &group.slots[index];
+                let slot = &self.slots[at * GROUP + index];
                 // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so
                 // the key's write happened before; it is never written again.
                 if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
@@ -157,14 +196,13 @@ impl<K> Table<K> {
     pub(super) fn insert(&self, hash: u64, key: K, word: u64) -> usize {
         let mut at = self.home(hash);
         loop {
-            let group = &self.groups[at];
             // Relaxed: only the lock's holder writes tags, and the lock orders its
             // writes before ours.
-            let tags = group.tags.load(Ordering::Relaxed);
+            let tags = self.tags[at].load(Ordering::Relaxed);
             let empty = matching(tags, EMPTY);
             if empty != 0 {
                 let index = empty.trailing_zeros() as usize / 8;
-                let slot = &group.slots[index];
+                let slot = &self.slots[at * GROUP + index];
                 // SAFETY: the slot is empty (its tag says so, and tags never return to
                 // empty), and readers read keys only of full or removed slots, so no
                 // thread reads it until the Release store below publishes it.
@@ -173,7 +211,7 @@ impl<K> Table<K> {
                 slot.word.store(word, Ordering::Relaxed);
                 let tags = tags | (u64::from(tag(hash)) << (index * 8));
                 // Release: publishes the key and word to lookups' Acquire loads.
-                group.tags.store(tags, Ordering::Release);
+                self.tags[at].store(tags, Ordering::Release);
                 return at * GROUP + index;
             }
             at = self.next(at);
@@ -182,40 +220,40 @@ impl<K> Table<K> {
 
     /// Marks the full slot at `position` removed. The caller holds the segment's lock.
     pub(super) fn remove(&self, position: usize) {
-        let (group, index) = (&self.groups[position / GROUP], position % GROUP);
+        let (tags, index) = (&self.tags[position / GROUP], position % GROUP);
         // Relaxed: only the lock's holder writes tags.
-        let tags = group.tags.load(Ordering::Relaxed);
+        let current = tags.load(Ordering::Relaxed);
         debug_assert!(
-            byte(tags, index) & 0x80 != 0,
+            byte(current, index) & 0x80 != 0,
             "removing a slot that is not full"
         );
-        let tags = tags & !(0xFF << (index * 8)) | (u64::from(REMOVED) << (index * 8));
+        let removed = current & !(0xFF << (index * 8)) | (u64::from(REMOVED) << (index * 8));
         // Release: a lookup that sees the slot removed has seen everything before.
-        group.tags.store(tags, Ordering::Release);
+        tags.store(removed, Ordering::Release);
     }
 
     /// Whether the slot at `position` is full. The caller holds the segment's lock.
     pub(super) fn is_full(&self, position: usize) -> bool {
-        let group = &self.groups[position / GROUP];
         // Relaxed: only the lock's holder writes tags.
-        byte(group.tags.load(Ordering::Relaxed), position % GROUP) & 0x80 != 0
+        let tags = self.tags[position / GROUP].load(Ordering::Relaxed);
+        byte(tags, position % GROUP) & 0x80 != 0
     }
 
     /// Every full slot: its position, key and word. Takes no lock; a slot filled or
     /// removed meanwhile may or may not be seen.
     pub(super) fn entries(&self) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
-        self.groups.iter().enumerate().flat_map(|(at, group)| {
+        let groups = self.tags.iter().zip(self.slots.chunks_exact(GROUP));
+        groups.enumerate().flat_map(|(at, (tags, slots))| {
             // Acquire: as in `find`.
-            let tags = group.tags.load(Ordering::Acquire);
-            group
-                .slots
+            let tags = tags.load(Ordering::Acquire);
+            let full = move |(index, _): &(usize, &Slot<K>)| byte(tags, *index) & 0x80 != 0;
+            slots
                 .iter()
                 .enumerate()
-                .filter_map(move |(index, slot)| {
-                    (byte(tags, index) & 0x80 != 0).then(|| {
-                        // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
-                        (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
-                    })
+                .filter(full)
+                .map(move |(index, slot)| {
+                    // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
+                    (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
                 })
         })
     }
@@ -223,9 +261,10 @@ impl<K> Table<K> {
 
 impl<K> Drop for Table<K> {
     fn drop(&mut self) {
-        for group in self.groups.iter_mut() {
-            let tags = *group.tags.get_mut();
-            for (index, slot) in group.slots.iter_mut().enumerate() {
+        let groups = self.tags.iter_mut().zip(self.slots.chunks_exact_mut(GROUP));
+        for (tags, slots) in groups {
+            let tags = *tags.get_mut();
+            for (index, slot) in slots.iter_mut().enumerate() {
                 if byte(tags, index) != EMPTY {
                     // SAFETY: a full or removed slot holds a key, written once; the
                     // table is being dropped, so no reference to it remains.
