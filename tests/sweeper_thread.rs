@@ -1,5 +1,5 @@
 //! The limiter's own sweeper thread: started only when first needed (a sweep due, or
-//! the word store's tables filling past the size at which it grows them ahead of
+//! the word store's tables filling past the size from which it grows them ahead of
 //! requests), named, never started under `manual_eviction()`, and gone once the
 //! limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
@@ -81,7 +81,7 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
 
     // Within its first margin, no sweep is due; but growing past about 200,000 keys
     // (segments' tables three quarters full past 256 keys of room), the limiter asks
-    // its thread to grow them before requests must.
+    // its thread to grow and drain them before requests must.
     let growing = limiter(false, &clock);
     clock.advance(Duration::from_millis(1));
     for key in 0..400_000 {

@@ -1,12 +1,15 @@
 //! The word store's growth (`src/store/words/`), model-checked: requests that
-//! compare-and-set a key's word while its segment's table is replaced lose no update,
-//! and the key keeps one state.
+//! compare-and-set a key's word while its segment grows and its key moves to the new
+//! table lose no update, and the key keeps one state.
 //!
 //! The store runs on `sdd` pointers and std atomics, neither loom-aware, so this file
 //! restates the protocol on loom primitives: a segment is a lock, two tables (the one
-//! before the growth and the one after) and the index of the current one; a table
-//! holds the one key of the model, present or not, and its word. Each step carries
-//! the name of what it restates. Two mutants, each a step left out, must be rejected.
+//! before the growth, which then drains, and the new one), the index of the table new
+//! keys go to and whether the old one drains; a table holds the one key of the model,
+//! present or not, and its word. The growth publishes the new table under the lock and
+//! lets go of it; the key moves in a second hold of the lock, as a drain's step does.
+//! Each step carries the name of what it restates. Two mutants, each a step left out,
+//! must be rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,9 +24,9 @@ enum Mutant {
     None,
     /// `grow` copies each word with a load instead of swapping `RETIRED` in.
     CopyWithoutFreezing,
-    /// `grow` runs without the segment's lock, so that a request's locked removal of
-    /// a retired word can run between the freeze and the new table's publication.
-    GrowWithoutLock,
+    /// `move_group` runs without the segment's lock, so that a request's locked
+    /// removal of a retired word can run between the freeze and the copy.
+    MoveWithoutLock,
 }
 
 /// One table of the segment, holding the model's one key.
@@ -36,8 +39,10 @@ struct Table {
 struct Segment {
     lock: Mutex<()>,
     tables: [Table; 2],
-    /// Which table is the segment's (`segment.table`).
+    /// Which table new keys go to (`segment.table`).
     current: AtomicUsize,
+    /// Whether the first table drains (`segment.draining`).
+    draining: AtomicBool,
     mutant: Mutant,
 }
 
@@ -48,15 +53,25 @@ impl Segment {
             lock: Mutex::new(()),
             tables: Default::default(),
             current: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
             mutant,
         };
         segment.tables[0].present.store(true, Ordering::Relaxed);
         segment
     }
 
-    /// The current table (`get_or_else`'s Acquire load of the segment's table).
-    fn table(&self) -> &Table {
-        &self.tables[self.current.load(Ordering::Acquire)]
+    /// The table holding the key, if any: the current one, then the draining one
+    /// (`Segment::tables` and `locate`, or `get_or_else` without the lock).
+    fn find(&self) -> Option<&Table> {
+        // Acquire, both: as the loads of the segment's two pointers.
+        let current = &self.tables[self.current.load(Ordering::Acquire)];
+        // Acquire: as a lookup's load of a group's tags.
+        if current.present.load(Ordering::Acquire) {
+            return Some(current);
+        }
+        let old = &self.tables[0];
+        (self.draining.load(Ordering::Acquire) && old.present.load(Ordering::Acquire))
+            .then_some(old)
     }
 
     /// One request: the compare-and-set loop (`word.rs`'s `update`) on the word found
@@ -64,11 +79,9 @@ impl Segment {
     /// look; a missing key to the locked insertion (`get_or_insert`).
     fn acquire(&self) {
         loop {
-            let table = self.table();
-            // Acquire: as a lookup's load of the group's tags.
-            if !table.present.load(Ordering::Acquire) {
+            let Some(table) = self.find() else {
                 return self.insert();
-            }
+            };
             let mut current = table.word.load(Ordering::Relaxed);
             loop {
                 if current == RETIRED {
@@ -88,11 +101,12 @@ impl Segment {
         }
     }
 
-    /// `remove_if(key, is_retired)`: under the lock, on the current table.
+    /// `remove_if(key, is_retired)`: under the lock, where `locate` finds the key.
     fn remove_retired(&self) {
         let _held = self.lock.lock().unwrap();
-        let table = self.table();
-        if table.present.load(Ordering::Relaxed) && table.word.load(Ordering::Relaxed) == RETIRED {
+        if let Some(table) = self.find()
+            && table.word.load(Ordering::Relaxed) == RETIRED
+        {
             // Release: as the store of a removed slot's tag.
             table.present.store(false, Ordering::Release);
         }
@@ -102,21 +116,32 @@ impl Segment {
     /// key is there, else stored fresh with the request applied (`first`).
     fn insert(&self) {
         let _held = self.lock.lock().unwrap();
-        let table = self.table();
-        if table.present.load(Ordering::Relaxed) {
-            // Under the lock no word is frozen: a growth holds the lock throughout.
-            table.word.fetch_add(1, Ordering::Relaxed);
-        } else {
-            table.word.store(1, Ordering::Relaxed);
-            // Release: as the store that publishes a slot's tag.
-            table.present.store(true, Ordering::Release);
+        match self.find() {
+            // Under the lock no word is frozen: a move holds the lock throughout.
+            Some(table) => {
+                table.word.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                let table = &self.tables[self.current.load(Ordering::Relaxed)];
+                table.word.store(1, Ordering::Relaxed);
+                // Release: as the store that publishes a slot's tag.
+                table.present.store(true, Ordering::Release);
+            }
         }
     }
 
-    /// `grow`: under the lock, each word frozen with `RETIRED` and its last value
-    /// copied into the new table, which is published before the lock is let go.
-    fn grow(&self) {
-        let held = (self.mutant != Mutant::GrowWithoutLock).then(|| self.lock.lock().unwrap());
+    /// `grow`, then `move_group`: the new table published under the lock, the old one
+    /// kept draining; then, in a second hold of the lock, the key's word frozen with
+    /// `RETIRED`, its last value copied into the new table and the old slot removed,
+    /// and the old table unpublished.
+    fn grow_and_move(&self) {
+        {
+            let _held = self.lock.lock().unwrap();
+            // Release, both: `draining` before `table`.
+            self.draining.store(true, Ordering::Release);
+            self.current.store(1, Ordering::Release);
+        }
+        let held = (self.mutant != Mutant::MoveWithoutLock).then(|| self.lock.lock().unwrap());
         let (old, new) = (&self.tables[0], &self.tables[1]);
         if old.present.load(Ordering::Relaxed) {
             let last = if self.mutant == Mutant::CopyWithoutFreezing {
@@ -125,10 +150,12 @@ impl Segment {
                 old.word.swap(RETIRED, Ordering::Acquire)
             };
             new.word.store(last, Ordering::Relaxed);
-            new.present.store(true, Ordering::Relaxed);
+            // Release: as the store that publishes a slot's tag.
+            new.present.store(true, Ordering::Release);
+            old.present.store(false, Ordering::Release);
         }
-        // Release: the new table's contents before its publication.
-        self.current.store(1, Ordering::Release);
+        // Release: the moved key before the old table's unpublication.
+        self.draining.store(false, Ordering::Release);
         drop(held);
     }
 }
@@ -142,14 +169,14 @@ fn no_update_lost(mutant: Mutant) {
             thread::spawn(move || segment.acquire())
         })
         .collect();
-    segment.grow();
+    segment.grow_and_move();
     for request in requests {
         request.join().unwrap();
     }
-    let table = segment.table();
+    let table = segment.find().expect("segments: the key was lost");
     assert!(
-        table.present.load(Ordering::Relaxed),
-        "segments: the key was lost"
+        !segment.tables[0].present.load(Ordering::Relaxed),
+        "segments: the key is in both tables"
     );
     assert_eq!(
         table.word.load(Ordering::Relaxed),
@@ -175,8 +202,8 @@ fn mutant_17_copying_without_freezing_is_rejected() {
 
 #[test]
 #[should_panic(expected = "segments:")]
-fn mutant_17_growing_without_the_lock_is_rejected() {
-    check("17 mutant: grow without the lock", Some(3), || {
-        no_update_lost(Mutant::GrowWithoutLock)
+fn mutant_17_moving_without_the_lock_is_rejected() {
+    check("17 mutant: move without the lock", Some(3), || {
+        no_update_lost(Mutant::MoveWithoutLock)
     });
 }

@@ -1,34 +1,40 @@
 //! The store of the word algorithms' states: an index of our own, in which each key's
-//! state word sits beside the key, so a lookup reads the segment, one group's tags
-//! and one slot (results/ANALYSIS.md, "What is left is the index").
+//! state word sits beside the key, so a lookup reads the segment's table header, one
+//! tag word and one slot (results/ANALYSIS.md, "What is left is the index").
 //!
 //! # Shape
 //! [`SEGMENTS`] segments, chosen by the hash's top bits; each a table of its own
-//! (`table.rs`) behind an `sdd` pointer, and a lock. Lookups take no lock: they load
-//! the segment's table under an epoch guard and probe it. Insertions, removals and
-//! growth take the segment's lock.
+//! (`table.rs`) behind an `sdd` pointer, the outgrown table while it drains, and a
+//! lock. Lookups take no lock: they load the segment's table under an epoch guard and
+//! probe it, then the draining one if the key is not there. Insertions, removals and
+//! the steps of a growth take the segment's lock.
 //!
 //! # Growth, and what a request pays for it
 //! An insertion that finds its segment's table out of room (7/8 of its slots full or
-//! removed) replaces it, under the lock, by a table sized for the segment's live keys
-//! at 7/12 full — larger if keys came, smaller if a sweep forgot them — and copies the
-//! live keys over; the removed ones are left behind. So the work one request does for
-//! memory is bounded by one segment: at most the segment's keys, about the map's keys
-//! over [`SEGMENTS`] (a thousand keys for a million, 5–20 µs), and the outgrown table
-//! it frees is one segment's. Nothing else a request does grows with the map.
+//! removed) publishes a new, empty table sized for the segment's keys (larger if keys
+//! came, smaller if a sweep forgot them), keeps the old one as draining, and copies
+//! nothing. From then on every insertion into the segment first moves one group of
+//! the draining table (at most 8 keys) into the new one; when the last group has moved,
+//! the draining table is unpublished and freed once no lookup holds it. So no request
+//! does more for memory than one allocation of a segment's table and the move of 8
+//! keys, whatever the map's size, and no lock is held longer than that: a growth that
+//! copied a whole segment under its lock (5–50 µs, ten thousand times in a churn run)
+//! set the churn p99.9 (results/ANALYSIS.md, "The word store, built"). The new table
+//! has room for the segment's keys and one more per group of the draining one, so it
+//! never fills before the drain ends.
 //!
 //! # The freeze
-//! A request that found a key in the old table may be about to compare-and-set its
-//! word while the growth copies it. So the growth swaps each word it copies to
+//! A request that found a key in the draining table may be about to compare-and-set
+//! its word while a move copies it. So a move swaps each word it copies to
 //! [`RETIRED`] and copies the value the swap returned: from then on every
 //! compare-and-set on the old word fails, and the copy holds the word's last value.
-//! A request that meets the frozen word takes the path every retired word sends it
-//! down (`remove_retired`, then a new look): the removal takes the segment's lock, so
-//! it waits for the growth to finish, then finds the key in the new table, not
-//! retired, and removes nothing; the new look finds it there. Readers that take a
-//! retired word to mean "forgotten" (a peek, a refund) look again under the lock
-//! first, as they do for a miss. A word a sweep retired before the growth is copied
-//! retired, and goes as any retired word goes. Loom model 17 restates the freeze.
+//! The moved slot is then marked removed. A request that meets the frozen word takes
+//! the path every retired word sends it down (`remove_retired`, then a new look): the
+//! removal takes the segment's lock, finds the key in the new table, not retired, and
+//! removes nothing; the new look finds it there. Readers that take a retired word to
+//! mean "forgotten" (a peek, a refund) look again under the lock first, as they do for
+//! a miss. A word a sweep retired before the move is copied retired, and goes as any
+//! retired word goes. Loom model 17 restates the move.
 
 // The write-once key cell, and the table that writes and reads it: the only
 // `unsafe` in the crate (see `cell.rs`).
@@ -50,7 +56,7 @@ use table::{Found, Table};
 
 /// Segments per store, chosen by the hash's top [`SEGMENT_BITS`] bits.
 const SEGMENT_BITS: u32 = 10;
-/// Segments per store: a growth copies one segment's keys.
+/// Segments per store.
 pub(crate) const SEGMENTS: usize = 1 << SEGMENT_BITS;
 
 /// Keys and their state words (see the module docs).
@@ -59,36 +65,49 @@ pub(crate) struct WordStore<K, S> {
     hasher: S,
     /// Keys stored, for `len` (the segments' counts are under their locks).
     keys: KeyCount,
-    /// Segments filled past [`AHEAD`] of their room and not grown since: the sweeper
-    /// thread grows them before a request must.
+    /// Segments the sweeper thread has work in: a table to grow before requests fill
+    /// it, or one draining.
     due: AtomicUsize,
 }
 
+/// The share of its room, in eighths, past which a segment's table is due to be
+/// grown by the sweeper thread, so that requests do not allocate the next one.
+const AHEAD: usize = 6;
+/// Tables with room for fewer keys than this are left to requests: growing and
+/// draining them costs a request a few hundred nanoseconds, less than waking the
+/// sweeper thread, and a limiter that stays small never starts one for its growth.
+const AHEAD_FROM: usize = 256;
+/// Groups the sweeper thread moves per hold of a segment's lock.
+const MOVED_AT_ONCE: usize = 8;
+
 struct Segment<K> {
-    /// The segment's table; null until its first key.
+    /// The table new keys go to; null until the segment's first key.
     table: AtomicShared<Table<K>>,
-    /// Held to insert, remove, or replace the table.
+    /// The outgrown table while its keys move to `table`; null otherwise.
+    draining: AtomicShared<Table<K>>,
+    /// Held to insert, remove, or move keys.
     lock: Mutex<Used>,
 }
 
-/// The share of its room, in eighths, past which a segment's table is due to be
-/// grown by the sweeper thread: early enough that it is grown before requests fill
-/// the rest (a growth copies a segment's keys, 10–50 µs, which a request would pay).
-const AHEAD: usize = 6;
-/// Tables with room for fewer keys than this are grown by the request that fills them:
-/// a copy of at most this many keys (a few µs) costs a request less than waking the
-/// sweeper thread, and a limiter that stays small never starts one for its growth.
-const AHEAD_FROM: usize = 256;
-
-/// What a segment's table holds, under the segment's lock.
+/// What a segment's tables hold, under the segment's lock.
 #[derive(Default)]
 struct Used {
-    /// Slots full or removed: the table must grow before this passes its room.
+    /// Slots of `table` full or removed: it must grow before this passes its room.
     slots: usize,
-    /// Keys stored.
+    /// Keys in `table`.
     keys: usize,
-    /// Counted in the store's `due` since the table was last grown.
+    /// While a table drains, its next group to move.
+    next: Option<usize>,
+    /// Keys left in the draining table.
+    draining: usize,
+    /// Counted in the store's `due`.
     due: bool,
+}
+
+/// A key found under its segment's lock: in which table, and its slot.
+struct Placed<'g> {
+    draining: bool,
+    found: Found<'g>,
 }
 
 /// Locks a segment. Nothing under the lock leaves `Used` half-changed but an
@@ -96,6 +115,19 @@ struct Used {
 /// code) leaves it consistent too.
 fn lock<K>(segment: &Segment<K>) -> MutexGuard<'_, Used> {
     segment.lock.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K> Segment<K> {
+    /// The table new keys go to, and the draining one.
+    #[inline(always)]
+    fn tables<'g>(&self, guard: &'g Guard) -> (Option<&'g Table<K>>, Option<&'g Table<K>>) {
+        // Acquire, both: a table's construction, and every key published in it before
+        // it was stored, happen before its use. `table` first: a growth stores
+        // `draining` before `table`, so whoever sees the new table sees the old one.
+        let table = self.table.load(Ordering::Acquire, guard).as_ref();
+        let draining = self.draining.load(Ordering::Acquire, guard).as_ref();
+        (table, draining)
+    }
 }
 
 impl<K, S> WordStore<K, S>
@@ -113,81 +145,177 @@ where
         &self.segments[(hash >> (64 - SEGMENT_BITS)) as usize]
     }
 
-    /// The segment's table, with room for one more key: grown first if it has none.
-    /// The caller holds the segment's lock (`used`).
+    /// Where `key` is in its segment. The caller holds the segment's lock.
+    fn locate<'g, Q>(
+        &self,
+        segment: &Segment<K>,
+        hash: u64,
+        key: &Q,
+        guard: &'g Guard,
+    ) -> Option<Placed<'g>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let (table, draining) = segment.tables(guard);
+        if let Some(found) = table.and_then(|table| table.find(hash, key)) {
+            return Some(Placed {
+                draining: false,
+                found,
+            });
+        }
+        let found = draining?.find(hash, key)?;
+        Some(Placed {
+            draining: true,
+            found,
+        })
+    }
+
+    /// The segment's table, with room for one more key: grown first if it has no
+    /// room (or no table). A drain under way takes a step first if the table's room
+    /// left would not otherwise outlast it (see `behind`). The caller holds the
+    /// segment's lock (`used`).
     fn with_room<'g>(
         &self,
         segment: &Segment<K>,
         used: &mut Used,
         guard: &'g Guard,
     ) -> &'g Table<K> {
-        // Acquire: the table's construction happens before its use.
-        if let Some(table) = segment.table.load(Ordering::Acquire, guard).as_ref()
-            && used.slots < table.room()
-        {
-            return table;
+        if behind(segment, used, guard) {
+            self.move_group(segment, used, guard);
         }
-        self.grow(segment, used, guard, false)
+        match segment.tables(guard) {
+            (Some(table), _) if used.slots < table.room() => table,
+            _ => self.grow(segment, used, guard),
+        }
     }
 
-    /// Replaces the segment's table by one sized for its live keys and one more,
-    /// copying them over, each word frozen as it is copied (see the module docs). The
-    /// caller holds the segment's lock (`used`).
+    /// Marks the segment as work for the sweeper thread.
+    fn mark_due(&self, used: &mut Used) {
+        if !used.due {
+            used.due = true;
+            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
+            self.due.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes a new table for the segment, sized for its keys, and keeps the old
+    /// one draining (see the module docs). The caller holds the segment's lock
+    /// (`used`).
     #[cold]
     #[inline(never)]
-    fn grow<'g>(
-        &self,
-        segment: &Segment<K>,
-        used: &mut Used,
-        guard: &'g Guard,
-        ahead: bool,
-    ) -> &'g Table<K> {
-        let new = Table::new(Table::<K>::groups_for(used.keys + 1));
-        if ahead {
-            new.touch_pages();
+    fn grow<'g>(&self, segment: &Segment<K>, used: &mut Used, guard: &'g Guard) -> &'g Table<K> {
+        // Never while another drains (sized as it is, the new table cannot fill first;
+        // but should it, the drain ends here).
+        while used.next.is_some() {
+            self.move_group(segment, used, guard);
         }
-        // Acquire: as in `with_room`.
-        if let Some(old) = segment.table.load(Ordering::Acquire, guard).as_ref() {
-            // Every word frozen first, then every key copied: a locked instruction
-            // waits for the stores before it, and the copies' stores go to the new
-            // table's cold lines (interleaved, each freeze waited for the last copy).
-            let last: Vec<u64> = old
-                .entries()
-                // Acquire: the word may have been retired by a sweep, whose Release
-                // made its watermark visible first; whoever reads the copy through the
-                // new table's publication must see that watermark too.
-                .map(|(_, _, word)| word.swap(RETIRED, Ordering::Acquire))
-                .collect();
-            for ((_, key, _), last) in old.entries().zip(last) {
-                new.insert(self.hash(key), key.clone(), last);
-            }
+        // Acquire: as in `Segment::tables`; held as a `Shared`, to publish as draining.
+        let old = segment.table.get_shared(Ordering::Acquire, guard);
+        let old_groups = old.as_ref().map_or(0, |old| old.groups());
+        let new = Table::new(Table::<K>::groups_for(used.keys + old_groups + 1));
+        if let Some(old) = old {
+            used.next = Some(0);
+            used.draining = used.keys;
+            // Release, both: the new table's construction happens before its use; and
+            // `draining` before `table` (see `Segment::tables`).
+            segment
+                .draining
+                .swap((Some(old), Tag::None), Ordering::Release);
         }
-        used.slots = used.keys;
-        if std::mem::take(&mut used.due) {
-            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
-            self.due.fetch_sub(1, Ordering::Relaxed);
-        }
-        // Release: the new table and every word copied into it happen before any use
-        // through the pointer. The old table goes to this thread's collector, which
-        // frees it once no lookup can hold it.
-        let (old, _) = segment
-            .table
-            .swap((Some(Shared::new(new)), Tag::None), Ordering::Release);
-        drop(old);
-        // Acquire: as in `with_room` (this thread stored it just above).
         segment
             .table
-            .load(Ordering::Acquire, guard)
-            .as_ref()
+            .swap((Some(Shared::new(new)), Tag::None), Ordering::Release);
+        used.slots = 0;
+        used.keys = 0;
+        segment
+            .tables(guard)
+            .0
             .expect("turnstile: a table was just stored")
     }
 
-    /// Removes the full slot at `position` of `table`, the segment's table. The caller
-    /// holds the segment's lock (`used`).
-    fn remove_at(&self, table: &Table<K>, position: usize, used: &mut Used) {
-        table.remove(position);
-        used.keys -= 1;
+    /// Moves the next group of the segment's draining table, if one drains, into its
+    /// table, each word frozen first (see the module docs); unpublishes the draining
+    /// table once its last group has moved. The caller holds the segment's lock
+    /// (`used`).
+    fn move_group(&self, segment: &Segment<K>, used: &mut Used, guard: &Guard) {
+        let Some(at) = used.next else { return };
+        let (Some(table), Some(draining)) = segment.tables(guard) else {
+            unreachable!("turnstile: a drain under way has both tables")
+        };
+        // Every word of the group frozen first, then every key copied: a locked
+        // instruction waits for the stores before it, and the copies' stores go to
+        // cold lines of the new table.
+        let mut last = [0_u64; 8];
+        for (last, (_, _, word)) in last.iter_mut().zip(draining.group_entries(at)) {
+            // Acquire: the word may have been retired by a sweep, whose Release made
+            // its watermark visible first; whoever reads the copy through the new
+            // table's publication must see that watermark too.
+            *last = word.swap(RETIRED, Ordering::Acquire);
+        }
+        for (last, (position, key, _)) in last.into_iter().zip(draining.group_entries(at)) {
+            table.insert(self.hash(key), key.clone(), last);
+            draining.remove(position);
+            used.slots += 1;
+            used.keys += 1;
+            used.draining -= 1;
+        }
+        if at + 1 < draining.groups() {
+            used.next = Some(at + 1);
+            return;
+        }
+        used.next = None;
+        if std::mem::take(&mut used.due) {
+            // Relaxed: as in `mark_due`.
+            self.due.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Release: a lookup that reads no draining table relies on it to see every
+        // moved key in the new one. The table goes to this thread's collector, which
+        // frees it once no lookup holds it.
+        let (gone, _) = segment.draining.swap((None, Tag::None), Ordering::Release);
+        drop(gone);
+    }
+
+    /// Removes the full slot `placed`. The caller holds the segment's lock (`used`).
+    fn remove_at(&self, segment: &Segment<K>, placed: &Placed<'_>, used: &mut Used, guard: &Guard) {
+        let (table, draining) = segment.tables(guard);
+        let position = placed.found.position;
+        if placed.draining {
+            draining
+                .expect("turnstile: a key found draining")
+                .remove(position);
+            used.draining -= 1;
+        } else {
+            table
+                .expect("turnstile: a key found in the table")
+                .remove(position);
+            used.keys -= 1;
+        }
         self.keys.add(-1);
+    }
+
+    /// `swap` with the current word given by address: `new` stored as `key`'s word if
+    /// its word is the one at `current`.
+    pub(crate) fn swap_at(&self, key: K, current: *const AtomicU64, new: u64) -> bool {
+        let hash = self.hash(&key);
+        let segment = self.segment(hash);
+        let mut used = lock(segment);
+        let guard = Guard::new();
+        // Room first: the step of a drain it takes may move the key.
+        let table = self.with_room(segment, &mut used, &guard);
+        match self.locate(segment, hash, &key, &guard) {
+            // Under the lock, the successor is stored before the old slot is marked
+            // removed; a lock-free lookup between the two finds either.
+            Some(placed) if std::ptr::eq(placed.found.word, current) => {
+                table.insert(hash, key, new);
+                used.slots += 1;
+                used.keys += 1;
+                self.remove_at(segment, &placed, &mut used, &guard);
+                self.keys.add(1);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -205,6 +333,7 @@ where
                 } else {
                     AtomicShared::new(Table::new(Table::<K>::groups_for(per_segment)))
                 },
+                draining: AtomicShared::null(),
                 lock: Mutex::default(),
             })
             .collect();
@@ -237,15 +366,23 @@ where
         Q: ?Sized + Hash + Eq,
     {
         let hash = self.hash(key);
+        let segment = self.segment(hash);
         let guard = Guard::new();
-        // Acquire: the table's construction, and every key published in it before it
-        // was stored, happen before the probe.
-        let table = self.segment(hash).table.load(Ordering::Acquire, &guard);
-        match table.as_ref().and_then(|table| table.find(hash, key)) {
-            Some(Found { word, .. }) => f(word),
-            // Under the same guard: an insertion's own is then a nested one.
-            None => missed(),
+        // Acquire: as in `Segment::tables`.
+        let table = segment.table.load(Ordering::Acquire, &guard);
+        if let Some(found) = table.as_ref().and_then(|table| table.find(hash, key)) {
+            return f(found.word);
         }
+        // Relaxed: only whether to look; the Acquire load below reads it again. A
+        // table that drained since this lookup loaded `table` has moved every key.
+        if !segment.draining.is_null(Ordering::Relaxed)
+            && let Some(draining) = segment.draining.load(Ordering::Acquire, &guard).as_ref()
+            && let Some(found) = draining.find(hash, key)
+        {
+            return f(found.word);
+        }
+        // Under the same guard: an insertion's own is then a nested one.
+        missed()
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
@@ -257,9 +394,8 @@ where
         let segment = self.segment(hash);
         let _used = lock(segment);
         let guard = Guard::new();
-        // Acquire: as in `get_or_else`.
-        let table = segment.table.load(Ordering::Acquire, &guard).as_ref()?;
-        table.find(hash, key).map(|found| f(found.word))
+        let placed = self.locate(segment, hash, key, &guard)?;
+        Some(f(placed.found.word))
     }
 
     #[inline]
@@ -280,13 +416,10 @@ where
         let segment = self.segment(hash);
         let mut used = lock(segment);
         let guard = Guard::new();
-        // Acquire: as in `get_or_else`.
-        if let Some(table) = segment.table.load(Ordering::Acquire, &guard).as_ref()
-            && let Some(found) = table.find(hash, key)
-        {
+        if let Some(placed) = self.locate(segment, hash, key, &guard) {
             // Another thread stored the key first: under the lock, as the contract
             // allows.
-            return Some(f(found.word));
+            return Some(f(placed.found.word));
         }
         let table = self.with_room(segment, &mut used, &guard);
         // `first` (the algorithm's step on the new state, never user code) under the
@@ -295,10 +428,8 @@ where
         table.insert(hash, owned, value.into_inner());
         used.slots += 1;
         used.keys += 1;
-        if !used.due && table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
-            used.due = true;
-            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
-            self.due.fetch_add(1, Ordering::Relaxed);
+        if table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
+            self.mark_due(&mut used);
         }
         // Counted once stored: a `first` that panics stores and counts nothing.
         self.keys.add(1);
@@ -314,13 +445,9 @@ where
         let segment = self.segment(hash);
         let mut used = lock(segment);
         let guard = Guard::new();
-        // Acquire: as in `get_or_else`.
-        let Some(table) = segment.table.load(Ordering::Acquire, &guard).as_ref() else {
-            return false;
-        };
-        match table.find(hash, key) {
-            Some(found) if pred(found.word) => {
-                self.remove_at(table, found.position, &mut used);
+        match self.locate(segment, hash, key, &guard) {
+            Some(placed) if pred(placed.found.word) => {
+                self.remove_at(segment, &placed, &mut used, &guard);
                 true
             }
             _ => false,
@@ -330,39 +457,59 @@ where
     fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool) {
         let mut rejected = Vec::new();
         for segment in self.segments.iter() {
+            // A drain left behind (insertions into the segment stopped) ends here, a
+            // group at a time, so that the draining table's memory goes.
+            loop {
+                let mut used = lock(segment);
+                if used.next.is_none() {
+                    break;
+                }
+                self.move_group(segment, &mut used, &Guard::new());
+            }
             // Asked without the lock, removed under it: a segment held while its keys
             // are asked about would stall every request for it whenever the OS
             // preempted the sweeper thread (results/ANALYSIS.md, "A new key's
-            // barriers"). If the table was replaced meanwhile (a growth), the new one
-            // is asked again: its words are the old ones' last values, and a word the
-            // pass saw frozen was never forgettable for that.
-            loop {
-                let guard = Guard::new();
-                // Acquire: as in `get_or_else`.
-                let seen = segment.table.load(Ordering::Acquire, &guard);
-                let Some(table) = seen.as_ref() else { break };
+            // barriers"). A key moved meanwhile (a drain's step) is asked about in
+            // both tables; it is removed from neither if the move froze it first,
+            // since its slot in the draining table is no longer full, and its copy
+            // was asked about as itself.
+            let guard = Guard::new();
+            let (table, draining) = segment.tables(&guard);
+            for (is_draining, table) in [(true, draining), (false, table)] {
+                let Some(table) = table else { continue };
                 rejected.extend(
                     table
                         .entries()
                         .filter(|(_, _, word)| !keep(word))
-                        .map(|(position, _, _)| position),
+                        .map(|(position, _, _)| (is_draining, position)),
                 );
-                if rejected.is_empty() {
-                    break;
-                }
-                let mut used = lock(segment);
-                // Acquire: as in `get_or_else`.
-                if segment.table.load(Ordering::Acquire, &guard) == seen {
-                    // Slots are never reused in a table, so a position still full holds
-                    // the key and word that were rejected.
-                    for position in rejected.drain(..) {
-                        if table.is_full(position) {
-                            self.remove_at(table, position, &mut used);
-                        }
+            }
+            if rejected.is_empty() {
+                continue;
+            }
+            let mut used = lock(segment);
+            let now = segment.tables(&guard);
+            // Tables replaced since (a growth): their keys are asked again at the next
+            // sweep. Slots are never reused in a table, so a position still full holds
+            // the key and word that were rejected.
+            for (is_draining, position) in rejected.drain(..) {
+                let (seen, current) = if is_draining {
+                    (draining, now.1)
+                } else {
+                    (table, now.0)
+                };
+                let (Some(seen), Some(current)) = (seen, current) else {
+                    continue;
+                };
+                if std::ptr::eq(seen, current) && current.is_full(position) {
+                    current.remove(position);
+                    if is_draining {
+                        used.draining -= 1;
+                    } else {
+                        used.keys -= 1;
                     }
-                    break;
+                    self.keys.add(-1);
                 }
-                rejected.clear();
             }
         }
     }
@@ -376,51 +523,56 @@ where
     }
 
     fn wants_preparation(&self) -> bool {
-        // Relaxed: a hint; a segment missed here is grown by the request that fills it.
+        // Relaxed: a hint; a segment missed here is grown and drained by requests.
         self.due.load(Ordering::Relaxed) > 0
     }
 
-    /// Grows every segment due (see [`AHEAD`]), one at a time, each under its lock.
+    /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
+    /// per hold of its lock.
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
         for segment in self.segments.iter() {
-            if stopping() || give_way() || !self.wants_preparation() {
-                return;
-            }
-            let mut used = lock(segment);
-            if used.due {
+            loop {
+                if stopping() || give_way() || !self.wants_preparation() {
+                    return;
+                }
+                let mut used = lock(segment);
+                if !used.due {
+                    break;
+                }
                 let guard = Guard::new();
-                self.grow(segment, &mut used, &guard, true);
+                if used.next.is_none() {
+                    // A growth due: the next table, before requests must allocate it.
+                    self.grow(segment, &mut used, &guard);
+                    if used.next.is_none() {
+                        used.due = false;
+                        // Relaxed: as in `mark_due`.
+                        self.due.fetch_sub(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+                for _ in 0..MOVED_AT_ONCE {
+                    self.move_group(segment, &mut used, &guard);
+                    if used.next.is_none() {
+                        break;
+                    }
+                }
             }
         }
     }
 }
 
-impl<K, S> WordStore<K, S>
-where
-    K: Hash + Eq + Clone + 'static,
-    S: BuildHasher,
-{
-    /// `swap` with the current word given by address: `new` stored as `key`'s word if
-    /// its word is the one at `current`.
-    pub(crate) fn swap_at(&self, key: K, current: *const AtomicU64, new: u64) -> bool {
-        let hash = self.hash(&key);
-        let segment = self.segment(hash);
-        let mut used = lock(segment);
-        let guard = Guard::new();
-        // Room first: a growth after the check below would freeze `current`.
-        let table = self.with_room(segment, &mut used, &guard);
-        match table.find(hash, &key) {
-            // Under the lock, the successor is stored before the old slot is marked
-            // removed; a lock-free lookup between the two finds either.
-            Some(found) if std::ptr::eq(found.word, current) => {
-                table.insert(hash, key, new);
-                table.remove(found.position);
-                used.slots += 1;
-                true
-            }
-            _ => false,
-        }
-    }
+/// Whether a drain under way must take a step before the next insertion: whether
+/// the table's room left no longer exceeds the draining keys plus one insertion per
+/// group still to move. The table is sized with that much room (`grow`), so a drain
+/// left to requests still ends before the table fills; the sweeper thread usually
+/// ends it first. The caller holds the segment's lock (`used`).
+fn behind<K>(segment: &Segment<K>, used: &Used, guard: &Guard) -> bool {
+    let Some(next) = used.next else { return false };
+    let (Some(table), Some(draining)) = segment.tables(guard) else {
+        return false;
+    };
+    let room_left = table.room().saturating_sub(used.slots);
+    room_left <= used.draining + (draining.groups() - next) + 1
 }
 
 #[cfg(test)]
@@ -601,47 +753,54 @@ mod tests {
         }
     }
 
-    /// Requests that compare-and-set one key's word while other threads grow its
-    /// segment over and over: no increment is lost to a growth (the freeze sends a
-    /// request that met the old word to the new table, through the lock).
+    /// Requests that compare-and-set words while another thread grows their segments
+    /// over and over: no increment is lost to a move (the freeze sends a request that
+    /// met the old word to the new table, through the lock).
     #[test]
     fn no_update_is_lost_to_a_growth() {
         let store = Arc::new(Words::with_hasher(Default::default(), 0));
-        insert(&*store, 0_u64, 0);
-        let increments = if cfg!(miri) { 50 } else { 20_000 };
+        // Keys counted on, spread over the segments; their groups move at every growth.
+        let counted: u64 = if cfg!(miri) { 8 } else { 2_048 };
+        for key in 0..counted {
+            insert(&*store, key, 0);
+        }
+        let rounds: u64 = if cfg!(miri) { 4 } else { 40 };
         let counter = {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
-                for _ in 0..increments {
-                    // The word protocol in small: a CAS loop; a retired (frozen) word
-                    // sends it to the locked removal that waits out the growth, and
-                    // then to a new look.
-                    loop {
-                        let done = store.get(&0, |word| {
-                            let current = word.load(Ordering::Relaxed);
-                            current != RETIRED
-                                && word
-                                    .compare_exchange(
-                                        current,
-                                        current + 1,
-                                        Ordering::Relaxed,
-                                        Ordering::Relaxed,
-                                    )
-                                    .is_ok()
-                        });
-                        if done == Some(true) {
-                            break;
+                for _ in 0..rounds {
+                    for key in 0..counted {
+                        // The word protocol in small: a CAS loop; a retired (frozen)
+                        // word sends it to the locked removal, then to a new look.
+                        loop {
+                            let done = store.get(&key, |word| {
+                                let current = word.load(Ordering::Relaxed);
+                                current != RETIRED
+                                    && word
+                                        .compare_exchange(
+                                            current,
+                                            current + 1,
+                                            Ordering::Relaxed,
+                                            Ordering::Relaxed,
+                                        )
+                                        .is_ok()
+                            });
+                            if done == Some(true) {
+                                break;
+                            }
+                            store.remove_if(&key, |word| word.load(Ordering::Relaxed) == RETIRED);
                         }
-                        store.remove_if(&0, |word| word.load(Ordering::Relaxed) == RETIRED);
                     }
                 }
             })
         };
-        // Keys that share segment 0's table with key 0 force its growths.
-        for key in 1..MANY * 4 {
+        // Keys that fill every segment, so each grows and drains again and again.
+        for key in counted..counted + MANY * 8 {
             insert(&*store, key, 0);
         }
         counter.join().unwrap();
-        assert_eq!(word(&*store, &0), Some(increments));
+        for key in 0..counted {
+            assert_eq!(word(&*store, &key), Some(rounds), "key {key}");
+        }
     }
 }

@@ -111,29 +111,6 @@ impl<K> Table<K> {
         }
     }
 
-    /// Writes one word of every page of the table, not yet published, so that the
-    /// requests that fill it meet no fresh page (a fault, 1–5 µs on these VMs: under
-    /// churn, enough of them to set the p99.9). For the sweeper thread's growths.
-    pub(super) fn touch_pages(&self) {
-        const PAGE: usize = 4096;
-        for tags in self
-            .tags
-            .iter()
-            .step_by((PAGE / size_of::<AtomicU64>()).max(1))
-        {
-            // Relaxed: the table is this thread's alone; only the page matters.
-            tags.store(0, Ordering::Relaxed);
-        }
-        for slot in self
-            .slots
-            .iter()
-            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
-        {
-            // Relaxed: as above (the word of an empty slot is 0, and stays 0).
-            slot.word.store(0, Ordering::Relaxed);
-        }
-    }
-
     /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
     /// slots, so that every probe meets an empty slot.
     pub(super) fn room(&self) -> usize {
@@ -239,28 +216,41 @@ impl<K> Table<K> {
         byte(tags, position % GROUP) & 0x80 != 0
     }
 
+    /// Groups in the table.
+    pub(super) fn groups(&self) -> usize {
+        self.tags.len()
+    }
+
     /// Every full slot: its position, key and word. Takes no lock; a slot filled or
     /// removed meanwhile may or may not be seen.
     pub(super) fn entries(&self) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
-        let groups = self.tags.iter().zip(self.slots.chunks_exact(GROUP));
-        groups.enumerate().flat_map(|(at, (tags, slots))| {
-            // Acquire: as in `find`.
-            let tags = tags.load(Ordering::Acquire);
-            let full = move |(index, _): &(usize, &Slot<K>)| byte(tags, *index) & 0x80 != 0;
-            slots
-                .iter()
-                .enumerate()
-                .filter(full)
-                .map(move |(index, slot)| {
-                    // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
-                    (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
-                })
-        })
+        (0..self.groups()).flat_map(|at| self.group_entries(at))
+    }
+
+    /// The full slots of group `at`, as [`entries`](Self::entries).
+    pub(super) fn group_entries(&self, at: usize) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
+        // Acquire: as in `find`.
+        let tags = self.tags[at].load(Ordering::Acquire);
+        let slots = &self.slots[at * GROUP..(at + 1) * GROUP];
+        let full = move |(index, _): &(usize, &Slot<K>)| byte(tags, *index) & 0x80 != 0;
+        slots
+            .iter()
+            .enumerate()
+            .filter(full)
+            .map(move |(index, slot)| {
+                // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
+                (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
+            })
     }
 }
 
 impl<K> Drop for Table<K> {
     fn drop(&mut self) {
+        if !std::mem::needs_drop::<K>() {
+            // Nothing to drop in the slots: a table of `u64` keys goes without a look
+            // at its tags (thousands of them, on whichever thread frees it).
+            return;
+        }
         let groups = self.tags.iter_mut().zip(self.slots.chunks_exact_mut(GROUP));
         for (tags, slots) in groups {
             let tags = *tags.get_mut();
