@@ -171,9 +171,8 @@ where
         })
     }
 
-    /// The segment's table, with room for one more key: grown first if it has no
-    /// room (or no table). A drain under way takes a step first if the table's room
-    /// left would not otherwise outlast it (see `behind`). The caller holds the
+    /// The segment's table, with room for one more key, after one step of a drain
+    /// under way: grown first if it has no room (or no table). The caller holds the
     /// segment's lock (`used`).
     fn with_room<'g>(
         &self,
@@ -181,9 +180,10 @@ where
         used: &mut Used,
         guard: &'g Guard,
     ) -> &'g Table<K> {
-        if behind(segment, used, guard) {
-            self.move_group(segment, used, guard);
-        }
+        // One group per insertion, so a drain ends within as many insertions as the
+        // draining table has groups, sweeper thread or not (usually the thread ends
+        // it first).
+        self.move_group(segment, used, guard);
         match segment.tables(guard) {
             (Some(table), _) if used.slots < table.room() => table,
             _ => self.grow(segment, used, guard),
@@ -373,13 +373,12 @@ where
         if let Some(found) = table.as_ref().and_then(|table| table.find(hash, key)) {
             return f(found.word);
         }
-        // Relaxed: only whether to look; the Acquire load below reads it again. A
-        // table that drained since this lookup loaded `table` has moved every key.
+        // Relaxed: only whether to look; `find_draining` loads it again with Acquire.
+        // A table that drained since this lookup loaded `table` has moved every key.
         if !segment.draining.is_null(Ordering::Relaxed)
-            && let Some(draining) = segment.draining.load(Ordering::Acquire, &guard).as_ref()
-            && let Some(found) = draining.find(hash, key)
+            && let Some(word) = find_draining(segment, hash, key, &guard)
         {
-            return f(found.word);
+            return f(word);
         }
         // Under the same guard: an insertion's own is then a nested one.
         missed()
@@ -561,18 +560,23 @@ where
     }
 }
 
-/// Whether a drain under way must take a step before the next insertion: whether
-/// the table's room left no longer exceeds the draining keys plus one insertion per
-/// group still to move. The table is sized with that much room (`grow`), so a drain
-/// left to requests still ends before the table fills; the sweeper thread usually
-/// ends it first. The caller holds the segment's lock (`used`).
-fn behind<K>(segment: &Segment<K>, used: &Used, guard: &Guard) -> bool {
-    let Some(next) = used.next else { return false };
-    let (Some(table), Some(draining)) = segment.tables(guard) else {
-        return false;
-    };
-    let room_left = table.room().saturating_sub(used.slots);
-    room_left <= used.draining + (draining.groups() - next) + 1
+/// `key`'s word in the segment's draining table, if it is there: out of line, so that
+/// a lookup's common path carries none of it.
+#[cold]
+#[inline(never)]
+fn find_draining<'g, K, Q>(
+    segment: &Segment<K>,
+    hash: u64,
+    key: &Q,
+    guard: &'g Guard,
+) -> Option<&'g AtomicU64>
+where
+    K: Borrow<Q> + 'g,
+    Q: ?Sized + Eq,
+{
+    // Acquire: as in `Segment::tables`.
+    let draining = segment.draining.load(Ordering::Acquire, guard).as_ref()?;
+    Some(draining.find(hash, key)?.word)
 }
 
 #[cfg(test)]
