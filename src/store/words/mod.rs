@@ -50,7 +50,7 @@ use crate::word::RETIRED;
 use sdd::{AtomicShared, Guard, Shared, Tag};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use table::{Found, Table};
 
@@ -68,6 +68,11 @@ pub(crate) struct WordStore<K, S> {
     /// Segments the sweeper thread has work in: a table to grow before requests fill
     /// it, or one draining.
     due: AtomicUsize,
+    /// Set once a sweeper thread has prepared the store: from then on it drains the
+    /// segments due, and requests move keys only when a drain falls behind (`behind`).
+    /// Without one (`manual_eviction()`), every insertion into a draining segment
+    /// moves a group, so that no drain lingers.
+    thread_drains: AtomicBool,
 }
 
 /// The share of its room, in eighths, past which a segment's table is due to be
@@ -171,19 +176,20 @@ where
         })
     }
 
-    /// The segment's table, with room for one more key, after one step of a drain
-    /// under way: grown first if it has no room (or no table). The caller holds the
-    /// segment's lock (`used`).
+    /// The segment's table, with room for one more key: grown first if it has no
+    /// room (or no table). A drain under way takes a step first, unless the sweeper
+    /// thread drains and the table's room outlasts the drain (see `thread_drains`).
+    /// The caller holds the segment's lock (`used`).
     fn with_room<'g>(
         &self,
         segment: &Segment<K>,
         used: &mut Used,
         guard: &'g Guard,
     ) -> &'g Table<K> {
-        // One group per insertion, so a drain ends within as many insertions as the
-        // draining table has groups, sweeper thread or not (usually the thread ends
-        // it first).
-        self.move_group(segment, used, guard);
+        // Relaxed: a hint; either way the drain ends before the table fills.
+        if !self.thread_drains.load(Ordering::Relaxed) || behind(segment, used, guard) {
+            self.move_group(segment, used, guard);
+        }
         match segment.tables(guard) {
             (Some(table), _) if used.slots < table.room() => table,
             _ => self.grow(segment, used, guard),
@@ -342,6 +348,7 @@ where
             hasher,
             keys: KeyCount::new(),
             due: AtomicUsize::new(0),
+            thread_drains: AtomicBool::new(false),
         }
     }
 
@@ -370,18 +377,21 @@ where
         let guard = Guard::new();
         // Acquire: as in `Segment::tables`.
         let table = segment.table.load(Ordering::Acquire, &guard);
-        if let Some(found) = table.as_ref().and_then(|table| table.find(hash, key)) {
-            return f(found.word);
+        let word = match table.as_ref().and_then(|table| table.find(hash, key)) {
+            Some(found) => Some(found.word),
+            // Relaxed: only whether to look; `find_draining` loads it again with
+            // Acquire. A table that drained since `table` was loaded has moved every key.
+            None if !segment.draining.is_null(Ordering::Relaxed) => {
+                find_draining(segment, hash, key, &guard)
+            }
+            None => None,
+        };
+        // `f` in one place: the algorithm's step, inlined once.
+        match word {
+            Some(word) => f(word),
+            // Under the same guard: an insertion's own is then a nested one.
+            None => missed(),
         }
-        // Relaxed: only whether to look; `find_draining` loads it again with Acquire.
-        // A table that drained since this lookup loaded `table` has moved every key.
-        if !segment.draining.is_null(Ordering::Relaxed)
-            && let Some(word) = find_draining(segment, hash, key, &guard)
-        {
-            return f(word);
-        }
-        // Under the same guard: an insertion's own is then a nested one.
-        missed()
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
@@ -529,6 +539,8 @@ where
     /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
     /// per hold of its lock.
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
+        // Relaxed: a hint (see the field).
+        self.thread_drains.store(true, Ordering::Relaxed);
         for segment in self.segments.iter() {
             loop {
                 if stopping() || give_way() || !self.wants_preparation() {
@@ -558,6 +570,20 @@ where
             }
         }
     }
+}
+
+/// Whether a drain under way must take a step before the next insertion: whether
+/// the table's room left no longer exceeds the draining keys plus one insertion per
+/// group still to move. The table is sized with that much room (`grow`), so a drain
+/// left to the sweeper thread still ends before the table fills. The caller holds the
+/// segment's lock (`used`).
+fn behind<K>(segment: &Segment<K>, used: &Used, guard: &Guard) -> bool {
+    let Some(next) = used.next else { return false };
+    let (Some(table), Some(draining)) = segment.tables(guard) else {
+        return false;
+    };
+    let room_left = table.room().saturating_sub(used.slots);
+    room_left <= used.draining + (draining.groups() - next) + 1
 }
 
 /// `key`'s word in the segment's draining table, if it is there: out of line, so that
