@@ -78,10 +78,14 @@ pub(crate) struct WordStore<K, S> {
 /// The share of its room, in eighths, past which a segment's table is due to be
 /// grown by the sweeper thread, so that requests do not allocate the next one.
 const AHEAD: usize = 6;
-/// Tables with room for fewer keys than this are left to requests: growing and
-/// draining them costs a request a few hundred nanoseconds, less than waking the
-/// sweeper thread, and a limiter that stays small never starts one for its growth.
-const AHEAD_FROM: usize = 256;
+/// Tables with room for fewer keys than this are left to requests, which grow them
+/// and, without a sweeper thread or when a drain falls behind, drain them: a table of
+/// this size costs a request an allocation of about 35 KB, and a group of 8 keys per
+/// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
+/// churn throughput at two threads on two cores (1.41 → 0.96 × governor's), for no
+/// gain in p99.9 (results/ANALYSIS.md, "A growth that drains"). A limiter that stays
+/// small never starts a thread for its growth.
+const AHEAD_FROM: usize = 2048;
 /// Groups the sweeper thread moves per hold of a segment's lock.
 const MOVED_AT_ONCE: usize = 8;
 
