@@ -79,12 +79,13 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     drop(many);
     wait_for_threads(0, "dropping the limiter did not end its thread");
 
-    // Within its first margin, no sweep is due; but growing past about 200,000 keys
-    // (segments' tables three quarters full past 256 keys of room), the limiter asks
-    // its thread to grow and drain them before requests must.
+    // Within its first margin, no sweep is due; but growing past about 2.7 million
+    // keys (segments' tables three quarters full past 2,048 keys of room: the first
+    // such tables have room for 3,451), the limiter asks its thread to grow and drain
+    // them before requests must.
     let growing = limiter(false, &clock);
     clock.advance(Duration::from_millis(1));
-    for key in 0..400_000 {
+    for key in 0..3_000_000 {
         assert!(growing.try_acquire(&key));
     }
     wait_for_threads(1, "no thread came to grow the tables ahead");
