@@ -256,20 +256,25 @@ where
         // Every word of the group frozen first, then every key copied: a locked
         // instruction waits for the stores before it, and the copies' stores go to
         // cold lines of the new table.
-        let mut last = [0_u64; 8];
-        for (last, (_, _, word)) in last.iter_mut().zip(draining.group_entries(at)) {
+        let mut last = [(0_u64, 0_u64); 8];
+        for (last, (_, key, word)) in last.iter_mut().zip(draining.group_entries(at)) {
+            let hash = self.hash(key);
+            table.prefetch_home(hash);
             // Acquire: the word may have been retired by a sweep, whose Release made
             // its watermark visible first; whoever reads the copy through the new
             // table's publication must see that watermark too.
-            *last = word.swap(RETIRED, Ordering::Acquire);
+            *last = (hash, word.swap(RETIRED, Ordering::Acquire));
         }
-        for (last, (position, key, _)) in last.into_iter().zip(draining.group_entries(at)) {
-            table.insert(self.hash(key), key.clone(), last);
-            draining.remove(position);
-            used.slots += 1;
-            used.keys += 1;
-            used.draining -= 1;
+        for ((hash, last), (_, key, _)) in last.into_iter().zip(draining.group_entries(at)) {
+            table.insert(hash, key.clone(), last);
         }
+        // The group's moved slots marked removed in one store, after every copy is
+        // published: a lookup between finds a key in both tables, the draining one's
+        // copy frozen.
+        let moved = draining.remove_group(at);
+        used.slots += moved;
+        used.keys += moved;
+        used.draining -= moved;
         if at + 1 < draining.groups() {
             used.next = Some(at + 1);
             return;
@@ -429,16 +434,23 @@ where
         let segment = self.segment(hash);
         let mut used = lock(segment);
         let guard = Guard::new();
-        if let Some(placed) = self.locate(segment, hash, key, &guard) {
-            // Another thread stored the key first: under the lock, as the contract
-            // allows.
-            return Some(f(placed.found.word));
-        }
+        // Room first (a drain's step may move the key), then one probe that finds the
+        // key or the slot it will take.
         let table = self.with_room(segment, &mut used, &guard);
+        let vacancy = match table.probe(hash, key) {
+            Ok(found) => return Some(f(found.word)),
+            Err(vacancy) => vacancy,
+        };
+        let draining = segment.tables(&guard).1;
+        if let Some(Ok(found)) = draining.map(|draining| draining.probe(hash, key)) {
+            // Another thread stored the key first (in either table): under the lock,
+            // as the contract allows.
+            return Some(f(found.word));
+        }
         // `first` (the algorithm's step on the new state, never user code) under the
         // lock, just before the key is published.
         let first = first(&mut value);
-        table.insert(hash, owned, value.into_inner());
+        table.insert_at(vacancy, hash, owned, value.into_inner());
         used.slots += 1;
         used.keys += 1;
         if table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {

@@ -55,6 +55,31 @@ fn matching(tags: u64, byte: u8) -> u64 {
     differences.wrapping_sub(LOW_BITS) & !differences & HIGH_BITS
 }
 
+/// Asks the CPU to fetch `line`'s cache line (for writing, if `write`), without
+/// waiting for it.
+#[inline(always)]
+fn prefetch<T>(line: &T, write: bool) {
+    prefetch_address(std::ptr::from_ref(line).cast(), write);
+}
+
+/// [`prefetch`] by address: any address, since a prefetch reads nothing and never
+/// faults.
+#[inline(always)]
+fn prefetch_address(at: *const i8, write: bool) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch reads nothing and never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T0, _mm_prefetch};
+        if write {
+            _mm_prefetch::<_MM_HINT_ET0>(at);
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(at);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = (at, write);
+}
+
 /// Byte `index` of `tags`.
 #[inline(always)]
 fn byte(tags: u64, index: usize) -> u8 {
@@ -77,6 +102,11 @@ pub(super) struct Table<K> {
     /// Acquire before any key is read.
     tags: Box<[AtomicU64]>,
     slots: Box<[Slot<K>]>,
+}
+
+/// The empty slot an insertion of a key would take (see [`Table::probe`]).
+pub(super) struct Vacancy {
+    slot: usize,
 }
 
 /// A key's slot in a table: its position (stable while the table lives) and word.
@@ -123,6 +153,25 @@ impl<K> Table<K> {
         ((u64::from(hash as u32) * self.tags.len() as u64) >> 32) as usize
     }
 
+    /// Asks the CPU to fetch the tags of the group a key with `hash` probes first,
+    /// without waiting: a drain's step announces its group's keys before it inserts
+    /// them, so their misses overlap.
+    #[inline(always)]
+    pub(super) fn prefetch_home(&self, hash: u64) {
+        prefetch(&self.tags[self.home(hash)], false);
+    }
+
+    /// Asks the CPU to fetch group `at`'s slots for writing, without waiting: issued
+    /// beside the load of the group's tags, so that the two misses overlap.
+    #[inline(always)]
+    fn prefetch_group(&self, at: usize) {
+        // No bounds check: `wrapping_add` only computes an address, and a prefetch of
+        // any address is harmless.
+        let first = self.slots.as_ptr().wrapping_add(at * GROUP);
+        prefetch_address(first.cast(), true);
+        prefetch_address(first.cast::<i8>().wrapping_add(64), true);
+    }
+
     /// The next group on a probe.
     #[inline(always)]
     fn next(&self, group: usize) -> usize {
@@ -134,8 +183,33 @@ impl<K> Table<K> {
     }
 
     /// The slot holding `key` (whose hash is `hash`), if it is full. Takes no lock.
+    /// The home group's slots are fetched (for writing) beside its tags, so that a
+    /// hit's slot, or the vacancy a miss's insertion will write, comes with them; a
+    /// vacancy further on is fetched once found. Under churn a new key's slot store
+    /// waited at the next locked instruction for its line: the two prefetches took
+    /// about a tenth off a new key (results/ANALYSIS.md, "Where a new key's time
+    /// goes").
     #[inline(always)]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        self.prefetch_group(self.home(hash));
+        match self.probe(hash, key) {
+            Ok(found) => Some(found),
+            Err(vacancy) => {
+                prefetch(&self.slots[vacancy.slot], true);
+                None
+            }
+        }
+    }
+
+    /// The slot holding `key` (whose hash is `hash`), or the vacancy an insertion of
+    /// it would take: the first empty slot on its probe. Takes no lock; a vacancy
+    /// stays the insertion's only while the caller holds the segment's lock.
+    #[inline(always)]
+    pub(super) fn probe<Q>(&self, hash: u64, key: &Q) -> Result<Found<'_>, Vacancy>
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq,
@@ -154,14 +228,18 @@ impl<K> Table<K> {
                 // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so
                 // the key's write happened before; it is never written again.
                 if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
-                    return Some(Found {
+                    return Ok(Found {
                         position: at * GROUP + index,
                         word: &slot.word,
                     });
                 }
             }
-            if matching(tags, EMPTY) != 0 {
-                return None;
+            let empty = matching(tags, EMPTY);
+            if empty != 0 {
+                let index = empty.trailing_zeros() as usize / 8;
+                return Err(Vacancy {
+                    slot: at * GROUP + index,
+                });
             }
             at = self.next(at);
         }
@@ -175,24 +253,48 @@ impl<K> Table<K> {
         loop {
             // Relaxed: only the lock's holder writes tags, and the lock orders its
             // writes before ours.
-            let tags = self.tags[at].load(Ordering::Relaxed);
-            let empty = matching(tags, EMPTY);
+            let empty = matching(self.tags[at].load(Ordering::Relaxed), EMPTY);
             if empty != 0 {
-                let index = empty.trailing_zeros() as usize / 8;
-                let slot = &self.slots[at * GROUP + index];
-                // SAFETY: the slot is empty (its tag says so, and tags never return to
-                // empty), and readers read keys only of full or removed slots, so no
-                // thread reads it until the Release store below publishes it.
-                unsafe { slot.key.write(key) };
-                // Relaxed: published with the tag just below.
-                slot.word.store(word, Ordering::Relaxed);
-                let tags = tags | (u64::from(tag(hash)) << (index * 8));
-                // Release: publishes the key and word to lookups' Acquire loads.
-                self.tags[at].store(tags, Ordering::Release);
-                return at * GROUP + index;
+                let slot = at * GROUP + empty.trailing_zeros() as usize / 8;
+                return self.insert_at(Vacancy { slot }, hash, key, word);
             }
             at = self.next(at);
         }
+    }
+
+    /// Stores `key` with `word` in `vacancy`, and answers the slot's position. The
+    /// caller has held the segment's lock since [`probe`](Self::probe) answered the
+    /// vacancy for this key, and has checked [`room`](Self::room).
+    pub(super) fn insert_at(&self, vacancy: Vacancy, hash: u64, key: K, word: u64) -> usize {
+        let (at, index) = (vacancy.slot / GROUP, vacancy.slot % GROUP);
+        // Relaxed: only the lock's holder writes tags, and the lock orders its writes
+        // before ours.
+        let tags = self.tags[at].load(Ordering::Relaxed);
+        debug_assert_eq!(byte(tags, index), EMPTY, "a vacancy that is not empty");
+        let slot = &self.slots[vacancy.slot];
+        // SAFETY: the slot is empty (its tag says so, and tags never return to empty),
+        // and readers read keys only of full or removed slots, so no thread reads it
+        // until the Release store below publishes it.
+        unsafe { slot.key.write(key) };
+        // Relaxed: published with the tag just below.
+        slot.word.store(word, Ordering::Relaxed);
+        let tags = tags | (u64::from(tag(hash)) << (index * 8));
+        // Release: publishes the key and word to lookups' Acquire loads.
+        self.tags[at].store(tags, Ordering::Release);
+        vacancy.slot
+    }
+
+    /// Marks every full slot of group `at` removed, and answers how many there were.
+    /// The caller holds the segment's lock.
+    pub(super) fn remove_group(&self, at: usize) -> usize {
+        // Relaxed: only the lock's holder writes tags.
+        let tags = self.tags[at].load(Ordering::Relaxed);
+        // 0x01 in each full byte (top bit set), which becomes REMOVED; others stay.
+        let full = (tags & HIGH_BITS) >> 7;
+        let removed = (tags & !(full * 0xFF)) | (full * u64::from(REMOVED));
+        // Release: as in `remove`.
+        self.tags[at].store(removed, Ordering::Release);
+        full.count_ones() as usize
     }
 
     /// Marks the full slot at `position` removed. The caller holds the segment's lock.
