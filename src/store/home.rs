@@ -7,12 +7,39 @@
 //! and every copy of the entry finds the one state through it.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 /// A state type the keyed store can hold, and where it keeps it.
 pub trait Stored: Sized + Send + Sync {
-    /// Where states of this type live.
+    /// Where states of this type live in the scc store.
     #[doc(hidden)]
     type Home: Home<Self>;
+
+    /// Whether the state is a single word, which the word store holds beside its key
+    /// (`super::words`): only `AtomicU64`. Every other state lives in the scc store.
+    #[doc(hidden)]
+    const WORD: bool = false;
+
+    /// The state a word of the word store is. Called only when [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn of_word(word: &AtomicU64) -> &Self {
+        let _ = word;
+        unreachable!("turnstile: only single words live in the word store")
+    }
+
+    /// The state a word of the word store is, mutably. Called only when
+    /// [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn of_word_mut(word: &mut AtomicU64) -> &mut Self {
+        let _ = word;
+        unreachable!("turnstile: only single words live in the word store")
+    }
+
+    /// The word a state is. Called only when [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn into_word(self) -> AtomicU64 {
+        unreachable!("turnstile: only single words live in the word store")
+    }
 }
 
 /// A home for states of type `V`: what an index entry holds to find one, and how a

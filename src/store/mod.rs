@@ -21,11 +21,15 @@ mod home;
 #[cfg(turnstile_loom)]
 mod loom;
 #[cfg(not(turnstile_loom))]
+mod map;
+#[cfg(not(turnstile_loom))]
 mod scc;
 #[cfg(not(turnstile_loom))]
 mod slab;
 #[cfg(not(turnstile_loom))]
 mod tables;
+#[cfg(not(turnstile_loom))]
+mod words;
 
 #[cfg(not(turnstile_loom))]
 pub use home::{Boxes, Stored};
@@ -57,9 +61,10 @@ impl<T> Stored for T {}
 /// The store limiters use: the scc one normally, the loom-aware one under loom.
 #[cfg(turnstile_loom)]
 pub(crate) type KeyMap<K, V, S> = loom::LoomStore<K, V, S>;
-/// The store limiters use: the scc one normally, the loom-aware one under loom.
+/// The store limiters use: normally the word store for single words and the scc store
+/// for anything else (`map.rs`), the loom-aware one under loom.
 #[cfg(not(turnstile_loom))]
-pub(crate) type KeyMap<K, V, S> = scc::SccStore<K, V, S>;
+pub(crate) type KeyMap<K, V, S> = map::Map<K, V, S>;
 
 /// A concurrent map from keys to per-key state.
 ///

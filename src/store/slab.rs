@@ -356,6 +356,22 @@ impl Released {
 /// The single-word algorithms' state lives in a slab.
 impl Stored for AtomicU64 {
     type Home = Slab;
+    const WORD: bool = true;
+
+    #[inline(always)]
+    fn of_word(word: &AtomicU64) -> &Self {
+        word
+    }
+
+    #[inline(always)]
+    fn of_word_mut(word: &mut AtomicU64) -> &mut Self {
+        word
+    }
+
+    #[inline(always)]
+    fn into_word(self) -> AtomicU64 {
+        self
+    }
 }
 
 impl Home<AtomicU64> for Slab {

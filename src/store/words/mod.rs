@@ -1,0 +1,852 @@
+//! The store of the word algorithms' states: an index of our own, in which each key's
+//! state word sits beside the key, so a lookup reads the segment's table header, one
+//! tag word and one slot (results/ANALYSIS.md, "What is left is the index").
+//!
+//! # Shape
+//! [`SEGMENTS`] segments, chosen by the hash's top bits; each a table of its own
+//! (`table.rs`) behind an `sdd` pointer, the outgrown table while it drains, and a
+//! lock. Lookups take no lock: they load the segment's table under an epoch guard and
+//! probe it, then the draining one if the key is not there. Insertions, removals and
+//! the steps of a growth take the segment's lock.
+//!
+//! # Growth, and what a request pays for it
+//! An insertion that finds its segment's table out of room (7/8 of its slots full or
+//! removed) publishes a new, empty table sized for the segment's keys (larger if keys
+//! came, smaller if a sweep forgot them), keeps the old one as draining, and copies
+//! nothing. From then on every insertion into the segment first moves one group of
+//! the draining table (at most 8 keys) into the new one; when the last group has moved,
+//! the draining table is unpublished and freed once no lookup holds it. So no request
+//! does more for memory than one allocation of a segment's table and the move of 8
+//! keys, whatever the map's size, and no lock is held longer than that: a growth that
+//! copied a whole segment under its lock (5–50 µs, ten thousand times in a churn run)
+//! set the churn p99.9 (results/ANALYSIS.md, "The word store, built"). The new table
+//! has room for the segment's keys and one more per group of the draining one, so it
+//! never fills before the drain ends.
+//!
+//! # The freeze
+//! A request that found a key in the draining table may be about to compare-and-set
+//! its word while a move copies it. So a move swaps each word it copies to
+//! [`RETIRED`] and copies the value the swap returned: from then on every
+//! compare-and-set on the old word fails, and the copy holds the word's last value.
+//! The moved slot is then marked removed. A request that meets the frozen word takes
+//! the path every retired word sends it down (`remove_retired`, then a new look): the
+//! removal takes the segment's lock, finds the key in the new table, not retired, and
+//! removes nothing; the new look finds it there. Readers that take a retired word to
+//! mean "forgotten" (a peek, a refund) look again under the lock first, as they do for
+//! a miss. A word a sweep retired before the move is copied retired, and goes as any
+//! retired word goes. Loom model 17 restates the move.
+
+// The write-once key cell, and the table that writes and reads it: the only
+// `unsafe` in the crate (see `cell.rs`).
+#[allow(unsafe_code)]
+mod cell;
+#[allow(unsafe_code)]
+mod table;
+
+use super::Store;
+use super::count::KeyCount;
+use crate::KeyRef;
+use crate::word::RETIRED;
+use sdd::{AtomicShared, Guard, Shared, Tag};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use table::{Found, Table};
+
+/// Segments per store, chosen by the hash's top [`SEGMENT_BITS`] bits.
+const SEGMENT_BITS: u32 = 10;
+/// Segments per store.
+pub(crate) const SEGMENTS: usize = 1 << SEGMENT_BITS;
+
+/// Keys and their state words (see the module docs).
+pub(crate) struct WordStore<K, S> {
+    segments: Box<[Segment<K>]>,
+    hasher: S,
+    /// Keys stored, for `len` (the segments' counts are under their locks).
+    keys: KeyCount,
+    /// Segments the sweeper thread has work in: a table to grow before requests fill
+    /// it, or one draining.
+    due: AtomicUsize,
+    /// Set once a sweeper thread has prepared the store: from then on it drains the
+    /// segments due, and requests move keys only when a drain falls behind (`behind`).
+    /// Without one (`manual_eviction()`), every insertion into a draining segment
+    /// moves a group, so that no drain lingers.
+    thread_drains: AtomicBool,
+}
+
+/// The share of its room, in eighths, past which a segment's table is due to be
+/// grown by the sweeper thread, so that requests do not allocate the next one.
+const AHEAD: usize = 6;
+/// Tables with room for fewer keys than this are left to requests, which grow them
+/// and, without a sweeper thread or when a drain falls behind, drain them: a table of
+/// this size costs a request an allocation of about 35 KB, and a group of 8 keys per
+/// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
+/// churn throughput at two threads on two cores (1.41 → 0.96 × governor's), for no
+/// gain in p99.9 (results/ANALYSIS.md, "A growth that drains"). A limiter that stays
+/// small never starts a thread for its growth.
+const AHEAD_FROM: usize = 2048;
+/// Groups the sweeper thread moves per hold of a segment's lock.
+const MOVED_AT_ONCE: usize = 8;
+
+struct Segment<K> {
+    /// The table new keys go to; null until the segment's first key.
+    table: AtomicShared<Table<K>>,
+    /// The outgrown table while its keys move to `table`; null otherwise.
+    draining: AtomicShared<Table<K>>,
+    /// Held to insert, remove, or move keys.
+    lock: Mutex<Used>,
+}
+
+/// What a segment's tables hold, under the segment's lock.
+#[derive(Default)]
+struct Used {
+    /// Slots of `table` full or removed: it must grow before this passes its room.
+    slots: usize,
+    /// Keys in `table`.
+    keys: usize,
+    /// While a table drains, its next group to move.
+    next: Option<usize>,
+    /// Keys left in the draining table.
+    draining: usize,
+    /// Counted in the store's `due`.
+    due: bool,
+}
+
+/// A key found under its segment's lock: in which table, and its slot.
+struct Placed<'g> {
+    draining: bool,
+    found: Found<'g>,
+}
+
+/// Locks a segment. Nothing under the lock leaves `Used` half-changed but an
+/// allocation failure, which aborts; a panic in a caller's `first` or `f` (never user
+/// code) leaves it consistent too.
+fn lock<K>(segment: &Segment<K>) -> MutexGuard<'_, Used> {
+    segment.lock.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K> Segment<K> {
+    /// The table new keys go to, and the draining one.
+    #[inline(always)]
+    fn tables<'g>(&self, guard: &'g Guard) -> (Option<&'g Table<K>>, Option<&'g Table<K>>) {
+        // Acquire, both: a table's construction, and every key published in it before
+        // it was stored, happen before its use. `table` first: a growth stores
+        // `draining` before `table`, so whoever sees the new table sees the old one.
+        let table = self.table.load(Ordering::Acquire, guard).as_ref();
+        let draining = self.draining.load(Ordering::Acquire, guard).as_ref();
+        (table, draining)
+    }
+}
+
+impl<K, S> WordStore<K, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    S: BuildHasher,
+{
+    #[inline(always)]
+    fn hash<Q: ?Sized + Hash>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    #[inline(always)]
+    fn segment(&self, hash: u64) -> &Segment<K> {
+        &self.segments[(hash >> (64 - SEGMENT_BITS)) as usize]
+    }
+
+    /// Where `key` is in its segment. The caller holds the segment's lock.
+    fn locate<'g, Q>(
+        &self,
+        segment: &Segment<K>,
+        hash: u64,
+        key: &Q,
+        guard: &'g Guard,
+    ) -> Option<Placed<'g>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let (table, draining) = segment.tables(guard);
+        if let Some(found) = table.and_then(|table| table.find(hash, key)) {
+            return Some(Placed {
+                draining: false,
+                found,
+            });
+        }
+        let found = draining?.find(hash, key)?;
+        Some(Placed {
+            draining: true,
+            found,
+        })
+    }
+
+    /// The segment's table, with room for one more key: grown first if it has no
+    /// room (or no table). A drain under way takes a step first, unless the sweeper
+    /// thread drains and the table's room outlasts the drain (see `thread_drains`).
+    /// The caller holds the segment's lock (`used`).
+    fn with_room<'g>(
+        &self,
+        segment: &Segment<K>,
+        used: &mut Used,
+        guard: &'g Guard,
+    ) -> &'g Table<K> {
+        // Relaxed: a hint; either way the drain ends before the table fills.
+        if !self.thread_drains.load(Ordering::Relaxed) || behind(segment, used, guard) {
+            self.move_group(segment, used, guard);
+        }
+        match segment.tables(guard) {
+            (Some(table), _) if used.slots < table.room() => table,
+            _ => self.grow(segment, used, guard),
+        }
+    }
+
+    /// Marks the segment as work for the sweeper thread.
+    fn mark_due(&self, used: &mut Used) {
+        if !used.due {
+            used.due = true;
+            // Relaxed: a hint for the sweeper thread (`wants_preparation`).
+            self.due.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes a new table for the segment, sized for its keys, and keeps the old
+    /// one draining (see the module docs). The caller holds the segment's lock
+    /// (`used`).
+    #[cold]
+    #[inline(never)]
+    fn grow<'g>(&self, segment: &Segment<K>, used: &mut Used, guard: &'g Guard) -> &'g Table<K> {
+        // Never while another drains (sized as it is, the new table cannot fill first;
+        // but should it, the drain ends here).
+        while used.next.is_some() {
+            self.move_group(segment, used, guard);
+        }
+        // Acquire: as in `Segment::tables`; held as a `Shared`, to publish as draining.
+        let old = segment.table.get_shared(Ordering::Acquire, guard);
+        let old_groups = old.as_ref().map_or(0, |old| old.groups());
+        let new = Table::new(Table::<K>::groups_for(used.keys + old_groups + 1));
+        if let Some(old) = old {
+            used.next = Some(0);
+            used.draining = used.keys;
+            // Release, both: the new table's construction happens before its use; and
+            // `draining` before `table` (see `Segment::tables`).
+            segment
+                .draining
+                .swap((Some(old), Tag::None), Ordering::Release);
+        }
+        segment
+            .table
+            .swap((Some(Shared::new(new)), Tag::None), Ordering::Release);
+        used.slots = 0;
+        used.keys = 0;
+        segment
+            .tables(guard)
+            .0
+            .expect("turnstile: a table was just stored")
+    }
+
+    /// Moves the next group of the segment's draining table, if one drains, into its
+    /// table, each word frozen first (see the module docs); unpublishes the draining
+    /// table once its last group has moved. The caller holds the segment's lock
+    /// (`used`).
+    fn move_group(&self, segment: &Segment<K>, used: &mut Used, guard: &Guard) {
+        let Some(at) = used.next else { return };
+        let (Some(table), Some(draining)) = segment.tables(guard) else {
+            unreachable!("turnstile: a drain under way has both tables")
+        };
+        // Every word of the group frozen first, then every key copied: a locked
+        // instruction waits for the stores before it, and the copies' stores go to
+        // cold lines of the new table.
+        let mut last = [(0_u64, 0_u64); 8];
+        for (last, (_, key, word)) in last.iter_mut().zip(draining.group_entries(at)) {
+            let hash = self.hash(key);
+            table.prefetch_home(hash);
+            // Acquire: the word may have been retired by a sweep, whose Release made
+            // its watermark visible first; whoever reads the copy through the new
+            // table's publication must see that watermark too.
+            *last = (hash, word.swap(RETIRED, Ordering::Acquire));
+        }
+        for ((hash, last), (_, key, _)) in last.into_iter().zip(draining.group_entries(at)) {
+            table.insert(hash, key.clone(), last);
+        }
+        // The group's moved slots marked removed in one store, after every copy is
+        // published: a lookup between finds a key in both tables, the draining one's
+        // copy frozen.
+        let moved = draining.remove_group(at);
+        used.slots += moved;
+        used.keys += moved;
+        used.draining -= moved;
+        if at + 1 < draining.groups() {
+            used.next = Some(at + 1);
+            return;
+        }
+        used.next = None;
+        if std::mem::take(&mut used.due) {
+            // Relaxed: as in `mark_due`.
+            self.due.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Release: a lookup that reads no draining table relies on it to see every
+        // moved key in the new one. The table goes to this thread's collector, which
+        // frees it once no lookup holds it.
+        let (gone, _) = segment.draining.swap((None, Tag::None), Ordering::Release);
+        drop(gone);
+    }
+
+    /// Removes the full slot `placed`. The caller holds the segment's lock (`used`).
+    fn remove_at(&self, segment: &Segment<K>, placed: &Placed<'_>, used: &mut Used, guard: &Guard) {
+        let (table, draining) = segment.tables(guard);
+        let position = placed.found.position;
+        if placed.draining {
+            draining
+                .expect("turnstile: a key found draining")
+                .remove(position);
+            used.draining -= 1;
+        } else {
+            table
+                .expect("turnstile: a key found in the table")
+                .remove(position);
+            used.keys -= 1;
+        }
+        self.keys.add(-1);
+    }
+
+    /// `swap` with the current word given by address: `new` stored as `key`'s word if
+    /// its word is the one at `current`.
+    pub(crate) fn swap_at(&self, key: K, current: *const AtomicU64, new: u64) -> bool {
+        let hash = self.hash(&key);
+        let segment = self.segment(hash);
+        let mut used = lock(segment);
+        let guard = Guard::new();
+        // Room first: the step of a drain it takes may move the key.
+        let table = self.with_room(segment, &mut used, &guard);
+        match self.locate(segment, hash, &key, &guard) {
+            // Under the lock, the successor is stored before the old slot is marked
+            // removed; a lock-free lookup between the two finds either.
+            Some(placed) if std::ptr::eq(placed.found.word, current) => {
+                table.insert(hash, key, new);
+                used.slots += 1;
+                used.keys += 1;
+                self.remove_at(segment, &placed, &mut used, &guard);
+                self.keys.add(1);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl<K, S> Store<K, AtomicU64, S> for WordStore<K, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    S: BuildHasher + Clone + 'static,
+{
+    fn with_hasher(hasher: S, expected_keys: usize) -> Self {
+        let per_segment = expected_keys.div_ceil(SEGMENTS);
+        let segments = (0..SEGMENTS)
+            .map(|_| Segment {
+                table: if per_segment == 0 {
+                    AtomicShared::null()
+                } else {
+                    AtomicShared::new(Table::new(Table::<K>::groups_for(per_segment)))
+                },
+                draining: AtomicShared::null(),
+                lock: Mutex::default(),
+            })
+            .collect();
+        Self {
+            segments,
+            hasher,
+            keys: KeyCount::new(),
+            due: AtomicUsize::new(0),
+            thread_drains: AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        self.get_or_else(key, |word| Some(f(word)), || None)
+    }
+
+    #[inline]
+    fn get_or_else<Q, R>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&AtomicU64) -> R,
+        missed: impl FnOnce() -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let hash = self.hash(key);
+        let segment = self.segment(hash);
+        let guard = Guard::new();
+        // Acquire: as in `Segment::tables`.
+        let table = segment.table.load(Ordering::Acquire, &guard);
+        let word = match table.as_ref().and_then(|table| table.find(hash, key)) {
+            Some(found) => Some(found.word),
+            // Relaxed: only whether to look; `find_draining` loads it again with
+            // Acquire. A table that drained since `table` was loaded has moved every key.
+            None if !segment.draining.is_null(Ordering::Relaxed) => {
+                find_draining(segment, hash, key, &guard)
+            }
+            None => None,
+        };
+        // `f` in one place: the algorithm's step, inlined once.
+        match word {
+            Some(word) => f(word),
+            // Under the same guard: an insertion's own is then a nested one.
+            None => missed(),
+        }
+    }
+
+    fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let hash = self.hash(key);
+        let segment = self.segment(hash);
+        let _used = lock(segment);
+        let guard = Guard::new();
+        let placed = self.locate(segment, hash, key, &guard)?;
+        Some(f(placed.found.word))
+    }
+
+    #[inline]
+    fn get_or_insert<Q, R>(
+        &self,
+        key: &Q,
+        value: impl FnOnce(&K) -> AtomicU64,
+        first: impl FnOnce(&mut AtomicU64) -> R,
+        f: impl FnOnce(&AtomicU64) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let owned = key.to_key();
+        let mut value = value(&owned);
+        let hash = self.hash(key);
+        let segment = self.segment(hash);
+        let mut used = lock(segment);
+        let guard = Guard::new();
+        // Room first (a drain's step may move the key), then one probe that finds the
+        // key or the slot it will take.
+        let table = self.with_room(segment, &mut used, &guard);
+        let vacancy = match table.probe(hash, key) {
+            Ok(found) => return Some(f(found.word)),
+            Err(vacancy) => vacancy,
+        };
+        let draining = segment.tables(&guard).1;
+        if let Some(Ok(found)) = draining.map(|draining| draining.probe(hash, key)) {
+            // Another thread stored the key first (in either table): under the lock,
+            // as the contract allows.
+            return Some(f(found.word));
+        }
+        // `first` (the algorithm's step on the new state, never user code) under the
+        // lock, just before the key is published.
+        let first = first(&mut value);
+        table.insert_at(vacancy, hash, owned, value.into_inner());
+        used.slots += 1;
+        used.keys += 1;
+        if table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
+            self.mark_due(&mut used);
+        }
+        // Counted once stored: a `first` that panics stores and counts nothing.
+        self.keys.add(1);
+        Some(first)
+    }
+
+    fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&AtomicU64) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let hash = self.hash(key);
+        let segment = self.segment(hash);
+        let mut used = lock(segment);
+        let guard = Guard::new();
+        match self.locate(segment, hash, key, &guard) {
+            Some(placed) if pred(placed.found.word) => {
+                self.remove_at(segment, &placed, &mut used, &guard);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool) {
+        let mut rejected = Vec::new();
+        for segment in self.segments.iter() {
+            // A drain left behind (insertions into the segment stopped) ends here, a
+            // group at a time, so that the draining table's memory goes.
+            loop {
+                let mut used = lock(segment);
+                if used.next.is_none() {
+                    break;
+                }
+                self.move_group(segment, &mut used, &Guard::new());
+            }
+            // Asked without the lock, removed under it: a segment held while its keys
+            // are asked about would stall every request for it whenever the OS
+            // preempted the sweeper thread (results/ANALYSIS.md, "A new key's
+            // barriers"). A key moved meanwhile (a drain's step) is asked about in
+            // both tables; it is removed from neither if the move froze it first,
+            // since its slot in the draining table is no longer full, and its copy
+            // was asked about as itself.
+            let guard = Guard::new();
+            let (table, draining) = segment.tables(&guard);
+            for (is_draining, table) in [(true, draining), (false, table)] {
+                let Some(table) = table else { continue };
+                rejected.extend(
+                    table
+                        .entries()
+                        .filter(|(_, _, word)| !keep(word))
+                        .map(|(position, _, _)| (is_draining, position)),
+                );
+            }
+            if rejected.is_empty() {
+                continue;
+            }
+            let mut used = lock(segment);
+            let now = segment.tables(&guard);
+            // Tables replaced since (a growth): their keys are asked again at the next
+            // sweep. Slots are never reused in a table, so a position still full holds
+            // the key and word that were rejected.
+            for (is_draining, position) in rejected.drain(..) {
+                let (seen, current) = if is_draining {
+                    (draining, now.1)
+                } else {
+                    (table, now.0)
+                };
+                let (Some(seen), Some(current)) = (seen, current) else {
+                    continue;
+                };
+                if std::ptr::eq(seen, current) && current.is_full(position) {
+                    current.remove(position);
+                    if is_draining {
+                        used.draining -= 1;
+                    } else {
+                        used.keys -= 1;
+                    }
+                    self.keys.add(-1);
+                }
+            }
+        }
+    }
+
+    fn swap(&self, key: K, current: &AtomicU64, new: AtomicU64) -> bool {
+        self.swap_at(key, current, new.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.keys.get()
+    }
+
+    fn wants_preparation(&self) -> bool {
+        // Relaxed: a hint; a segment missed here is grown and drained by requests.
+        self.due.load(Ordering::Relaxed) > 0
+    }
+
+    /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
+    /// per hold of its lock.
+    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
+        // Relaxed: a hint (see the field).
+        self.thread_drains.store(true, Ordering::Relaxed);
+        for segment in self.segments.iter() {
+            loop {
+                if stopping() || give_way() || !self.wants_preparation() {
+                    return;
+                }
+                let mut used = lock(segment);
+                if !used.due {
+                    break;
+                }
+                let guard = Guard::new();
+                if used.next.is_none() {
+                    // A growth due: the next table, before requests must allocate it.
+                    self.grow(segment, &mut used, &guard);
+                    if used.next.is_none() {
+                        used.due = false;
+                        // Relaxed: as in `mark_due`.
+                        self.due.fetch_sub(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+                for _ in 0..MOVED_AT_ONCE {
+                    self.move_group(segment, &mut used, &guard);
+                    if used.next.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a drain under way must take a step before the next insertion: whether
+/// the table's room left no longer exceeds the draining keys plus one insertion per
+/// group still to move. The table is sized with that much room (`grow`), so a drain
+/// left to the sweeper thread still ends before the table fills. The caller holds the
+/// segment's lock (`used`).
+fn behind<K>(segment: &Segment<K>, used: &Used, guard: &Guard) -> bool {
+    let Some(next) = used.next else { return false };
+    let (Some(table), Some(draining)) = segment.tables(guard) else {
+        return false;
+    };
+    let room_left = table.room().saturating_sub(used.slots);
+    room_left <= used.draining + (draining.groups() - next) + 1
+}
+
+/// `key`'s word in the segment's draining table, if it is there: out of line, so that
+/// a lookup's common path carries none of it.
+#[cold]
+#[inline(never)]
+fn find_draining<'g, K, Q>(
+    segment: &Segment<K>,
+    hash: u64,
+    key: &Q,
+    guard: &'g Guard,
+) -> Option<&'g AtomicU64>
+where
+    K: Borrow<Q> + 'g,
+    Q: ?Sized + Eq,
+{
+    // Acquire: as in `Segment::tables`.
+    let draining = segment.draining.load(Ordering::Acquire, guard).as_ref()?;
+    Some(draining.find(hash, key)?.word)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SEGMENTS, Store, WordStore};
+    use crate::word::RETIRED;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    type Words<K> = WordStore<K, foldhash::fast::RandomState>;
+
+    /// Keys enough to grow every segment's table a few times (fewer under miri).
+    const MANY: u64 = if cfg!(miri) { 200 } else { 20_000 };
+
+    fn insert<K: std::hash::Hash + Eq + Clone + 'static>(store: &Words<K>, key: K, word: u64) {
+        let stored = store.get_or_insert(&key, |_| AtomicU64::new(word), |_| true, |_| false);
+        assert_eq!(stored, Some(true), "the key was new");
+    }
+
+    fn word<K: std::hash::Hash + Eq + Clone + 'static>(store: &Words<K>, key: &K) -> Option<u64> {
+        store.get(key, |word| word.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn keys_grown_through_many_tables_keep_their_words() {
+        let store = Words::with_hasher(Default::default(), 0);
+        for key in 0..MANY {
+            insert(&store, key, key * 3);
+        }
+        assert_eq!(store.len(), MANY as usize);
+        for key in 0..MANY {
+            assert_eq!(word(&store, &key), Some(key * 3));
+            assert_eq!(
+                store.get_locked(&key, |w| w.load(Ordering::Relaxed)),
+                Some(key * 3)
+            );
+        }
+        assert_eq!(word(&store, &MANY), None);
+    }
+
+    #[test]
+    fn a_stored_key_is_found_not_stored_again() {
+        let store = Words::with_hasher(Default::default(), 0);
+        insert(&store, "k".to_string(), 7);
+        let again = store.get_or_insert(
+            "k",
+            |_| AtomicU64::new(9),
+            |_| "stored",
+            |word| {
+                if word.load(Ordering::Relaxed) == 7 {
+                    "found"
+                } else {
+                    "wrong word"
+                }
+            },
+        );
+        assert_eq!(again, Some("found"));
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn removal_takes_only_what_its_predicate_accepts_and_room_comes_back() {
+        let store = Words::with_hasher(Default::default(), 0);
+        // Insert and remove many times over: the removed slots must not exhaust the
+        // tables (a growth leaves them behind), and each key comes back fresh.
+        for round in 0..3 {
+            for key in 0..MANY {
+                insert(&store, key, round);
+            }
+            assert!(!store.remove_if(&0, |w| w.load(Ordering::Relaxed) != round));
+            for key in 0..MANY {
+                assert!(store.remove_if(&key, |w| w.load(Ordering::Relaxed) == round));
+            }
+            assert_eq!(store.len(), 0);
+            assert_eq!(word(&store, &1), None);
+            assert!(!store.remove_if(&1, |_| true), "already gone");
+        }
+    }
+
+    #[test]
+    fn retain_removes_exactly_the_rejected_keys() {
+        let store = Words::with_hasher(Default::default(), 0);
+        for key in 0..MANY {
+            insert(&store, key, key % 3);
+        }
+        let mut asked = 0;
+        store.retain(|word| {
+            asked += 1;
+            word.load(Ordering::Relaxed) != 0
+        });
+        assert_eq!(asked, MANY as usize);
+        for key in 0..MANY {
+            assert_eq!(word(&store, &key).is_some(), key % 3 != 0, "key {key}");
+        }
+        assert_eq!(store.len(), (0..MANY).filter(|key| key % 3 != 0).count());
+    }
+
+    #[test]
+    fn swap_replaces_only_the_word_it_was_shown() {
+        let store = Words::with_hasher(Default::default(), 0);
+        insert(&store, 1_u64, 10);
+        let stale = AtomicU64::new(10);
+        assert!(
+            !store.swap(1, &stale, AtomicU64::new(20)),
+            "not the stored word"
+        );
+        let swapped = store.get(&1, |current| {
+            let current: *const AtomicU64 = current;
+            store.swap_at(1, current, 20)
+        });
+        assert_eq!(swapped, Some(true));
+        assert_eq!(word(&store, &1), Some(20));
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn string_keys_are_dropped_once_with_their_tables() {
+        // Under miri this also checks that every key written is dropped exactly once
+        // (a leak or a double drop fails the run).
+        let store = Words::with_hasher(Default::default(), 0);
+        let keys: Vec<String> = (0..MANY).map(|key| format!("key-{key}")).collect();
+        for key in &keys {
+            insert(&store, key.clone(), 1);
+        }
+        for key in keys.iter().step_by(2) {
+            assert!(store.remove_if(key.as_str(), |_| true));
+        }
+        for (index, key) in keys.iter().enumerate() {
+            assert_eq!(word(&store, key).is_some(), index % 2 == 1);
+        }
+        drop(store);
+    }
+
+    #[test]
+    fn presized_segments_hold_their_share_without_growing() {
+        let store = Words::with_hasher(Default::default(), SEGMENTS * 4);
+        for key in 0..MANY {
+            insert(&store, key, 1);
+        }
+        assert_eq!(store.len(), MANY as usize);
+    }
+
+    /// Threads racing to store the same keys: each key is stored once, and every
+    /// thread's request lands on the one word (counted by `fetch_add`).
+    #[test]
+    fn racing_insertions_store_each_key_once() {
+        let store = Arc::new(Words::with_hasher(Default::default(), 0));
+        let keys = if cfg!(miri) { 20 } else { 5_000 };
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let mut stored = 0;
+                    for key in 0..keys {
+                        let new = store.get_or_insert(
+                            &key,
+                            |_| AtomicU64::new(0),
+                            |word| {
+                                *word.get_mut() += 1;
+                                true
+                            },
+                            |word| {
+                                word.fetch_add(1, Ordering::Relaxed);
+                                false
+                            },
+                        );
+                        stored += usize::from(new == Some(true));
+                    }
+                    stored
+                })
+            })
+            .collect();
+        let stored: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(stored, keys as usize);
+        assert_eq!(store.len(), keys as usize);
+        for key in 0..keys {
+            assert_eq!(word(&store, &key), Some(3), "key {key}");
+        }
+    }
+
+    /// Requests that compare-and-set words while another thread grows their segments
+    /// over and over: no increment is lost to a move (the freeze sends a request that
+    /// met the old word to the new table, through the lock).
+    #[test]
+    fn no_update_is_lost_to_a_growth() {
+        let store = Arc::new(Words::with_hasher(Default::default(), 0));
+        // Keys counted on, spread over the segments; their groups move at every growth.
+        let counted: u64 = if cfg!(miri) { 8 } else { 2_048 };
+        for key in 0..counted {
+            insert(&*store, key, 0);
+        }
+        let rounds: u64 = if cfg!(miri) { 4 } else { 40 };
+        let counter = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    for key in 0..counted {
+                        // The word protocol in small: a CAS loop; a retired (frozen)
+                        // word sends it to the locked removal, then to a new look.
+                        loop {
+                            let done = store.get(&key, |word| {
+                                let current = word.load(Ordering::Relaxed);
+                                current != RETIRED
+                                    && word
+                                        .compare_exchange(
+                                            current,
+                                            current + 1,
+                                            Ordering::Relaxed,
+                                            Ordering::Relaxed,
+                                        )
+                                        .is_ok()
+                            });
+                            if done == Some(true) {
+                                break;
+                            }
+                            store.remove_if(&key, |word| word.load(Ordering::Relaxed) == RETIRED);
+                        }
+                    }
+                }
+            })
+        };
+        // Keys that fill every segment, so each grows and drains again and again.
+        for key in counted..counted + MANY * 8 {
+            insert(&*store, key, 0);
+        }
+        counter.join().unwrap();
+        for key in 0..counted {
+            assert_eq!(word(&*store, &key), Some(rounds), "key {key}");
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! One segment's table: open addressing over groups of eight slots, each slot a key
+//! and its state word side by side, each group's eight tags in one `AtomicU64` of an
+//! array of their own.
+//!
+//! A slot is empty, full or removed. A key is written into an empty slot once and
+//! stays until the table is dropped: removal only marks the slot removed, and a
+//! removed slot is never used again in this table (the segment's next growth leaves
+//! it behind). So a key never changes under a reader, the one fact the lock-free
+//! lookup rests on, and the only `unsafe` is the write-once key cell (`cell.rs`).
+//!
+//! Lookups probe from the key's home group through the groups after it, and stop at
+//! the first group with an empty slot: an insertion takes the first empty slot on
+//! that path, and slots never become empty again, so a key is never past a group that
+//! had an empty slot when it was inserted. A table is grown before it is 7/8 full
+//! (full and removed slots together), so every probe ends.
+//!
+//! The tags are apart from the slots, one byte per slot, as hashbrown keeps its
+//! control bytes: the lines a probe reads first are then few (the slots of a million
+//! `u64` keys take 24 MB, their tags 1.5 MB) and stay cached, and a lookup reads one
+//! tag word and one slot. With the tags in the groups, every new key's probe read a
+//! line from memory, and churn ran about a fifth slower (results/ANALYSIS.md).
+
+use super::cell::KeyCell;
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots per group: one tag byte each in the group's `AtomicU64`.
+const GROUP: usize = 8;
+/// A never-used slot's tag.
+const EMPTY: u8 = 0;
+/// A removed key's tag; full slots' tags have the top bit set.
+const REMOVED: u8 = 1;
+/// Tables smaller than this many groups grow to twice their keys' room, larger ones to
+/// half as much again (see [`Table::groups_for`]).
+const DOUBLING_GROUPS: usize = 128;
+/// Tables smaller than this grow to four times their keys' room.
+const QUADRUPLING_GROUPS: usize = 16;
+/// `0x01` in every byte.
+const LOW_BITS: u64 = u64::from_ne_bytes([0x01; 8]);
+/// `0x80` in every byte.
+const HIGH_BITS: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// A full slot's tag for `hash`: the top bit, and seven bits of the hash that neither
+/// the segment (the top ten) nor the home group (the low 32) uses.
+#[inline(always)]
+pub(super) fn tag(hash: u64) -> u8 {
+    0x80 | ((hash >> 47) as u8 & 0x7F)
+}
+
+/// The bytes of `tags` equal to `byte`, as their top bits. A byte just above a true
+/// match may show as one too (the borrow of the subtraction); callers check the byte.
+#[inline(always)]
+fn matching(tags: u64, byte: u8) -> u64 {
+    let differences = tags ^ (LOW_BITS * u64::from(byte));
+    differences.wrapping_sub(LOW_BITS) & !differences & HIGH_BITS
+}
+
+/// Asks the CPU to fetch `line`'s cache line (for writing, if `write`), without
+/// waiting for it.
+#[inline(always)]
+fn prefetch<T>(line: &T, write: bool) {
+    prefetch_address(std::ptr::from_ref(line).cast(), write);
+}
+
+/// [`prefetch`] by address: any address, since a prefetch reads nothing and never
+/// faults.
+#[inline(always)]
+fn prefetch_address(at: *const i8, write: bool) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch reads nothing and never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T0, _mm_prefetch};
+        if write {
+            _mm_prefetch::<_MM_HINT_ET0>(at);
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(at);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = (at, write);
+}
+
+/// Byte `index` of `tags`.
+#[inline(always)]
+fn byte(tags: u64, index: usize) -> u8 {
+    (tags >> (index * 8)) as u8
+}
+
+struct Slot<K> {
+    key: KeyCell<K>,
+    word: AtomicU64,
+}
+
+// SAFETY: all zero bits are a valid slot: the word 0, and the key cell uninitialised,
+// which any bits are.
+unsafe impl<K> bytemuck::Zeroable for Slot<K> {}
+
+/// A table of keys and their words (see the module docs).
+pub(super) struct Table<K> {
+    /// Group `g`'s tags, byte `i` for slot `g * GROUP + i`. Written only under the
+    /// segment's lock (or before the table is published), with Release; loaded with
+    /// Acquire before any key is read.
+    tags: Box<[AtomicU64]>,
+    slots: Box<[Slot<K>]>,
+}
+
+/// The empty slot an insertion of a key would take (see [`Table::probe`]).
+pub(super) struct Vacancy {
+    slot: usize,
+}
+
+/// A key's slot in a table: its position (stable while the table lives) and word.
+pub(super) struct Found<'t> {
+    pub(super) position: usize,
+    pub(super) word: &'t AtomicU64,
+}
+
+impl<K> Table<K> {
+    /// An empty table of `groups` groups (at least one), allocated zeroed: every tag
+    /// empty, and no page written until a key lands in it.
+    pub(super) fn new(groups: usize) -> Self {
+        let groups = groups.max(1);
+        Self {
+            tags: bytemuck::allocation::zeroed_slice_box(groups),
+            slots: bytemuck::allocation::zeroed_slice_box(groups * GROUP),
+        }
+    }
+
+    /// Groups for a table that is to hold `keys` keys: room for twice as many while
+    /// the table is small (fewer than [`DOUBLING_GROUPS`] groups), so that a segment
+    /// filling from empty copies each key about once over its growths; then room for
+    /// half as many again (about 7/12 full), so that a large table wastes less.
+    pub(super) fn groups_for(keys: usize) -> usize {
+        let doubled = keys.saturating_mul(2).div_ceil(GROUP / 8 * 7);
+        if doubled < QUADRUPLING_GROUPS {
+            (doubled * 2).max(1)
+        } else if doubled < DOUBLING_GROUPS {
+            doubled
+        } else {
+            (keys.saturating_mul(3) / 2).div_ceil(GROUP / 8 * 7)
+        }
+    }
+
+    /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
+    /// slots, so that every probe meets an empty slot.
+    pub(super) fn room(&self) -> usize {
+        self.tags.len() * GROUP / 8 * 7
+    }
+
+    /// The group a key with `hash` probes first (multiply-shift: any number of groups).
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        ((u64::from(hash as u32) * self.tags.len() as u64) >> 32) as usize
+    }
+
+    /// Asks the CPU to fetch the tags of the group a key with `hash` probes first,
+    /// without waiting: a drain's step announces its group's keys before it inserts
+    /// them, so their misses overlap.
+    #[inline(always)]
+    pub(super) fn prefetch_home(&self, hash: u64) {
+        prefetch(&self.tags[self.home(hash)], false);
+    }
+
+    /// Asks the CPU to fetch group `at`'s slots for writing, without waiting: issued
+    /// beside the load of the group's tags, so that the two misses overlap.
+    #[inline(always)]
+    fn prefetch_group(&self, at: usize) {
+        // No bounds check: `wrapping_add` only computes an address, and a prefetch of
+        // any address is harmless.
+        let first = self.slots.as_ptr().wrapping_add(at * GROUP);
+        prefetch_address(first.cast(), true);
+        prefetch_address(first.cast::<i8>().wrapping_add(64), true);
+    }
+
+    /// The next group on a probe.
+    #[inline(always)]
+    fn next(&self, group: usize) -> usize {
+        if group + 1 == self.tags.len() {
+            0
+        } else {
+            group + 1
+        }
+    }
+
+    /// The slot holding `key` (whose hash is `hash`), if it is full. Takes no lock.
+    /// The home group's slots are fetched (for writing) beside its tags, so that a
+    /// hit's slot, or the vacancy a miss's insertion will write, comes with them; a
+    /// vacancy further on is fetched once found. Under churn a new key's slot store
+    /// waited at the next locked instruction for its line: the two prefetches took
+    /// about a tenth off a new key (results/ANALYSIS.md, "Where a new key's time
+    /// goes").
+    #[inline(always)]
+    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        self.prefetch_group(self.home(hash));
+        match self.probe(hash, key) {
+            Ok(found) => Some(found),
+            Err(vacancy) => {
+                prefetch(&self.slots[vacancy.slot], true);
+                None
+            }
+        }
+    }
+
+    /// The slot holding `key` (whose hash is `hash`), or the vacancy an insertion of
+    /// it would take: the first empty slot on its probe. Takes no lock; a vacancy
+    /// stays the insertion's only while the caller holds the segment's lock.
+    #[inline(always)]
+    pub(super) fn probe<Q>(&self, hash: u64, key: &Q) -> Result<Found<'_>, Vacancy>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let tag = tag(hash);
+        let mut at = self.home(hash);
+        loop {
+            // Acquire: pairs with the Release store that published each full slot,
+            // so its key and word are visible before they are read.
+            let tags = self.tags[at].load(Ordering::Acquire);
+            let mut candidates = matching(tags, tag);
+            while candidates != 0 {
+                let index = candidates.trailing_zeros() as usize / 8;
+                candidates &= candidates - 1;
+                let slot = &self.slots[at * GROUP + index];
+                // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so
+                // the key's write happened before; it is never written again.
+                if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
+                    return Ok(Found {
+                        position: at * GROUP + index,
+                        word: &slot.word,
+                    });
+                }
+            }
+            let empty = matching(tags, EMPTY);
+            if empty != 0 {
+                let index = empty.trailing_zeros() as usize / 8;
+                return Err(Vacancy {
+                    slot: at * GROUP + index,
+                });
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Stores `key` with `word` in the first empty slot of its probe, and answers the
+    /// slot's position. The caller holds the segment's lock (or alone holds the
+    /// table), has found no full slot for the key, and has checked [`room`](Self::room).
+    pub(super) fn insert(&self, hash: u64, key: K, word: u64) -> usize {
+        let mut at = self.home(hash);
+        loop {
+            // Relaxed: only the lock's holder writes tags, and the lock orders its
+            // writes before ours.
+            let empty = matching(self.tags[at].load(Ordering::Relaxed), EMPTY);
+            if empty != 0 {
+                let slot = at * GROUP + empty.trailing_zeros() as usize / 8;
+                return self.insert_at(Vacancy { slot }, hash, key, word);
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Stores `key` with `word` in `vacancy`, and answers the slot's position. The
+    /// caller has held the segment's lock since [`probe`](Self::probe) answered the
+    /// vacancy for this key, and has checked [`room`](Self::room).
+    pub(super) fn insert_at(&self, vacancy: Vacancy, hash: u64, key: K, word: u64) -> usize {
+        let (at, index) = (vacancy.slot / GROUP, vacancy.slot % GROUP);
+        // Relaxed: only the lock's holder writes tags, and the lock orders its writes
+        // before ours.
+        let tags = self.tags[at].load(Ordering::Relaxed);
+        debug_assert_eq!(byte(tags, index), EMPTY, "a vacancy that is not empty");
+        let slot = &self.slots[vacancy.slot];
+        // SAFETY: the slot is empty (its tag says so, and tags never return to empty),
+        // and readers read keys only of full or removed slots, so no thread reads it
+        // until the Release store below publishes it.
+        unsafe { slot.key.write(key) };
+        // Relaxed: published with the tag just below.
+        slot.word.store(word, Ordering::Relaxed);
+        let tags = tags | (u64::from(tag(hash)) << (index * 8));
+        // Release: publishes the key and word to lookups' Acquire loads.
+        self.tags[at].store(tags, Ordering::Release);
+        vacancy.slot
+    }
+
+    /// Marks every full slot of group `at` removed, and answers how many there were.
+    /// The caller holds the segment's lock.
+    pub(super) fn remove_group(&self, at: usize) -> usize {
+        // Relaxed: only the lock's holder writes tags.
+        let tags = self.tags[at].load(Ordering::Relaxed);
+        // 0x01 in each full byte (top bit set), which becomes REMOVED; others stay.
+        let full = (tags & HIGH_BITS) >> 7;
+        let removed = (tags & !(full * 0xFF)) | (full * u64::from(REMOVED));
+        // Release: as in `remove`.
+        self.tags[at].store(removed, Ordering::Release);
+        full.count_ones() as usize
+    }
+
+    /// Marks the full slot at `position` removed. The caller holds the segment's lock.
+    pub(super) fn remove(&self, position: usize) {
+        let (tags, index) = (&self.tags[position / GROUP], position % GROUP);
+        // Relaxed: only the lock's holder writes tags.
+        let current = tags.load(Ordering::Relaxed);
+        debug_assert!(
+            byte(current, index) & 0x80 != 0,
+            "removing a slot that is not full"
+        );
+        let removed = current & !(0xFF << (index * 8)) | (u64::from(REMOVED) << (index * 8));
+        // Release: a lookup that sees the slot removed has seen everything before.
+        tags.store(removed, Ordering::Release);
+    }
+
+    /// Whether the slot at `position` is full. The caller holds the segment's lock.
+    pub(super) fn is_full(&self, position: usize) -> bool {
+        // Relaxed: only the lock's holder writes tags.
+        let tags = self.tags[position / GROUP].load(Ordering::Relaxed);
+        byte(tags, position % GROUP) & 0x80 != 0
+    }
+
+    /// Groups in the table.
+    pub(super) fn groups(&self) -> usize {
+        self.tags.len()
+    }
+
+    /// Every full slot: its position, key and word. Takes no lock; a slot filled or
+    /// removed meanwhile may or may not be seen.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
+        (0..self.groups()).flat_map(|at| self.group_entries(at))
+    }
+
+    /// The full slots of group `at`, as [`entries`](Self::entries).
+    pub(super) fn group_entries(&self, at: usize) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
+        // Acquire: as in `find`.
+        let tags = self.tags[at].load(Ordering::Acquire);
+        let slots = &self.slots[at * GROUP..(at + 1) * GROUP];
+        let full = move |(index, _): &(usize, &Slot<K>)| byte(tags, *index) & 0x80 != 0;
+        slots
+            .iter()
+            .enumerate()
+            .filter(full)
+            .map(move |(index, slot)| {
+                // SAFETY: a full slot's tag, loaded with Acquire: as in `find`.
+                (at * GROUP + index, unsafe { slot.key.get() }, &slot.word)
+            })
+    }
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        if !std::mem::needs_drop::<K>() {
+            // Nothing to drop in the slots: a table of `u64` keys goes without a look
+            // at its tags (thousands of them, on whichever thread frees it).
+            return;
+        }
+        let groups = self.tags.iter_mut().zip(self.slots.chunks_exact_mut(GROUP));
+        for (tags, slots) in groups {
+            let tags = *tags.get_mut();
+            for (index, slot) in slots.iter_mut().enumerate() {
+                if byte(tags, index) != EMPTY {
+                    // SAFETY: a full or removed slot holds a key, written once; the
+                    // table is being dropped, so no reference to it remains.
+                    unsafe { slot.key.drop_key() };
+                }
+            }
+        }
+    }
+}
