@@ -81,10 +81,8 @@
 //! lock-free lookup did not find looks again under the bucket's lock, and may wait for
 //! it the same way. A forgotten entry is only marked removed; its slot
 //! in the map is reused by a later insertion into its bucket once no reader can still
-//! hold it. A single-word state's slot in the limiter's slab goes back to the slab in
-//! the same way — after the sweep, once every lookup that might hold it has ended
-//! (`src/store/slab.rs`) — so forgetting frees nothing on a request: no `free` per
-//! key. The sliding log's and per-key quotas' states are boxes, freed by whichever
+//! hold it, so forgetting frees nothing on a request: no `free` per key. The sliding
+//! log's and per-key quotas' states are boxes, freed by whichever
 //! thread next writes their bucket (an insertion that finds the bucket full frees that
 //! bucket's: 32, plus any in its overflow chain). The table never shrinks (sweeps hold
 //! it at the largest size it has had, as DashMap's and papaya's tables stay): a table
@@ -92,8 +90,25 @@
 //! thread finished moving it — measured, a request stalled 240 ms after a sweep forgot
 //! 1M boxed keys.
 //!
-//! Besides those frees and the starved-thread exception below, the index's growth
-//! puts bounded work on requests, and none past 16Mi slots. A table below 16Mi slots
+//! The four single-word algorithms keep their keys in the word store instead
+//! (`src/store/words/`): 1,024 segments, each a table of keys and words side by side.
+//! A forgotten key's slot is marked removed, never reused in its table, and left
+//! behind when the segment's table next grows (to a table sized for the keys it
+//! holds then: smaller, after a sweep that forgot many). **Per request, its growth
+//! costs at most the move of one group of 8 keys and, when its segment's table is
+//! full, the allocation of the next one** — below 2,048 keys of room (about 40 KB for
+//! `u64` keys), since from there on the sweeper thread grows a segment's table ahead
+//! (at 3/4 full) and drains the outgrown one. A growth publishes the new table and
+//! leaves the old one draining: every insertion into the segment first moves one group
+//! of it (with a sweeper thread, only when the drain falls behind), freezing each word
+//! (`RETIRED`) before it copies it; the last move unpublishes the old table, freed once
+//! no lookup holds it. No lock is held longer than one such step (loom model 17;
+//! results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
+//! (`manual_eviction()`) requests grow every table and drain it a group per insertion.
+//!
+//! The sliding log's and per-key quotas' boxed states stay in the scc index described
+//! above. Besides those frees and the starved-thread exception below, that index's
+//! growth puts bounded work on requests, and none past 16Mi slots. A table below 16Mi slots
 //! grows by itself: a request that touches it while it grows first moves up to 2,048
 //! entries (80–100 µs), and the one that finishes the move frees the outgrown table
 //! (measured, one thread inserting 17M new keys on a 2-core Intel Xeon VM, the slowest

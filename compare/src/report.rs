@@ -603,8 +603,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          governor keeps every key until `retain_recent` is called.\n\n{}\n\
          ## Sweep pause\n\n\
          Automatic sweeps run on the limiter's own sweeper thread, so no request pays \
-         this pause; an insertion waits at most while the sweeper holds its bucket (32 \
-         entries). `evict_idle()` over a map of token buckets:\n\n{}",
+         this pause; an insertion waits at most while the sweeper holds its key's segment \
+         (one of 1,024) to remove the keys it found forgettable there. `evict_idle()` over \
+         a map of token buckets:\n\n{}",
         if full { " -- --full" } else { "" },
         machine.line(),
         if full { "full" } else { "quick" },

@@ -1,7 +1,7 @@
 //! The limiter's own sweeper thread, so that no request pays for a sweep.
 //!
-//! Started lazily, by the first insertion that finds a sweep due (or the slab's next
-//! level due for preparation: past about 655,000 keys); named
+//! Started lazily, by the first insertion that finds a sweep due (or memory due for
+//! preparation: in the word store, past about 2.7 million keys); named
 //! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
 //! progress then passes over the remaining keys without looking at them); never
 //! started for a limiter built with `manual_eviction()`, nor under
@@ -10,10 +10,11 @@
 //! thread, or a sweep panicked and ended it, `request` says so and the caller sweeps
 //! itself.
 //!
-//! The thread also prepares the store's next stretch of memory when asked (a slab
-//! level allocated and its pages touched before requests reach it, `store/slab.rs`;
-//! a full index table of 16Mi slots or more replaced by one twice its size,
-//! `store/tables.rs`), so that requests do not pay for first-touching fresh pages,
+//! The thread also prepares the store's next stretch of memory when asked (in the word
+//! store, a segment's table with 2,048 keys of room or more grown ahead and the
+//! outgrown one drained, `store/words/`; in the scc store, a slab level allocated and
+//! its pages touched before requests reach it, `store/slab.rs`, and a full index table
+//! of 16Mi slots or more replaced by one twice its size, `store/tables.rs`), so that requests do not pay for first-touching fresh pages,
 //! moving entries or freeing a large outgrown table either — while the thread keeps
 //! up: smaller tables, and a table that fills faster than the thread can replace it,
 //! still grow on requests.

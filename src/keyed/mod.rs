@@ -161,10 +161,11 @@ where
         let maintenance = &limiter.maintenance;
         let sweep_waiting = || maintenance.sweep_requested();
         if wants.prepare {
-            // The slab's next level first: new keys need it soonest (a request that
-            // takes a slot on an untouched page pays a fault). A move to a larger
-            // table, which can take a second, waits for a sweep asked for: a thread
-            // behind on sweeps makes insertions sweep themselves.
+            // Memory first: new keys need it soonest (the word store's tables grown
+            // ahead and drained; the scc store's slab level, whose untouched pages
+            // would fault on requests). A move of the scc index to a larger table,
+            // which can take a second, waits for a sweep asked for: a thread behind
+            // on sweeps makes insertions sweep themselves.
             limiter
                 .states
                 .prepare(|| maintenance.stopping(), || wants.sweep || sweep_waiting());
@@ -532,10 +533,11 @@ where
         if evict::sampled() {
             self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
             if self.sweeper.automatic() && self.states.wants_preparation() {
-                // The slab's next level, allocated and touched by the sweeper thread
-                // before requests reach it; a full table, replaced by one twice its
-                // size. Without a thread (`manual_eviction()`), requests touch the
-                // slab's pages as they take slots, and the index grows by itself.
+                // The store's next memory, made ready by the sweeper thread before
+                // requests reach it (the word store: segments' tables grown ahead and
+                // drained; the scc store: a slab level touched, a full table moved to
+                // one twice its size). Without a thread (`manual_eviction()`),
+                // requests grow the tables themselves.
                 self.maintenance.request_preparation();
             }
         }

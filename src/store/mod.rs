@@ -1,8 +1,12 @@
 //! The keyed store: where each key's state lives, behind a small contract.
 //!
-//! Limiters use only this contract, so the same limiter code runs on `scc::HashIndex`
-//! tables in normal builds and on a small loom-aware store under
-//! `--cfg turnstile_loom`. scc is not loom-aware (it uses std atomics internally), so
+//! Limiters use only this contract, so the same limiter code runs on the normal
+//! builds' stores and on a small loom-aware store under `--cfg turnstile_loom`. In
+//! normal builds `map.rs` picks by the state's type: the single-word algorithms' words
+//! go to the word store (`words/`, an index of our own: keys and words side by side,
+//! loom model 17 restating its growth), boxed states to `scc::HashIndex` tables
+//! (`scc.rs`; its slab of words, `slab.rs`, served the word algorithms before the
+//! word store and is no longer picked). scc is not loom-aware (it uses std atomics internally), so
 //! loom checks turnstile's protocols against this contract, and the index's own
 //! guarantees — insert-if-absent under a bucket lock, lock-free lookups that see
 //! every completed insertion and removal (Release stores of a bucket's bitmaps,
@@ -182,10 +186,12 @@ pub(crate) trait Store<K, V, S> {
         false
     }
 
-    /// Prepares the store's next stretch of memory: for the slab of word states, the
-    /// next level allocated and its pages touched, so that no request meets a fresh
-    /// page; for a full table, a table twice its size with every entry moved into it,
-    /// so that no request moves entries or frees the outgrown table. Ends early once
+    /// Prepares the store's next stretch of memory: in the word store, the segments'
+    /// tables due grown ahead and their outgrown tables drained (`words/`); in the scc
+    /// store, the slab's next level allocated and its pages touched, so that no request
+    /// meets a fresh page, and a full table replaced by one twice its size with every
+    /// entry moved into it, so that no request moves entries or frees the outgrown
+    /// table. Ends early once
     /// `stopping` says so (the limiter is being dropped). The slab comes first; a
     /// move does not begin while `give_way` says so (a sweep is waiting), and past its
     /// first milliseconds stops, halfway, when it does, the next call finishing it.
