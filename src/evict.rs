@@ -96,14 +96,16 @@
 //! behind when the segment's table next grows (to a table sized for the keys it
 //! holds then: smaller, after a sweep that forgot many). **Per request, its growth
 //! costs at most the move of one group of 8 keys and, when its segment's table is
-//! full, the allocation of the next one** — below 2,048 keys of room (about 40 KB for
-//! `u64` keys), since from there on the sweeper thread grows a segment's table ahead
-//! (at 3/4 full) and drains the outgrown one. A growth publishes the new table and
-//! leaves the old one draining: every insertion into the segment first moves one group
-//! of it (with a sweeper thread, only when the drain falls behind), freezing each word
-//! (`RETIRED`) before it copies it; the last move unpublishes the old table, freed once
-//! no lookup holds it. No lock is held longer than one such step (loom model 17;
-//! results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
+//! full, the allocation of the next one** — of up to about 3,500 keys of room (68 KB
+//! for `u64` keys), while the sweeper thread keeps up: from 2,048 keys of room on it
+//! grows a segment's table ahead (at 3/4 full) and drains the outgrown one; a table
+//! that fills first grows on the request that finds it full. A growth publishes the
+//! new table and leaves the old one draining: every insertion into the segment first
+//! moves one group of it (with a sweeper thread, only when the drain falls behind),
+//! freezing each word (`RETIRED`) before it copies it; the last move unpublishes the
+//! old table, which that request's thread frees once no lookup holds it (keys that own
+//! memory are dropped with it). No request holds a segment's lock longer than one
+//! such step (loom model 17; results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
 //! (`manual_eviction()`) requests grow every table and drain it a group per insertion.
 //!
 //! The sliding log's and per-key quotas' boxed states stay in the scc index described

@@ -1,7 +1,7 @@
 //! The limiter's own sweeper thread, so that no request pays for a sweep.
 //!
 //! Started lazily, by the first insertion that finds a sweep due (or memory due for
-//! preparation: in the word store, past about 2.7 million keys); named
+//! preparation: in the word store, past about 2.5 million keys); named
 //! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
 //! progress then passes over the remaining keys without looking at them); never
 //! started for a limiter built with `manual_eviction()`, nor under

@@ -353,7 +353,8 @@ impl Released {
     }
 }
 
-/// The single-word algorithms' state lives in a slab.
+/// A single-word state in the scc store lives in a slab (the word algorithms' states
+/// go to the word store instead, `map.rs`).
 impl Stored for AtomicU64 {
     type Home = Slab;
     const WORD: bool = true;

@@ -1,7 +1,7 @@
 //! A cell written once, before any other thread can reach it, and read by any number
 //! of threads after: the key of a slot in a table of words.
 //!
-//! The one `unsafe` of the crate. Safe Rust has no write-once cell without a state
+//! The crate's `unsafe` is here and in `table.rs`, which uses it. Safe Rust has no write-once cell without a state
 //! word of its own (`OnceLock` adds one to every slot: 8 more bytes per `u64` key,
 //! a third of what a key costs in the table); here the slot's tag, published with a
 //! Release store after the write and loaded with Acquire before a read, is that state.

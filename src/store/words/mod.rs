@@ -16,12 +16,15 @@
 //! nothing. From then on every insertion into the segment first moves one group of
 //! the draining table (at most 8 keys) into the new one; when the last group has moved,
 //! the draining table is unpublished and freed once no lookup holds it. So no request
-//! does more for memory than one allocation of a segment's table and the move of 8
-//! keys, whatever the map's size, and no lock is held longer than that: a growth that
-//! copied a whole segment under its lock (5–50 µs, ten thousand times in a churn run)
-//! set the churn p99.9 (results/ANALYSIS.md, "The word store, built"). The new table
-//! has room for the segment's keys and one more per group of the draining one, so it
-//! never fills before the drain ends.
+//! does more for memory than one allocation of a segment's table, the move of 8 keys
+//! and, for the one whose move ends a drain, the old table's free, and no request
+//! holds a lock longer than that: a growth that copied a whole segment under its lock
+//! (5–50 µs, ten thousand times in a churn run) set the churn p99.9
+//! (results/ANALYSIS.md, "The word store, built"). With a sweeper thread the tables
+//! from [`AHEAD_FROM`] keys of room on are grown ahead and drained by the thread,
+//! while it keeps up, so a request's allocation stays small. The new table has room
+//! for the segment's keys and one more per group of the draining one, so it never
+//! fills before the drain ends.
 //!
 //! # The freeze
 //! A request that found a key in the draining table may be about to compare-and-set
@@ -80,7 +83,8 @@ pub(crate) struct WordStore<K, S> {
 const AHEAD: usize = 6;
 /// Tables with room for fewer keys than this are left to requests, which grow them
 /// and, without a sweeper thread or when a drain falls behind, drain them: a table of
-/// this size costs a request an allocation of about 35 KB, and a group of 8 keys per
+/// this size costs a request the allocation of its next one (up to about 3,500 keys of
+/// room: 68 KB for `u64` keys), and a group of 8 keys per
 /// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
 /// churn throughput at two threads on two cores (1.41 → 0.96 × governor's), for no
 /// gain in p99.9 (results/ANALYSIS.md, "A growth that drains"). A limiter that stays
@@ -119,9 +123,10 @@ struct Placed<'g> {
     found: Found<'g>,
 }
 
-/// Locks a segment. Nothing under the lock leaves `Used` half-changed but an
-/// allocation failure, which aborts; a panic in a caller's `first` or `f` (never user
-/// code) leaves it consistent too.
+/// Locks a segment. Nothing under the lock leaves `Used` half-changed: a table that
+/// cannot be allocated panics before `Used` changes, a drain's step runs the key
+/// type's `Hash` and `Clone` before it freezes a word, and a panic in a caller's
+/// `first` or `f` (never user code) leaves it consistent too.
 fn lock<K>(segment: &Segment<K>) -> MutexGuard<'_, Used> {
     segment.lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -253,20 +258,24 @@ where
         let (Some(table), Some(draining)) = segment.tables(guard) else {
             unreachable!("turnstile: a drain under way has both tables")
         };
-        // Every word of the group frozen first, then every key copied: a locked
-        // instruction waits for the stores before it, and the copies' stores go to
-        // cold lines of the new table.
-        let mut last = [(0_u64, 0_u64); 8];
-        for (last, (_, key, word)) in last.iter_mut().zip(draining.group_entries(at)) {
-            let hash = self.hash(key);
-            table.prefetch_home(hash);
+        // The keys' hashes and copies first: they run the key type's code, which may
+        // panic, and a panic must find no word frozen and nothing copied. Then every
+        // word of the group frozen, then every key copied: a locked instruction waits
+        // for the stores before it, and the copies' stores go to cold lines of the
+        // new table (whose home tags are fetched meanwhile).
+        let mut copies: [Option<(u64, K, u64)>; 8] = [const { None }; 8];
+        for (copy, (_, key, _)) in copies.iter_mut().zip(draining.group_entries(at)) {
+            *copy = Some((self.hash(key), key.clone(), 0));
+        }
+        for (copy, (_, _, word)) in copies.iter_mut().flatten().zip(draining.group_entries(at)) {
+            table.prefetch_home(copy.0);
             // Acquire: the word may have been retired by a sweep, whose Release made
             // its watermark visible first; whoever reads the copy through the new
             // table's publication must see that watermark too.
-            *last = (hash, word.swap(RETIRED, Ordering::Acquire));
+            copy.2 = word.swap(RETIRED, Ordering::Acquire);
         }
-        for ((hash, last), (_, key, _)) in last.into_iter().zip(draining.group_entries(at)) {
-            table.insert(hash, key.clone(), last);
+        for (hash, key, last) in copies.into_iter().flatten() {
+            table.insert(hash, key, last);
         }
         // The group's moved slots marked removed in one store, after every copy is
         // published: a lookup between finds a key in both tables, the draining one's
@@ -343,10 +352,14 @@ where
         let per_segment = expected_keys.div_ceil(SEGMENTS);
         let segments = (0..SEGMENTS)
             .map(|_| Segment {
-                table: if per_segment == 0 {
-                    AtomicShared::null()
-                } else {
-                    AtomicShared::new(Table::new(Table::<K>::groups_for(per_segment)))
+                // A presize that cannot be allocated is skipped: the segment starts
+                // empty and grows as keys come.
+                table: match (per_segment > 0)
+                    .then(|| Table::try_new(Table::<K>::groups_for(per_segment)))
+                    .flatten()
+                {
+                    Some(table) => AtomicShared::new(table),
+                    None => AtomicShared::null(),
                 },
                 draining: AtomicShared::null(),
                 lock: Mutex::default(),
@@ -657,6 +670,62 @@ mod tests {
             );
         }
         assert_eq!(word(&store, &MANY), None);
+    }
+
+    /// A key whose `Clone` panics while [`FRAGILE_BELOW`] is above it: a drain's step
+    /// clones the keys it moves.
+    #[derive(Hash, PartialEq, Eq, Debug)]
+    struct Fragile(u64);
+
+    static FRAGILE_BELOW: AtomicU64 = AtomicU64::new(0);
+
+    impl Clone for Fragile {
+        fn clone(&self) -> Self {
+            assert!(
+                self.0 >= FRAGILE_BELOW.load(Ordering::Relaxed),
+                "a key's clone panicked (on purpose)"
+            );
+            Fragile(self.0)
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "needs tens of thousands of keys to drain")]
+    fn a_key_panicking_in_a_drain_loses_no_word() {
+        let store = Words::with_hasher(Default::default(), 0);
+        for key in 0..MANY {
+            insert(&store, Fragile(key), key + 1);
+        }
+        // Clones of the stored keys panic from now on; new keys' do not.
+        FRAGILE_BELOW.store(MANY, Ordering::Relaxed);
+        let (mut next, mut stored) = (MANY, 0);
+        let panicked = loop {
+            assert!(next < MANY * 20, "no drain's step met a stored key");
+            let key = Fragile(next);
+            next += 1;
+            let insertion = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                store.get_or_insert(&key, |_| AtomicU64::new(0), |_| true, |_| false)
+            }));
+            match insertion {
+                Ok(_) => stored += 1,
+                Err(_) => break key,
+            }
+        };
+        FRAGILE_BELOW.store(0, Ordering::Relaxed);
+        // Nothing frozen, nothing lost: every stored key keeps its word, the key whose
+        // insertion panicked is absent, and the drain goes on from where it stopped.
+        assert_eq!(word(&store, &panicked), None);
+        assert_eq!(store.len(), MANY as usize + stored);
+        for key in 0..MANY {
+            assert_eq!(word(&store, &Fragile(key)), Some(key + 1), "key {key}");
+        }
+        insert(&store, panicked, 0);
+        for key in MANY * 20..MANY * 22 {
+            insert(&store, Fragile(key), 0);
+        }
+        for key in 0..MANY {
+            assert_eq!(word(&store, &Fragile(key)), Some(key + 1), "key {key}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! stays until the table is dropped: removal only marks the slot removed, and a
 //! removed slot is never used again in this table (the segment's next growth leaves
 //! it behind). So a key never changes under a reader, the one fact the lock-free
-//! lookup rests on, and the only `unsafe` is the write-once key cell (`cell.rs`).
+//! lookup rests on. The `unsafe` here is the write-once key cell's use (`cell.rs`),
+//! the statement that zeroed bytes are an empty slot, and the prefetch instruction.
 //!
 //! Lookups probe from the key's home group through the groups after it, and stop at
 //! the first group with an empty slot: an insertion takes the first empty slot on
@@ -117,13 +118,20 @@ pub(super) struct Found<'t> {
 
 impl<K> Table<K> {
     /// An empty table of `groups` groups (at least one), allocated zeroed: every tag
-    /// empty, and no page written until a key lands in it.
+    /// empty, and no page written until a key lands in it. Panics if the memory
+    /// cannot be had, as a `Vec` that cannot grow does.
     pub(super) fn new(groups: usize) -> Self {
+        Self::try_new(groups).expect("turnstile: memory for a table of keys")
+    }
+
+    /// [`new`](Self::new), or `None` if the memory cannot be had (or its size does
+    /// not fit in a `usize`).
+    pub(super) fn try_new(groups: usize) -> Option<Self> {
         let groups = groups.max(1);
-        Self {
-            tags: bytemuck::allocation::zeroed_slice_box(groups),
-            slots: bytemuck::allocation::zeroed_slice_box(groups * GROUP),
-        }
+        Some(Self {
+            tags: bytemuck::allocation::try_zeroed_slice_box(groups).ok()?,
+            slots: bytemuck::allocation::try_zeroed_slice_box(groups.checked_mul(GROUP)?).ok()?,
+        })
     }
 
     /// Groups for a table that is to hold `keys` keys: room for twice as many while
@@ -270,7 +278,13 @@ impl<K> Table<K> {
         // Relaxed: only the lock's holder writes tags, and the lock orders its writes
         // before ours.
         let tags = self.tags[at].load(Ordering::Relaxed);
-        debug_assert_eq!(byte(tags, index), EMPTY, "a vacancy that is not empty");
+        // Checked in every build (one comparison of a word already loaded): the key
+        // cell below may be written only into an empty slot.
+        assert_eq!(
+            byte(tags, index),
+            EMPTY,
+            "turnstile: a vacancy that is not empty"
+        );
         let slot = &self.slots[vacancy.slot];
         // SAFETY: the slot is empty (its tag says so, and tags never return to empty),
         // and readers read keys only of full or removed slots, so no thread reads it
