@@ -1,11 +1,11 @@
 //! A cell written once, before any other thread can reach it, and read by any number
 //! of threads after: the key of a slot in a table of words.
 //!
-//! The crate's `unsafe` is here and in `table.rs`, which uses it. Safe Rust has no write-once cell without a state
-//! word of its own (`OnceLock` adds one to every slot: 8 more bytes per `u64` key,
-//! a third of what a key costs in the table); here the slot's tag, published with a
-//! Release store after the write and loaded with Acquire before a read, is that state.
-//! miri runs this module's tests and the table's in CI.
+//! The crate's `unsafe` is here and in `table.rs`, which uses it. Safe Rust has no
+//! write-once cell without a state word of its own (`OnceLock` adds one to every slot:
+//! 8 more bytes per `u64` key, a third of what a key costs in the table); here the
+//! slot's tag, published with a Release store after the write and loaded with Acquire
+//! before a read, is that state. miri runs this module's tests and the table's in CI.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
