@@ -225,10 +225,23 @@ where
         while used.next.is_some() {
             self.move_group(segment, used, guard);
         }
+        let new = Table::new(groups_needed(segment, used, guard));
+        self.publish(segment, used, guard, new)
+    }
+
+    /// Publishes `new` (with room for [`groups_needed`]) as the segment's table, and
+    /// keeps the old one draining. The caller holds the segment's lock (`used`), and
+    /// no drain is under way.
+    fn publish<'g>(
+        &self,
+        segment: &Segment<K>,
+        used: &mut Used,
+        guard: &'g Guard,
+        new: Table<K>,
+    ) -> &'g Table<K> {
+        debug_assert!(used.next.is_none(), "a growth while a drain is under way");
         // Acquire: as in `Segment::tables`; held as a `Shared`, to publish as draining.
         let old = segment.table.get_shared(Ordering::Acquire, guard);
-        let old_groups = old.as_ref().map_or(0, |old| old.groups());
-        let new = Table::new(Table::<K>::groups_for(used.keys + old_groups + 1));
         if let Some(old) = old {
             used.next = Some(0);
             used.draining = used.keys;
@@ -581,8 +594,33 @@ where
                 }
                 let guard = Guard::new();
                 if used.next.is_none() {
-                    // A growth due: the next table, before requests must allocate it.
-                    self.grow(segment, &mut used, &guard);
+                    // A growth due: the next table, before requests must allocate it;
+                    // allocated and its pages touched without the lock, so that no
+                    // request waits on the segment for a system call or a page fault
+                    // (nor for as long as the OS leaves this thread off the CPU in
+                    // one), then published if the segment still wants it.
+                    let groups = groups_needed(segment, &used, &guard);
+                    let seen = segment.tables(&guard).0.map(std::ptr::from_ref);
+                    drop(used);
+                    let Some(new) = Table::try_new(groups) else {
+                        return;
+                    };
+                    new.touch();
+                    used = lock(segment);
+                    let now = segment.tables(&guard).0.map(std::ptr::from_ref);
+                    if !used.due
+                        || used.next.is_some()
+                        || now != seen
+                        || groups_needed(segment, &used, &guard) > new.groups()
+                    {
+                        // A request grew the segment meanwhile, or keys came: look
+                        // again. (Should a table since freed and another allocated at
+                        // its address pass for the one seen, the table published is
+                        // still large enough, checked just above, so only a growth's
+                        // timing is wrong.)
+                        continue;
+                    }
+                    self.publish(segment, &mut used, &guard, new);
                     if used.next.is_none() {
                         used.due = false;
                         // Relaxed: as in `mark_due`.
@@ -599,6 +637,14 @@ where
             }
         }
     }
+}
+
+/// Groups for the segment's next table: room for its keys and one more per group of
+/// its table, which will drain into it (see `behind`). The caller holds the
+/// segment's lock (`used`).
+fn groups_needed<K>(segment: &Segment<K>, used: &Used, guard: &Guard) -> usize {
+    let old_groups = segment.tables(guard).0.map_or(0, |old| old.groups());
+    Table::<K>::groups_for(used.keys + old_groups + 1)
 }
 
 /// Whether a drain under way must take a step before the next insertion: whether

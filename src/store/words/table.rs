@@ -149,6 +149,24 @@ impl<K> Table<K> {
         }
     }
 
+    /// Writes each of the table's pages once (a zero where a zero already is), so that
+    /// the kernel maps them now rather than on the insertions that reach them. Only
+    /// before the table is published: the words written belong to empty slots.
+    pub(super) fn touch(&self) {
+        const PAGE: usize = 4096;
+        // Relaxed: the table is not yet published; its publication is a Release store.
+        for tags in self.tags.iter().step_by(PAGE / size_of::<AtomicU64>()) {
+            tags.store(0, Ordering::Relaxed);
+        }
+        for slot in self
+            .slots
+            .iter()
+            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
+        {
+            slot.word.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
     /// slots, so that every probe meets an empty slot.
     pub(super) fn room(&self) -> usize {
