@@ -91,46 +91,47 @@
 //! 1M boxed keys.
 //!
 //! The four single-word algorithms keep their keys in the word store instead
-//! (`src/store/words/`): 1,024 segments, each a table of keys and words side by side.
-//! A forgotten key's slot is marked removed, never reused in its table, and left
-//! behind when the segment's table next grows (to a table sized for the keys it
-//! holds then: smaller, after a sweep that forgot many). **Per request, its growth
-//! costs at most the move of one group of 8 keys and, when its segment's table is
-//! full, the allocation of the next one** — of up to about 3,500 keys of room (68 KB
-//! for `u64` keys), while the sweeper thread keeps up: from 2,048 keys of room on it
-//! grows a segment's table ahead (at 3/4 full) and drains the outgrown one; a table
-//! that fills first grows on the request that finds it full. A growth publishes the
-//! new table and leaves the old one draining: every insertion into the segment first
-//! moves one group of it (with a sweeper thread, only when the drain falls behind),
-//! freezing each word (`RETIRED`) before it copies it; the last move unpublishes the
-//! old table, which that request's thread frees once no lookup holds it (keys that own
-//! memory are dropped with it). No request holds a segment's lock longer than one
-//! such step (loom model 17; results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
+//! (`src/store/words/`): 1,024 segments, each a table of keys and words side by side. A
+//! forgotten key's slot is marked removed, never reused in its table, and left behind
+//! when the segment's table next grows (to a table sized for the keys it holds then:
+//! smaller, after a sweep that forgot many). **Per request, its growth costs at most
+//! the move of one group of 8 keys and, when its segment's table is full, the
+//! allocation of the next one** — of up to about 3,500 keys of room (68 KB for `u64`
+//! keys), while the sweeper thread keeps up: from 2,048 keys of room on it grows a
+//! segment's table ahead (at 3/4 full; allocated and its pages touched without the
+//! segment's lock) and drains the outgrown one; a table that fills first grows on the
+//! request that finds it full. A growth publishes the new table and leaves the old one
+//! draining: every insertion into the segment first moves one group of it (with a
+//! sweeper thread, only when the drain falls behind), freezing each word (`RETIRED`)
+//! before it copies it; the last move unpublishes the old table, which that request's
+//! thread frees once no lookup holds it (keys that own memory are dropped with it). No
+//! request holds a segment's lock longer than one such step (loom model 17;
+//! results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
 //! (`manual_eviction()`) requests grow every table and drain it a group per insertion.
 //!
 //! The sliding log's and per-key quotas' boxed states stay in the scc index described
 //! above. Besides those frees and the starved-thread exception below, that index's
-//! growth puts bounded work on requests, and none past 16Mi slots. A table below 16Mi slots
-//! grows by itself: a request that touches it while it grows first moves up to 2,048
-//! entries (80–100 µs), and the one that finishes the move frees the outgrown table
-//! (measured, one thread inserting 17M new keys on a 2-core Intel Xeon VM, the slowest
-//! request per doubling: 0.7–1.3 ms at 1M keys, 1.4–1.8 ms at 2M, 2.3–3.1 ms at 4M,
-//! 4.4–5.4 ms at 8M; one run also had a 13.6 ms stall at 1–2M keys, not preemption).
-//! From 16Mi slots on, once a table is 11/16 full, the sweeper thread builds one twice
-//! its size, touches its pages, moves every entry into it and frees the outgrown table
-//! itself (`src/store/tables.rs`, loom model 15): where requests that grew the 16Mi-slot
-//! table took 9.9–10.9 ms (and a request would pay twice that at each doubling after),
-//! the slowest request took 0.1–0.4 ms. While the thread moves entries, a request for
-//! a key not yet moved looks in both tables, and one that inserts or removes a key
-//! locks its bucket in the new table, then in the old one; a sweep runs alongside a
-//! move, and a sweep asked for goes first. The thread leaves smaller tables alone
-//! because on two cores its moves take a core's share from the requests while they
-//! run (measured with moves from a million slots: 0.83× the throughput, and a churn
-//! p99.9 of about 12 µs against 2–3), for a growth that costs a request a few
-//! milliseconds once per doubling (results/ANALYSIS.md, "Growth by the sweeper
-//! thread"). With `manual_eviction()` there is no thread and every table grows by
-//! itself; a limiter built with `expected_keys(n)` starts with the table for `n` keys
-//! and meets no growth below that.
+//! growth puts bounded work on requests, and none past 16Mi slots. A table below 16Mi
+//! slots grows by itself: a request that touches it while it grows first moves up to
+//! 2,048 entries (80–100 µs), and the one that finishes the move frees the outgrown
+//! table (measured, one thread inserting 17M new keys on a 2-core Intel Xeon VM, the
+//! slowest request per doubling: 0.7–1.3 ms at 1M keys, 1.4–1.8 ms at 2M, 2.3–3.1 ms at
+//! 4M, 4.4–5.4 ms at 8M; one run also had a 13.6 ms stall at 1–2M keys, not
+//! preemption). From 16Mi slots on, once a table is 11/16 full, the sweeper thread
+//! builds one twice its size, touches its pages, moves every entry into it and frees
+//! the outgrown table itself (`src/store/tables.rs`, loom model 15): where requests
+//! that grew the 16Mi-slot table took 9.9–10.9 ms (and a request would pay twice that
+//! at each doubling after), the slowest request took 0.1–0.4 ms. While the thread moves
+//! entries, a request for a key not yet moved looks in both tables, and one that
+//! inserts or removes a key locks its bucket in the new table, then in the old one; a
+//! sweep runs alongside a move, and a sweep asked for goes first. The thread leaves
+//! smaller tables alone because on two cores its moves take a core's share from the
+//! requests while they run (measured with moves from a million slots: 0.83× the
+//! throughput, and a churn p99.9 of about 12 µs against 2–3), for a growth that costs a
+//! request a few milliseconds once per doubling (results/ANALYSIS.md, "Growth by the
+//! sweeper thread"). With `manual_eviction()` there is no thread and every table grows
+//! by itself; a limiter built with `expected_keys(n)` starts with the table for `n`
+//! keys and meets no growth below that.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four
