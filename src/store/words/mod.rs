@@ -159,7 +159,8 @@ where
         &self.segments[(hash >> (64 - SEGMENT_BITS)) as usize]
     }
 
-    /// Where `key` is in its segment. The caller holds the segment's lock.
+    /// Where `key` is in its segment. The caller holds the segment's lock. (A plain
+    /// probe: `find`'s prefetches serve a lookup that may insert next.)
     fn locate<'g, Q>(
         &self,
         segment: &Segment<K>,
@@ -172,13 +173,13 @@ where
         Q: ?Sized + Eq,
     {
         let (table, draining) = segment.tables(guard);
-        if let Some(found) = table.and_then(|table| table.find(hash, key)) {
+        if let Some(Ok(found)) = table.map(|table| table.probe(hash, key)) {
             return Some(Placed {
                 draining: false,
                 found,
             });
         }
-        let found = draining?.find(hash, key)?;
+        let found = draining?.probe(hash, key).ok()?;
         Some(Placed {
             draining: true,
             found,
@@ -677,7 +678,8 @@ where
 {
     // Acquire: as in `Segment::tables`.
     let draining = segment.draining.load(Ordering::Acquire, guard).as_ref()?;
-    Some(draining.find(hash, key)?.word)
+    // A plain probe: insertions go to the new table, not this one.
+    Some(draining.probe(hash, key).ok()?.word)
 }
 
 #[cfg(test)]
