@@ -64,7 +64,9 @@ pub(crate) const SEGMENTS: usize = 1 << SEGMENT_BITS;
 
 /// Keys and their state words (see the module docs).
 pub(crate) struct WordStore<K, S> {
-    segments: Box<[Segment<K>]>,
+    /// A fixed-size array: a segment's index (the hash's top bits) needs no bounds
+    /// check.
+    segments: Box<[Segment<K>; SEGMENTS]>,
     hasher: S,
     /// Keys stored, for `len` (the segments' counts are under their locks).
     keys: KeyCount,
@@ -364,7 +366,7 @@ where
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
         let per_segment = expected_keys.div_ceil(SEGMENTS);
-        let segments = (0..SEGMENTS)
+        let segments: Box<[Segment<K>]> = (0..SEGMENTS)
             .map(|_| Segment {
                 // A presize that cannot be allocated is skipped: the segment starts
                 // empty and grows as keys come.
@@ -379,6 +381,9 @@ where
                 lock: Mutex::default(),
             })
             .collect();
+        let Ok(segments) = segments.try_into() else {
+            unreachable!("turnstile: SEGMENTS segments were made")
+        };
         Self {
             segments,
             hasher,

@@ -102,7 +102,9 @@ pub(super) struct Table<K> {
     /// segment's lock (or before the table is published), with Release; loaded with
     /// Acquire before any key is read.
     tags: Box<[AtomicU64]>,
-    slots: Box<[Slot<K>]>,
+    /// Group `g`'s slots: as arrays of [`GROUP`], so that a slot's index in its group
+    /// needs no bounds check.
+    slots: Box<[[Slot<K>; GROUP]]>,
 }
 
 /// The empty slot an insertion of a key would take (see [`Table::probe`]).
@@ -130,7 +132,7 @@ impl<K> Table<K> {
         let groups = groups.max(1);
         Some(Self {
             tags: bytemuck::allocation::try_zeroed_slice_box(groups).ok()?,
-            slots: bytemuck::allocation::try_zeroed_slice_box(groups.checked_mul(GROUP)?).ok()?,
+            slots: bytemuck::allocation::try_zeroed_slice_box(groups).ok()?,
         })
     }
 
@@ -158,12 +160,12 @@ impl<K> Table<K> {
         for tags in self.tags.iter().step_by(PAGE / size_of::<AtomicU64>()) {
             tags.store(0, Ordering::Relaxed);
         }
-        for slot in self
+        for group in self
             .slots
             .iter()
-            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
+            .step_by((PAGE / size_of::<[Slot<K>; GROUP]>()).max(1))
         {
-            slot.word.store(0, Ordering::Relaxed);
+            group[0].word.store(0, Ordering::Relaxed);
         }
     }
 
@@ -193,7 +195,7 @@ impl<K> Table<K> {
     fn prefetch_group(&self, at: usize) {
         // No bounds check: `wrapping_add` only computes an address, and a prefetch of
         // any address is harmless.
-        let first = self.slots.as_ptr().wrapping_add(at * GROUP);
+        let first = self.slots.as_ptr().wrapping_add(at);
         prefetch_address(first.cast(), true);
         prefetch_address(first.cast::<i8>().wrapping_add(64), true);
     }
@@ -225,7 +227,7 @@ impl<K> Table<K> {
         match self.probe(hash, key) {
             Ok(found) => Some(found),
             Err(vacancy) => {
-                prefetch(&self.slots[vacancy.slot], true);
+                prefetch(self.slot(vacancy.slot), true);
                 None
             }
         }
@@ -241,34 +243,70 @@ impl<K> Table<K> {
         Q: ?Sized + Eq,
     {
         let tag = tag(hash);
-        let mut at = self.home(hash);
-        loop {
-            // Acquire: pairs with the Release store that published each full slot,
-            // so its key and word are visible before they are read.
-            let tags = self.tags[at].load(Ordering::Acquire);
-            let mut candidates = matching(tags, tag);
-            while candidates != 0 {
-                let index = candidates.trailing_zeros() as usize / 8;
-                candidates &= candidates - 1;
-                let slot = &self.slots[at * GROUP + index];
-                // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so
-                // the key's write happened before; it is never written again.
-                if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
-                    return Ok(Found {
-                        position: at * GROUP + index,
-                        word: &slot.word,
-                    });
-                }
-            }
-            let empty = matching(tags, EMPTY);
-            if empty != 0 {
-                let index = empty.trailing_zeros() as usize / 8;
-                return Err(Vacancy {
-                    slot: at * GROUP + index,
-                });
-            }
-            at = self.next(at);
+        let home = self.home(hash);
+        match self.probe_group(home, tag, key) {
+            Some(answer) => answer,
+            None => self.probe_past(home, tag, key),
         }
+    }
+
+    /// [`probe`](Self::probe) past a full home group: out of line, so that the common
+    /// case (the home group answers) carries no loop.
+    #[cold]
+    #[inline(never)]
+    fn probe_past<Q>(&self, home: usize, tag: u8, key: &Q) -> Result<Found<'_>, Vacancy>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        let mut at = home;
+        loop {
+            at = self.next(at);
+            if let Some(answer) = self.probe_group(at, tag, key) {
+                return answer;
+            }
+        }
+    }
+
+    /// Group `at`'s answer to a probe for `key` (whose tag is `tag`): its slot, the
+    /// group's first empty slot, or `None` if the group is full of other keys (the
+    /// probe goes on).
+    #[inline(always)]
+    fn probe_group<Q>(&self, at: usize, tag: u8, key: &Q) -> Option<Result<Found<'_>, Vacancy>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq,
+    {
+        // Acquire: pairs with the Release store that published each full slot, so its
+        // key and word are visible before they are read.
+        let tags = self.tags[at].load(Ordering::Acquire);
+        let group = &self.slots[at];
+        let mut candidates = matching(tags, tag);
+        while candidates != 0 {
+            let index = candidates.trailing_zeros() as usize / 8 % GROUP;
+            candidates &= candidates - 1;
+            let slot = &group[index];
+            // SAFETY: the byte is a full slot's tag, loaded with Acquire above, so the
+            // key's write happened before; it is never written again.
+            if byte(tags, index) == tag && unsafe { slot.key.get() }.borrow() == key {
+                return Some(Ok(Found {
+                    position: at * GROUP + index,
+                    word: &slot.word,
+                }));
+            }
+        }
+        let empty = matching(tags, EMPTY);
+        (empty != 0).then(|| {
+            Err(Vacancy {
+                slot: at * GROUP + empty.trailing_zeros() as usize / 8,
+            })
+        })
+    }
+
+    /// The slot at `position`.
+    #[inline(always)]
+    fn slot(&self, position: usize) -> &Slot<K> {
+        &self.slots[position / GROUP][position % GROUP]
     }
 
     /// Stores `key` with `word` in the first empty slot of its probe, and answers the
@@ -303,7 +341,7 @@ impl<K> Table<K> {
             EMPTY,
             "turnstile: a vacancy that is not empty"
         );
-        let slot = &self.slots[vacancy.slot];
+        let slot = self.slot(vacancy.slot);
         // SAFETY: the slot is empty (its tag says so, and tags never return to empty),
         // and readers read keys only of full or removed slots, so no thread reads it
         // until the Release store below publishes it.
@@ -365,7 +403,7 @@ impl<K> Table<K> {
     pub(super) fn group_entries(&self, at: usize) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
         // Acquire: as in `find`.
         let tags = self.tags[at].load(Ordering::Acquire);
-        let slots = &self.slots[at * GROUP..(at + 1) * GROUP];
+        let slots = &self.slots[at];
         let full = move |(index, _): &(usize, &Slot<K>)| byte(tags, *index) & 0x80 != 0;
         slots
             .iter()
@@ -385,7 +423,7 @@ impl<K> Drop for Table<K> {
             // at its tags (thousands of them, on whichever thread frees it).
             return;
         }
-        let groups = self.tags.iter_mut().zip(self.slots.chunks_exact_mut(GROUP));
+        let groups = self.tags.iter_mut().zip(self.slots.iter_mut());
         for (tags, slots) in groups {
             let tags = *tags.get_mut();
             for (index, slot) in slots.iter_mut().enumerate() {
