@@ -71,11 +71,10 @@ impl<L, C, S> Builder<L, C, S> {
     }
 
     /// Hashes keys with `hasher` instead of [`DefaultHasher`]. The keyed limiters
-    /// need it to be `Clone`: the larger table that replaces a full one gets a copy.
-    /// The store picks a key's segment by the hash's top bits and its place by the low
-    /// ones, so the hasher must mix every bit: an identity hash of small integers puts
-    /// them all in one segment and one probe chain. The default is seeded per limiter,
-    /// so clients cannot aim their keys at one chain.
+    /// need it to be `Clone`. The store picks a key's segment by the hash's top bits
+    /// and its place by the low ones, so the hasher must mix every bit: an identity
+    /// hash of small integers puts them all in one segment and one probe chain. The
+    /// default is seeded per limiter, so clients cannot aim their keys at one chain.
     pub fn hasher<S2>(self, hasher: S2) -> Builder<L, C, S2> {
         Builder {
             quota: self.quota,

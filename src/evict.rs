@@ -65,7 +65,7 @@
 //! or steps back (a reading no later than the last sweep's start) is not waited for:
 //! sweeps are then due by size alone, as before. An insertion that finds a sweep due
 //! only asks the limiter's own sweeper thread for it (started lazily with the first
-//! request for a sweep, or for the preparation of the slab's next level, named
+//! request for a sweep, or for the preparation of the word store's next tables, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
@@ -110,28 +110,15 @@
 //! (`manual_eviction()`) requests grow every table and drain it a group per insertion.
 //!
 //! The sliding log's and per-key quotas' boxed states stay in the scc index described
-//! above. Besides those frees and the starved-thread exception below, that index's
-//! growth puts bounded work on requests, and none past 16Mi slots. A table below 16Mi
-//! slots grows by itself: a request that touches it while it grows first moves up to
-//! 2,048 entries (80–100 µs), and the one that finishes the move frees the outgrown
-//! table (measured, one thread inserting 17M new keys on a 2-core Intel Xeon VM, the
-//! slowest request per doubling: 0.7–1.3 ms at 1M keys, 1.4–1.8 ms at 2M, 2.3–3.1 ms at
-//! 4M, 4.4–5.4 ms at 8M; one run also had a 13.6 ms stall at 1–2M keys, not
-//! preemption). From 16Mi slots on, once a table is 11/16 full, the sweeper thread
-//! builds one twice its size, touches its pages, moves every entry into it and frees
-//! the outgrown table itself (`src/store/tables.rs`, loom model 15): where requests
-//! that grew the 16Mi-slot table took 9.9–10.9 ms (and a request would pay twice that
-//! at each doubling after), the slowest request took 0.1–0.4 ms. While the thread moves
-//! entries, a request for a key not yet moved looks in both tables, and one that
-//! inserts or removes a key locks its bucket in the new table, then in the old one; a
-//! sweep runs alongside a move, and a sweep asked for goes first. The thread leaves
-//! smaller tables alone because on two cores its moves take a core's share from the
-//! requests while they run (measured with moves from a million slots: 0.83× the
-//! throughput, and a churn p99.9 of about 12 µs against 2–3), for a growth that costs a
-//! request a few milliseconds once per doubling (results/ANALYSIS.md, "Growth by the
-//! sweeper thread"). With `manual_eviction()` there is no thread and every table grows
-//! by itself; a limiter built with `expected_keys(n)` starts with the table for `n`
-//! keys and meets no growth below that.
+//! above, which grows by itself at every size, with or without a sweeper thread: a
+//! request that touches the table while it grows first moves up to 2,048 entries
+//! (80–100 µs), and the one that finishes the move frees the outgrown table, which
+//! takes longer the larger the table (measured, one thread inserting 17M new keys on
+//! a 2-core Intel Xeon VM, the slowest request per doubling: 0.7–1.3 ms at 1M keys,
+//! 1.4–1.8 ms at 2M, 2.3–3.1 ms at 4M, 4.4–5.4 ms at 8M, 9.9–10.9 ms for the
+//! 16Mi-slot table; one run also had a 13.6 ms stall at 1–2M keys, not preemption). A
+//! limiter built with `expected_keys(n)` starts with the table for `n` keys and meets
+//! no growth below that.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four

@@ -54,9 +54,8 @@ use std::hash::{BuildHasher, Hash};
 /// [`QuotaError::Unsupported`], a full refill longer than 2^63 ns (292 years), so
 /// every accepted limiter is exact for at least 292 years.
 ///
-/// Memory: one 8-byte word per key in the limiter's slab, plus the key and the
-/// word's place in the map's slot. Lock-free and allocation-free per check, sharing `TokenBucket`'s compare-and-set
-/// loop.
+/// Memory: one 8-byte word per key, beside the key in the limiter's table. Lock-free
+/// and allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// ```
 /// use turnstile::{Gcra, ManualClock, Quota};

@@ -12,12 +12,10 @@
 //!
 //! The thread also prepares the store's next stretch of memory when asked (in the word
 //! store, a segment's table with 2,048 keys of room or more grown ahead and the
-//! outgrown one drained, `store/words/`; in the scc store, a slab level allocated and
-//! its pages touched before requests reach it, `store/slab.rs`, and a full index table
-//! of 16Mi slots or more replaced by one twice its size, `store/tables.rs`), so that requests do not pay for first-touching fresh pages,
-//! moving entries or freeing a large outgrown table either — while the thread keeps
-//! up: smaller tables, and a table that fills faster than the thread can replace it,
-//! still grow on requests.
+//! outgrown one drained, `store/words/`), so that requests do not pay for allocating
+//! a table, first-touching its fresh pages, moving keys or freeing an outgrown table
+//! either — while the thread keeps up: smaller tables, and a table that fills faster
+//! than the thread can grow it, still grow on requests.
 //!
 //! The handshake: a request sets what it wants under the mutex and notifies; the
 //! thread checks under the same mutex before it waits, so a request made before it

@@ -162,9 +162,7 @@ where
         let sweep_waiting = || maintenance.sweep_requested();
         if wants.prepare {
             // Memory first: new keys need it soonest (the word store's tables grown
-            // ahead and drained; the scc store's slab level, whose untouched pages
-            // would fault on requests). A move of the scc index to a larger table,
-            // which can take a second, waits for a sweep asked for: a thread behind
+            // ahead and drained). It gives way to a sweep asked for: a thread behind
             // on sweeps makes insertions sweep themselves.
             limiter
                 .states
@@ -173,35 +171,18 @@ where
         if !wants.sweep {
             return true;
         }
-        let forgotten = {
+        {
             let _sweeping = limiter.sweeper.lock();
-            limiter.sweep()
-        };
-        drop(limiter);
-        settle_after(forgotten);
+            limiter.sweep();
+        }
         if wants.prepare {
-            // A move left for the sweep resumes.
-            let Some(limiter) = core.upgrade() else {
-                return false;
-            };
-            let maintenance = &limiter.maintenance;
+            // What was left for the sweep resumes.
             limiter
                 .states
-                .prepare(|| maintenance.stopping(), || maintenance.sweep_requested());
+                .prepare(|| maintenance.stopping(), sweep_waiting);
         }
         true
     })
-}
-
-/// After a sweep on a thread of the limiter's own (never a request: it sleeps a few
-/// milliseconds), holding no reference to the limiter: the forgotten keys' slab slots
-/// go back for reuse once the lookups in flight have ended, on this thread, so see to
-/// it now rather than a few sweeps on.
-#[cfg(not(turnstile_loom))]
-fn settle_after(forgotten: usize) {
-    if forgotten > 0 {
-        crate::store::settle_releases();
-    }
 }
 
 /// No thread under loom: sweeps happen on demand.
@@ -310,9 +291,7 @@ where
         let core = Arc::downgrade(&self.core);
         crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
             Some(core) => {
-                let forgotten = core.evict_idle();
-                drop(core);
-                settle_after(forgotten);
+                core.evict_idle();
                 true
             }
             None => false,
@@ -535,9 +514,8 @@ where
             if self.sweeper.automatic() && self.states.wants_preparation() {
                 // The store's next memory, made ready by the sweeper thread before
                 // requests reach it (the word store: segments' tables grown ahead and
-                // drained; the scc store: a slab level touched, a full table moved to
-                // one twice its size). Without a thread (`manual_eviction()`),
-                // requests grow the tables themselves.
+                // drained). Without a thread (`manual_eviction()`), requests grow the
+                // tables themselves.
                 self.maintenance.request_preparation();
             }
         }
@@ -675,8 +653,7 @@ where
             self.states.get(key, apply).unwrap_or_else(new)
         } else {
             // The insertion under the lookup's guard (see `Store::get_or_else`): it
-            // runs no user code but a metrics recorder's gauge, and waits for no move
-            // to a larger table.
+            // runs no user code but a metrics recorder's gauge.
             self.states.get_or_else(key, apply, new)
         }
     }

@@ -44,9 +44,8 @@ use std::hash::{BuildHasher, Hash};
 ///   (at worst `limit`, right after a boundary, when the previous window's requests
 ///   all came at its start), and deny what the log would admit.
 ///
-/// Memory: one 8-byte word per key in the limiter's slab (window index and two
-/// counts, layout in the crate's README), plus the key and the word's place in the
-/// map's slot. Lock-free and
+/// Memory: one 8-byte word per key (window index and two counts, layout in the
+/// crate's README), beside the key in the limiter's table. Lock-free and
 /// allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// Two counts beside the window index do not fit every quota: the constructors

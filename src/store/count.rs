@@ -43,7 +43,7 @@ impl KeyCount {
 
 /// This thread's cell: threads take cells in turn as they first count.
 #[inline]
-pub(crate) fn stripe() -> usize {
+fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         // Relaxed: any distinct-enough spread of threads over cells will do.

@@ -4,8 +4,8 @@
 //! call goes straight to its store; the other is never built.
 
 use super::Store;
-use super::home::Stored;
 use super::scc::SccStore;
+use super::stored::Stored;
 use super::words::WordStore;
 use crate::KeyRef;
 use std::borrow::Borrow;

@@ -4,15 +4,13 @@
 //! builds' stores and on a small loom-aware store under `--cfg turnstile_loom`. In
 //! normal builds `map.rs` picks by the state's type: the single-word algorithms' words
 //! go to the word store (`words/`, an index of our own: keys and words side by side,
-//! loom model 17 restating its growth), boxed states to `scc::HashIndex` tables
-//! (`scc.rs`; its slab of words, `slab.rs`, served the word algorithms before the
-//! word store and is no longer picked). scc is not loom-aware (it uses std atomics internally), so
+//! loom model 17 restating its growth), boxed states to an `scc::HashIndex`
+//! (`scc.rs`). scc is not loom-aware (it uses std atomics internally), so
 //! loom checks turnstile's protocols against this contract, and the index's own
 //! guarantees — insert-if-absent under a bucket lock, lock-free lookups that see
 //! every completed insertion and removal (Release stores of a bucket's bitmaps,
 //! Acquire loads in the lookup), removed entries kept until no reader can hold them —
-//! cover the rest. The move of every entry to a larger table (`tables.rs`) is a
-//! protocol of ours on top of scc; loom model 15 checks a restatement of it.
+//! cover the rest.
 
 use crate::KeyRef;
 use std::borrow::Borrow;
@@ -20,8 +18,6 @@ use std::hash::Hash;
 
 #[cfg(not(turnstile_loom))]
 mod count;
-#[cfg(not(turnstile_loom))]
-mod home;
 #[cfg(turnstile_loom)]
 mod loom;
 #[cfg(not(turnstile_loom))]
@@ -29,31 +25,12 @@ mod map;
 #[cfg(not(turnstile_loom))]
 mod scc;
 #[cfg(not(turnstile_loom))]
-mod slab;
-#[cfg(not(turnstile_loom))]
-mod tables;
+mod stored;
 #[cfg(not(turnstile_loom))]
 mod words;
 
 #[cfg(not(turnstile_loom))]
-pub use home::{Boxes, Stored};
-
-/// Runs the releases this thread has deferred (a sweep's slab slots, `slab.rs`) now
-/// rather than whenever it next happens to use the index: they run once every lookup
-/// present at the release has ended, which takes the epoch a few steps on. A few
-/// forced epoch steps a millisecond apart, so that lookups in flight end; for the
-/// sweeper thread, after a sweep that forgot keys. Without it a sweep's slots would
-/// wait for the thread's next few sweeps, and new keys would take fresh slots
-/// meanwhile.
-#[cfg(not(turnstile_loom))]
-pub(crate) fn settle_releases() {
-    for _ in 0..4 {
-        let guard = sdd::Guard::new();
-        guard.accelerate();
-        drop(guard);
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
+pub use stored::Stored;
 
 /// A state type the keyed store can hold: under loom, any (the loom store keeps every
 /// state in an `Arc`).
@@ -133,8 +110,7 @@ pub(crate) trait Store<K, V, S> {
     /// lookup lets go of what it holds (the scc store's epoch guard), so that a
     /// `get_or_insert` inside `missed` takes none of its own: on x86 a full barrier
     /// fewer on every new key's request (results/ANALYSIS.md). `missed` may take long
-    /// (a sweep, when the map has outgrown its bound), but must not wait for a move to
-    /// a larger table, which waits for it.
+    /// (a sweep, when the map has outgrown its bound).
     fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
     where
         K: Borrow<Q>,
@@ -187,15 +163,12 @@ pub(crate) trait Store<K, V, S> {
     }
 
     /// Prepares the store's next stretch of memory: in the word store, the segments'
-    /// tables due grown ahead and their outgrown tables drained (`words/`); in the scc
-    /// store, the slab's next level allocated and its pages touched, so that no request
-    /// meets a fresh page, and a full table replaced by one twice its size with every
-    /// entry moved into it, so that no request moves entries or frees the outgrown
-    /// table. Ends early once
-    /// `stopping` says so (the limiter is being dropped). The slab comes first; a
-    /// move does not begin while `give_way` says so (a sweep is waiting), and past its
-    /// first milliseconds stops, halfway, when it does, the next call finishing it.
-    /// For the sweeper thread (none under loom); safe while requests run.
+    /// tables due grown ahead (allocated and their pages touched) and their outgrown
+    /// tables drained (`words/`), so that no request allocates a large table, meets its
+    /// fresh pages or moves its keys. The scc store has nothing to prepare: its index
+    /// grows by itself. Ends early once `stopping` says so (the limiter is being
+    /// dropped) or `give_way` does (a sweep is waiting), the next call going on from
+    /// there. For the sweeper thread (none under loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
         let _ = (stopping, give_way);

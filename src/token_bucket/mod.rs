@@ -36,10 +36,9 @@ use std::hash::{BuildHasher, Hash};
 /// - Every capacity from 1 to `u32::MAX` beside every interval from 1 ns: a million
 ///   a second, or a bandwidth limit of a gigabyte at once refilled byte by byte.
 ///
-/// Memory: one 8-byte word per key in the limiter's slab, plus the key and the
-/// word's place in the map's slot. A key is forgotten once its bucket has been full for the eviction margin (a
-/// full bucket carries no information on the shared grid), so memory follows the
-/// active keys.
+/// Memory: one 8-byte word per key, beside the key in the limiter's table. A key is
+/// forgotten once its bucket has been full for the eviction margin (a full bucket
+/// carries no information on the shared grid), so memory follows the active keys.
 ///
 /// ```
 /// use turnstile::{Quota, TokenBucket};
