@@ -113,6 +113,48 @@ impl Signal {
     }
 }
 
+/// How the sweeper thread shares a CPU with requests: at points where it holds no lock
+/// a request could wait on, it hands its CPU to a waiting thread once it has worked
+/// [`Pace::TURN`] since it last did.
+///
+/// Why: with more busy threads than cores (two requests and the sweeper on two), the OS
+/// takes a CPU from the sweeper at a timer tick, wherever it is; in a drain it almost
+/// always holds a segment's lock (it takes the next hold at once), and a request for
+/// that segment then sleeps until the sweeper runs again, a time slice later (about
+/// 4 ms on this kernel's 250 Hz tick). A thread that yields every millisecond is
+/// mostly switched out at a yield, where it holds nothing, rather than at a tick: at 2
+/// request threads on 2 cores the slowest churn call was within 10 ms in 8 runs of 10,
+/// against 3 of 10 without (results/ANALYSIS.md, "The sweeper's turn"). Shorter turns
+/// (50 or 200 µs) cut those sleeps further but switched so often that p99.9 at 4
+/// request threads doubled.
+#[cfg(not(turnstile_loom))]
+pub(crate) struct Pace {
+    since: std::cell::Cell<std::time::Instant>,
+}
+
+#[cfg(not(turnstile_loom))]
+impl Pace {
+    /// Work between two yields, at most (give or take one step of the caller's).
+    const TURN: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// A pace whose first turn starts now.
+    pub(crate) fn new() -> Self {
+        Self {
+            since: std::cell::Cell::new(std::time::Instant::now()),
+        }
+    }
+
+    /// A point where the thread holds no lock a request could wait on: yields if its
+    /// turn is over.
+    pub(crate) fn breathe(&self) {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.since.get()) >= Self::TURN {
+            std::thread::yield_now();
+            self.since.set(std::time::Instant::now());
+        }
+    }
+}
+
 /// The sweeper thread's handle.
 #[cfg(not(turnstile_loom))]
 type Thread = std::thread::JoinHandle<()>;

@@ -6,6 +6,8 @@ mod maintenance;
 mod reconfigure;
 
 use maintenance::Maintenance;
+#[cfg(not(turnstile_loom))]
+use maintenance::Pace;
 #[cfg(turnstile_loom)]
 pub(crate) use maintenance::Signal;
 
@@ -160,26 +162,30 @@ where
         };
         let maintenance = &limiter.maintenance;
         let sweep_waiting = || maintenance.sweep_requested();
+        // Called between steps of the store's work, holding none of its locks: the
+        // thread's turn may end there (see `Pace`); and whether to stop: the limiter
+        // is being dropped, or a sweep is wanted (a thread behind on sweeps makes
+        // insertions sweep themselves).
+        let pace = Pace::new();
+        let stop = |sweep_wanted: bool| {
+            pace.breathe();
+            maintenance.stopping() || sweep_wanted || sweep_waiting()
+        };
         if wants.prepare {
             // Memory first: new keys need it soonest (the word store's tables grown
-            // ahead and drained). It gives way to a sweep asked for: a thread behind
-            // on sweeps makes insertions sweep themselves.
-            limiter
-                .states
-                .prepare(|| maintenance.stopping(), || wants.sweep || sweep_waiting());
+            // ahead and drained).
+            limiter.states.prepare(|| stop(wants.sweep));
         }
         if !wants.sweep {
             return true;
         }
         {
             let _sweeping = limiter.sweeper.lock();
-            limiter.sweep();
+            limiter.sweep(|| pace.breathe());
         }
         if wants.prepare {
             // What was left for the sweep resumes.
-            limiter
-                .states
-                .prepare(|| maintenance.stopping(), sweep_waiting);
+            limiter.states.prepare(|| stop(false));
         }
         true
     })
@@ -318,7 +324,9 @@ where
     #[cfg(turnstile_loom)]
     pub(crate) fn sweep_without_retiring(&self, forgettable: impl Fn(&A::State, u64) -> bool) {
         let at = self.core.sweeper.begin(self.core.epoch.elapsed());
-        self.core.states.retain(|state| !forgettable(state, at));
+        self.core
+            .states
+            .retain(|state| !forgettable(state, at), || {});
     }
 }
 
@@ -443,16 +451,17 @@ where
     /// [`crate::evict`]). Waits for a sweep already running to finish.
     fn evict_idle(&self) -> usize {
         let _sweeping = self.sweeper.lock();
-        self.sweep()
+        self.sweep(|| {})
     }
 
-    /// One pass over the map; the caller holds the sweep lock.
+    /// One pass over the map, calling `pause` where the store holds no lock (see
+    /// [`Store::retain`]); the caller holds the sweep lock.
     ///
     /// The instant keys must be forgettable at moves forward every `REFRESH` keys
     /// visited (raising the watermark first, as the protocol requires), so a long pass
     /// also forgets keys that went idle while it ran, and what it keeps is the active
     /// set, not everything inserted meanwhile.
-    fn sweep(&self) -> usize {
+    fn sweep(&self, pause: impl FnMut()) -> usize {
         const REFRESH: u32 = 256;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let started = self.observer.as_ref().map(|_| std::time::Instant::now());
@@ -461,7 +470,7 @@ where
         let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
         // The earliest instant any kept key could be forgotten.
         let mut kept_until = u64::MAX;
-        self.states.retain(|state| {
+        let keep = |state: &A::State| {
             if self.maintenance.stopping() {
                 return true; // the limiter is being dropped: end early
             }
@@ -489,7 +498,8 @@ where
                 // entry: every retired entry is removable.
                 Retirement::AlreadyRetired => false,
             }
-        });
+        };
+        self.states.retain(keep, pause);
         self.sweeper.end(forgotten, kept, began, kept_until);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let (Some(observer), Some(started)) = (&self.observer, started) {
@@ -541,7 +551,7 @@ where
     /// cannot keep up.
     fn sweep_here(&self) {
         if let Some(_sweeping) = self.sweeper.try_lock() {
-            self.sweep();
+            self.sweep(|| {});
         } else {
             drop(self.sweeper.lock());
         }

@@ -154,7 +154,7 @@ where
         }
     }
 
-    fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+    fn retain(&self, mut keep: impl FnMut(&V) -> bool, _pause: impl FnMut()) {
         let values: Vec<Arc<V>> = self.locked().map.values().cloned().collect();
         let rejected: Vec<Arc<V>> = values
             .into_iter()

@@ -109,8 +109,10 @@ where
             scc => scc.remove_if(key, pred))
     }
 
-    fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        pick!(self, words => words.retain(|word| keep(V::of_word(word))), scc => scc.retain(keep))
+    fn retain(&self, mut keep: impl FnMut(&V) -> bool, pause: impl FnMut()) {
+        pick!(self,
+            words => words.retain(|word| keep(V::of_word(word)), pause),
+            scc => scc.retain(keep, pause))
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
@@ -131,7 +133,7 @@ where
         pick!(self, words => words.wants_preparation(), scc => scc.wants_preparation())
     }
 
-    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
-        pick!(self, words => words.prepare(stopping, give_way), scc => scc.prepare(stopping, give_way))
+    fn prepare(&self, stop: impl Fn() -> bool) {
+        pick!(self, words => words.prepare(stop), scc => scc.prepare(stop))
     }
 }

@@ -147,8 +147,11 @@ pub(crate) trait Store<K, V, S> {
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
 
-    /// Removes every entry whose value `keep` rejects.
-    fn retain(&self, keep: impl FnMut(&V) -> bool);
+    /// Removes every entry whose value `keep` rejects. Calls `pause` now and then at a
+    /// point where it holds no lock of the store (between the word store's segments),
+    /// so that the sweeper thread can give up its CPU where no request waits on it
+    /// (`keyed/maintenance.rs`, `Pace`).
+    fn retain(&self, keep: impl FnMut(&V) -> bool, pause: impl FnMut());
 
     /// Stores `new` as `key`'s value if its value is `current` itself; whether it did.
     fn swap(&self, key: K, current: &V, new: V) -> bool;
@@ -166,11 +169,13 @@ pub(crate) trait Store<K, V, S> {
     /// tables due grown ahead (allocated and their pages touched) and their outgrown
     /// tables drained (`words/`), so that no request allocates a large table, meets its
     /// fresh pages or moves its keys. The scc store has nothing to prepare: its index
-    /// grows by itself. Ends early once `stopping` says so (the limiter is being
-    /// dropped) or `give_way` does (a sweep is waiting), the next call going on from
-    /// there. For the sweeper thread (none under loom); safe while requests run.
+    /// grows by itself. Calls `stop` between steps, holding none of the store's locks
+    /// (so the sweeper thread may yield its CPU there, `keyed/maintenance.rs`), and
+    /// ends early once it says so (the limiter is being dropped, or a sweep is
+    /// waiting), the next call going on from there. For the sweeper thread (none under
+    /// loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
-    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
-        let _ = (stopping, give_way);
+    fn prepare(&self, stop: impl Fn() -> bool) {
+        let _ = stop;
     }
 }

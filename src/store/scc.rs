@@ -141,7 +141,7 @@ where
         removed
     }
 
-    fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+    fn retain(&self, mut keep: impl FnMut(&V) -> bool, mut pause: impl FnMut()) {
         let guard = Guard::new();
         // Never let a sweep shrink the table. scc frees a removed entry only when its
         // bucket is next written or when the table holding it is dropped; a table
@@ -159,7 +159,10 @@ where
         // requesting threads on two cores (results/ANALYSIS.md, "A new key's
         // barriers").
         let mut rejected = Vec::with_capacity(REMOVED_AT_ONCE);
-        for (key, state) in self.index.iter(&guard) {
+        for (visited, (key, state)) in self.index.iter(&guard).enumerate() {
+            if visited % REMOVED_AT_ONCE == REMOVED_AT_ONCE - 1 {
+                pause(); // holding no bucket's lock, only the epoch guard
+            }
             if !keep(state) {
                 rejected.push((key.clone(), std::ptr::from_ref::<V>(state)));
                 if rejected.len() == REMOVED_AT_ONCE {
@@ -276,7 +279,7 @@ mod tests {
             insert(&store, key, 0);
         }
         let grown = store.index.capacity();
-        store.retain(|_| false);
+        store.retain(|_| false, || {});
         assert_eq!(store.len(), 0);
         assert_eq!(store.index.capacity(), grown, "the table shrank");
         // And keeps it while keys come back.
@@ -385,7 +388,7 @@ mod tests {
                 store.get(&key, |state| *state.lock().unwrap() = 0);
             }
             std::thread::scope(|s| {
-                s.spawn(|| store.retain(|state| *state.lock().unwrap() == 0));
+                s.spawn(|| store.retain(|state| *state.lock().unwrap() == 0, || {}));
                 for key in keys..3 * keys {
                     insert(&store, key, 0);
                 }
@@ -425,7 +428,7 @@ mod tests {
                 })
             });
             entered.1.recv().unwrap();
-            store.retain(|_| false);
+            store.retain(|_| false, || {});
             // Give the box every chance to be freed early: epochs advance only once
             // the reader leaves, so these come back without it.
             for _ in 0..10_000 {

@@ -511,9 +511,10 @@ where
         }
     }
 
-    fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool) {
+    fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool, mut pause: impl FnMut()) {
         let mut rejected = Vec::new();
         for segment in self.segments.iter() {
+            pause();
             // A drain left behind (insertions into the segment stopped) ends here, a
             // group at a time, so that the draining table's memory goes.
             loop {
@@ -586,12 +587,12 @@ where
 
     /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
     /// per hold of its lock.
-    fn prepare(&self, stopping: impl Fn() -> bool, give_way: impl Fn() -> bool) {
+    fn prepare(&self, stop: impl Fn() -> bool) {
         // Relaxed: a hint (see the field).
         self.thread_drains.store(true, Ordering::Relaxed);
         for segment in self.segments.iter() {
             loop {
-                if stopping() || give_way() || !self.wants_preparation() {
+                if stop() || !self.wants_preparation() {
                     return;
                 }
                 let mut used = lock(segment);
@@ -826,12 +827,16 @@ mod tests {
         for key in 0..MANY {
             insert(&store, key, key % 3);
         }
-        let mut asked = 0;
-        store.retain(|word| {
-            asked += 1;
-            word.load(Ordering::Relaxed) != 0
-        });
+        let (mut asked, mut pauses) = (0, 0);
+        store.retain(
+            |word| {
+                asked += 1;
+                word.load(Ordering::Relaxed) != 0
+            },
+            || pauses += 1,
+        );
         assert_eq!(asked, MANY as usize);
+        assert_eq!(pauses, SEGMENTS, "a pause before each segment");
         for key in 0..MANY {
             assert_eq!(word(&store, &key).is_some(), key % 3 != 0, "key {key}");
         }
