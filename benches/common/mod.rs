@@ -45,14 +45,14 @@ impl Contender for DefaultKeyedRateLimiter<u64> {
     }
 }
 
-/// The words of the floors: the map turnstile's store uses, built the same way (boxed
-/// words in an `scc::HashIndex`).
+/// The words of the floors: boxed words in an `scc::HashIndex`, the index turnstile's
+/// store used before its word store (which is private to the crate).
 type Words = HashIndex<u64, Box<AtomicU64>, foldhash::fast::RandomState>;
 
-/// The floor under every keyed limiter: a clock reading, a lock-free lookup in the
-/// index turnstile's store uses, and one compare-and-set on the value found. No rate
-/// limiting logic at all. Its words are boxed, as the store's were before they moved
-/// to a slab: under churn it is the bare index plus an allocation per key.
+/// The floor under every keyed limiter: a clock reading, a lock-free lookup in a
+/// general-purpose concurrent index, and one compare-and-set on the value found. No
+/// rate limiting logic at all. Its words are boxed: under churn it is the bare index
+/// plus an allocation per key.
 pub struct FloorStack {
     clock: QuantaClock,
     words: Words,

@@ -559,9 +559,8 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ratios in parentheses are each contender's throughput ÷ turnstile's. \
          `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
          `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a \
-         lock-free lookup in the index turnstile's store uses (an `scc::HashIndex`, of \
-         boxed words: the store as it was before its words moved to a slab) + one CAS \
-         with no limiting logic; `floor-cas` is one CAS on a \
+         lock-free lookup in an `scc::HashIndex` of boxed words (the index turnstile's \
+         store used before its word store) + one CAS with no limiting logic; `floor-cas` is one CAS on a \
          pre-resolved word; `floor-clock` (one clock reading) and `floor-lookup` (one \
          lookup) are its other parts alone, measured once (uniform allowed). \
          Allowed mix: a burst of `u32::MAX` per key; denied mix: one \

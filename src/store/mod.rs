@@ -39,7 +39,7 @@ pub trait Stored {}
 #[cfg(turnstile_loom)]
 impl<T> Stored for T {}
 
-/// The store limiters use: the scc one normally, the loom-aware one under loom.
+/// The store limiters use under loom: the loom-aware one.
 #[cfg(turnstile_loom)]
 pub(crate) type KeyMap<K, V, S> = loom::LoomStore<K, V, S>;
 /// The store limiters use: normally the word store for single words and the scc store
