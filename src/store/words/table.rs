@@ -169,6 +169,11 @@ impl<K> Table<K> {
         }
     }
 
+    /// The table's size in bytes: its tags and its slots.
+    pub(super) fn bytes(&self) -> usize {
+        size_of_val(&*self.tags) + size_of_val(&*self.slots)
+    }
+
     /// Keys, full or removed, the table may hold before it must grow: 7/8 of its
     /// slots, so that every probe meets an empty slot.
     pub(super) fn room(&self) -> usize {
