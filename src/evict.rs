@@ -97,10 +97,10 @@
 //! smaller, after a sweep that forgot many). **Per request, its growth costs at most
 //! the move of one group of 8 keys and, when its segment's table is full, the
 //! allocation of the next one** — of up to about 3,500 keys of room (68 KB for `u64`
-//! keys, its pages touched at once), while the sweeper thread keeps up: from 2,048 keys of room on it grows a
-//! segment's table ahead (at 3/4 full; allocated and its pages touched without the
-//! segment's lock) and drains the outgrown one; a table that fills first grows on the
-//! request that finds it full. A growth publishes the new table and leaves the old one
+//! keys, its pages touched at once), while the sweeper thread keeps up: from 2,048
+//! keys of room on it grows a segment's table ahead (at 3/4 full; allocated and its
+//! pages touched without the segment's lock) and drains the outgrown one; a table
+//! that fills first grows on the request that finds it full. A growth publishes the new table and leaves the old one
 //! draining: every insertion into the segment first moves one group of it (with a
 //! sweeper thread, only when the drain falls behind), freezing each word (`RETIRED`)
 //! before it copies it; the last move unpublishes the old table, which that request's

@@ -114,8 +114,11 @@ impl Signal {
 }
 
 /// How the sweeper thread shares a CPU with requests: at points where it holds no lock
-/// a request could wait on, it hands its CPU to a waiting thread once it has worked
-/// [`Pace::TURN`] since it last did.
+/// of the store, it hands its CPU to a waiting thread once [`Pace::TURN`] has passed
+/// since it last did. (It may hold the limiter's sweep lock there, which requests
+/// wait on only when the thread has fallen far behind and they sweep themselves; and
+/// the turn is wall time, so after the OS has taken the CPU from it the thread yields
+/// again at its next point, which costs a system call and nothing more.)
 ///
 /// Why: with more busy threads than cores (two requests and the sweeper on two), the OS
 /// takes a CPU from the sweeper at a timer tick, wherever it is; in a drain it almost
@@ -144,8 +147,8 @@ impl Pace {
         }
     }
 
-    /// A point where the thread holds no lock a request could wait on: yields if its
-    /// turn is over.
+    /// A point where the thread holds no lock of the store: yields if its turn is
+    /// over.
     pub(crate) fn breathe(&self) {
         let now = std::time::Instant::now();
         if now.duration_since(self.since.get()) >= Self::TURN {

@@ -172,8 +172,8 @@ where
             maintenance.stopping() || sweep_wanted || sweep_waiting()
         };
         if wants.prepare {
-            // Memory first: new keys need it soonest (the word store's tables grown
-            // ahead and drained).
+            // The word store's tables grown ahead and drained; at once given way to a
+            // sweep wanted too, which bounds memory, and resumed after it (below).
             limiter.states.prepare(|| stop(wants.sweep));
         }
         if !wants.sweep {
@@ -273,7 +273,7 @@ where
     /// margin; returns how many. Forgetting never changes a decision (see
     /// [`crate::evict`]). Waits for a sweep already running to finish.
     pub fn evict_idle(&self) -> usize {
-        self.core.evict_idle()
+        self.core.evict_idle(|| {})
     }
 
     /// Also sweeps every `period` on a thread of its own, whether or not the map has
@@ -297,7 +297,9 @@ where
         let core = Arc::downgrade(&self.core);
         crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
             Some(core) => {
-                core.evict_idle();
+                // A thread of its own: it yields as the limiter's own does (`Pace`).
+                let pace = Pace::new();
+                core.evict_idle(|| pace.breathe());
                 true
             }
             None => false,
@@ -448,10 +450,11 @@ where
 
     /// Forgets every key whose state has carried no information for the eviction
     /// margin; returns how many. Forgetting never changes a decision (see
-    /// [`crate::evict`]). Waits for a sweep already running to finish.
-    fn evict_idle(&self) -> usize {
+    /// [`crate::evict`]). Waits for a sweep already running to finish. `pause` as
+    /// for [`Store::retain`].
+    fn evict_idle(&self, pause: impl FnMut()) -> usize {
         let _sweeping = self.sweeper.lock();
-        self.sweep(|| {})
+        self.sweep(pause)
     }
 
     /// One pass over the map, calling `pause` where the store holds no lock (see

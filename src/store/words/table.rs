@@ -81,6 +81,15 @@ fn prefetch_address(at: *const i8, write: bool) {
     let _ = (at, write);
 }
 
+/// The first empty slot of group `at`, whose tags are `tags`, if it has one.
+#[inline(always)]
+fn first_empty(at: usize, tags: u64) -> Option<Vacancy> {
+    let empty = matching(tags, EMPTY);
+    (empty != 0).then(|| Vacancy {
+        slot: at * GROUP + empty.trailing_zeros() as usize / 8,
+    })
+}
+
 /// Byte `index` of `tags`.
 #[inline(always)]
 fn byte(tags: u64, index: usize) -> u8 {
@@ -152,20 +161,26 @@ impl<K> Table<K> {
     }
 
     /// Writes each of the table's pages once (a zero where a zero already is), so that
-    /// the kernel maps them now rather than on the insertions that reach them. Only
-    /// before the table is published: the words written belong to empty slots.
-    pub(super) fn touch(&self) {
+    /// the kernel maps them now rather than on the insertions that reach them. Takes
+    /// the table by `&mut`, so only before it is published (publication moves it): on
+    /// a published table the zeroed tags would turn full slots back into empty ones.
+    pub(super) fn touch(&mut self) {
         const PAGE: usize = 4096;
-        // Relaxed: the table is not yet published; its publication is a Release store.
+        // Atomic stores, not plain writes: the compiler knows zeroed memory is zero and
+        // may drop a plain store of zero as a no-op, which would undo the touch.
+        // Relaxed, both: the table is not yet published; its publication is a Release
+        // store.
         for tags in self.tags.iter().step_by(PAGE / size_of::<AtomicU64>()) {
             tags.store(0, Ordering::Relaxed);
         }
-        for group in self
+        // By slot, not by group: a group of large keys spans pages.
+        for slot in self
             .slots
+            .as_flattened()
             .iter()
-            .step_by((PAGE / size_of::<[Slot<K>; GROUP]>()).max(1))
+            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
         {
-            group[0].word.store(0, Ordering::Relaxed);
+            slot.word.store(0, Ordering::Relaxed);
         }
     }
 
@@ -300,12 +315,7 @@ impl<K> Table<K> {
                 }));
             }
         }
-        let empty = matching(tags, EMPTY);
-        (empty != 0).then(|| {
-            Err(Vacancy {
-                slot: at * GROUP + empty.trailing_zeros() as usize / 8,
-            })
-        })
+        first_empty(at, tags).map(Err)
     }
 
     /// The slot at `position`.
@@ -322,10 +332,8 @@ impl<K> Table<K> {
         loop {
             // Relaxed: only the lock's holder writes tags, and the lock orders its
             // writes before ours.
-            let empty = matching(self.tags[at].load(Ordering::Relaxed), EMPTY);
-            if empty != 0 {
-                let slot = at * GROUP + empty.trailing_zeros() as usize / 8;
-                return self.insert_at(Vacancy { slot }, hash, key, word);
+            if let Some(vacancy) = first_empty(at, self.tags[at].load(Ordering::Relaxed)) {
+                return self.insert_at(vacancy, hash, key, word);
             }
             at = self.next(at);
         }
