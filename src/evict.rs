@@ -100,14 +100,15 @@
 //! keys, its pages touched at once), while the sweeper thread keeps up: from 2,048
 //! keys of room on it grows a segment's table ahead (at 3/4 full; allocated and its
 //! pages touched without the segment's lock) and drains the outgrown one; a table
-//! that fills first grows on the request that finds it full. A growth publishes the new table and leaves the old one
-//! draining: every insertion into the segment first moves one group of it (with a
-//! sweeper thread, only when the drain falls behind), freezing each word (`RETIRED`)
-//! before it copies it; the last move unpublishes the old table, which that request's
-//! thread frees once no lookup holds it (keys that own memory are dropped with it). No
-//! request holds a segment's lock longer than one such step (loom model 17;
-//! results/ANALYSIS.md, "A growth that drains"). Without a sweeper thread
-//! (`manual_eviction()`) requests grow every table and drain it a group per insertion.
+//! that fills first grows on the request that finds it full. A growth publishes the
+//! new table and leaves the old one draining: every insertion into the segment first
+//! moves one group of it (with a sweeper thread, only when the drain falls behind),
+//! freezing each word (`RETIRED`) before it copies it; the last move unpublishes the
+//! old table, which that request's thread frees once no lookup holds it (keys that
+//! own memory are dropped with it). No request holds a segment's lock longer than
+//! one such step (loom model 17; results/ANALYSIS.md, "A growth that drains").
+//! Without a sweeper thread (`manual_eviction()`) requests grow every table and drain
+//! it a group per insertion.
 //!
 //! The sliding log's and per-key quotas' boxed states stay in the scc index described
 //! above, which grows by itself at every size, with or without a sweeper thread: a
