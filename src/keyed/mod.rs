@@ -161,7 +161,6 @@ where
             return false;
         };
         let maintenance = &limiter.maintenance;
-        let sweep_waiting = || maintenance.sweep_requested();
         // Called between steps of the store's work, holding none of its locks: the
         // thread's turn may end there (see `Pace`); and whether to stop: the limiter
         // is being dropped, or a sweep is wanted (a thread behind on sweeps makes
@@ -169,7 +168,7 @@ where
         let pace = Pace::new();
         let stop = |sweep_wanted: bool| {
             pace.breathe();
-            maintenance.stopping() || sweep_wanted || sweep_waiting()
+            maintenance.stopping() || sweep_wanted || maintenance.sweep_requested()
         };
         if wants.prepare {
             // The word store's tables grown ahead and drained; at once given way to a

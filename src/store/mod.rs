@@ -148,8 +148,9 @@ pub(crate) trait Store<K, V, S> {
         Q: ?Sized + KeyRef<K>;
 
     /// Removes every entry whose value `keep` rejects. Calls `pause` now and then at a
-    /// point where it holds no lock of the store (between the word store's segments),
-    /// so that the sweeper thread can give up its CPU where no request waits on it
+    /// point where it holds no lock of the store (the word store: before each segment
+    /// and between the steps of a drain it finishes; the scc store: every 1,024 keys
+    /// asked about), so that the sweeper thread can give up its CPU where no request waits on it
     /// (`keyed/maintenance.rs`, `Pace`).
     fn retain(&self, keep: impl FnMut(&V) -> bool, pause: impl FnMut());
 
