@@ -3,6 +3,7 @@
 use crate::clock::QuantaClock;
 use crate::evict::{Overflow, Settings};
 use crate::quota::Quota;
+use crate::store::StoreKind;
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub struct Builder<L, C = QuantaClock, S = DefaultHasher> {
     pub(crate) hasher: S,
     pub(crate) expected_keys: usize,
     pub(crate) forgetting: Settings,
+    /// Where the limiter keeps its keys' states.
+    pub(crate) store: StoreKind,
     /// The name metrics and events report the limiter under; none, none reported.
     pub(crate) name: Option<std::sync::Arc<str>>,
     limiter: PhantomData<fn() -> L>,
@@ -50,6 +53,7 @@ impl<L, C> Builder<L, C> {
             hasher: DefaultHasher::default(),
             expected_keys: 0,
             forgetting: Settings::default(),
+            store: StoreKind::default(),
             name: None,
             limiter: PhantomData,
         }
@@ -65,16 +69,18 @@ impl<L, C, S> Builder<L, C, S> {
             hasher: self.hasher,
             expected_keys: self.expected_keys,
             forgetting: self.forgetting,
+            store: self.store,
             name: self.name,
             limiter: PhantomData,
         }
     }
 
     /// Hashes keys with `hasher` instead of [`DefaultHasher`]. The keyed limiters
-    /// need it to be `Clone`. The store picks a key's segment by the hash's top bits
-    /// and its place by the low ones, so the hasher must mix every bit: an identity
-    /// hash of small integers puts them all in one segment and one probe chain. The
-    /// default is seeded per limiter, so clients cannot aim their keys at one chain.
+    /// need it to be `Clone`. The stores place a key by the hash's low bits and
+    /// check it by its top ones (the word store also picks a segment by the top
+    /// bits), so the hasher must mix every bit: an identity hash of small integers
+    /// puts them all in one probe chain. The default is seeded per limiter, so
+    /// clients cannot aim their keys at one chain.
     pub fn hasher<S2>(self, hasher: S2) -> Builder<L, C, S2> {
         Builder {
             quota: self.quota,
@@ -82,6 +88,7 @@ impl<L, C, S> Builder<L, C, S> {
             hasher,
             expected_keys: self.expected_keys,
             forgetting: self.forgetting,
+            store: self.store,
             name: self.name,
             limiter: PhantomData,
         }

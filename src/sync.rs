@@ -2,17 +2,17 @@
 //!
 //! Normal builds use `std`'s; builds with `--cfg turnstile_loom` use loom's, so the
 //! model checker in `loom-tests/` sees every atomic access turnstile makes. The cfg is
-//! turnstile's own (not `loom`), so dependencies such as scc keep their std atomics.
+//! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
 
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
@@ -41,8 +41,10 @@ pub mod mutants {
         /// "retired but outdated" counts as "being moved": neither a sweep nor a request
         /// removes such an entry.
         SharedMarker,
-        /// The sweep retires a word with a Relaxed compare-and-set instead of Release.
-        RelaxedRetire,
+        /// The sweep retires a word with a Relaxed compare-and-set instead of Release,
+        /// and raises the watermark with no fence after it (no handshake with new
+        /// keys' insertions either): nothing orders the raise before the retire.
+        UnorderedRetire,
         /// The sweeper thread waits before it looks at the request flag, so a request
         /// made before it waited is lost.
         WaitFirst,
@@ -50,9 +52,12 @@ pub mod mutants {
         /// lookup as "no state", though that lookup can miss a key whose entry a move
         /// is replacing.
         TrustFirstMiss,
-        /// A new key's first request reads the watermark before it takes the key's
-        /// lock, so a sweep that forgets the key in between is not seen.
+        /// A new key's first request reads the watermark before it registers its
+        /// insertion, so a sweep that forgets the key in between does not wait for it.
         EarlyReading,
+        /// A sweep raises the watermark and retires words without waiting for the
+        /// insertions registered before it, which may have read the old watermark.
+        SweepWithoutWaiting,
     }
 
     thread_local! {

@@ -200,15 +200,17 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
             Some(from) if from <= at => {}
             from => return Retirement::Kept(from.unwrap_or(u64::MAX)),
         }
-        // Release: publishes the sweep's watermark to whoever sees RETIRED. Relaxed on
-        // failure: the word changed since it was checked, so it is in use; keep it.
+        // Release: publishes the sweep's watermark to whoever sees RETIRED (so does the
+        // SeqCst fence the sweep took after raising it, in `Insertions::flip_and_wait`:
+        // either alone suffices, loom model 11). Relaxed on failure: the word changed
+        // since it was checked, so it is in use; keep it.
         let retire = Ordering::Release;
         #[cfg(turnstile_loom)]
-        let retire = match crate::sync::mutants::active(crate::sync::mutants::Mutant::RelaxedRetire)
-        {
-            true => Ordering::Relaxed,
-            false => retire,
-        };
+        let retire =
+            match crate::sync::mutants::active(crate::sync::mutants::Mutant::UnorderedRetire) {
+                true => Ordering::Relaxed,
+                false => retire,
+            };
         match word.compare_exchange(current, RETIRED, retire, Ordering::Relaxed) {
             Ok(_) => Retirement::Retired,
             // Changed since it was checked: in use, and forgettable no one knows when.

@@ -1,6 +1,6 @@
-//! The limiter's own sweeper thread: started only when first needed (a sweep due, or
-//! the word store's tables filling past the size from which it grows them ahead of
-//! requests), named, never started under `manual_eviction()`, and gone once the
+//! The limiter's own sweeper thread: started only when first needed (a sweep due, or,
+//! on the opt-in word store, its tables filling past the size from which it grows them
+//! ahead of requests), named, never started under `manual_eviction()`, and gone once the
 //! limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
 
@@ -79,11 +79,14 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     drop(many);
     wait_for_threads(0, "dropping the limiter did not end its thread");
 
-    // Within its first margin, no sweep is due; but growing past about 2.7 million
-    // keys (segments' tables three quarters full past 2,048 keys of room: the first
-    // such tables have room for 3,451), the limiter asks its thread to grow and drain
-    // them before requests must.
-    let growing = limiter(false, &clock);
+    // On the word store: within its first margin, no sweep is due; but growing past
+    // about 2.7 million keys (segments' tables three quarters full past 2,048 keys of
+    // room: the first such tables have room for 3,451), the limiter asks its thread to
+    // grow and drain them before requests must. (papaya grows by itself.)
+    let growing = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_millis(1)).unwrap())
+        .clock(clock.clone())
+        .word_store()
+        .build();
     clock.advance(Duration::from_millis(1));
     for key in 0..3_000_000 {
         assert!(growing.try_acquire(&key));

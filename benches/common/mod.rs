@@ -9,7 +9,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use rayon::prelude::*;
-use scc::HashIndex;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -45,14 +44,30 @@ impl Contender for DefaultKeyedRateLimiter<u64> {
     }
 }
 
-/// The words of the floors: boxed words in an `scc::HashIndex`, the index turnstile's
-/// store used before its word store (which is private to the crate).
-type Words = HashIndex<u64, Box<AtomicU64>, foldhash::fast::RandomState>;
+/// The words of the floors: a papaya map from keys to words, the default store's map
+/// with its settings (incremental resize, 8 slots a step).
+pub struct Words(papaya::HashMap<u64, AtomicU64, foldhash::fast::RandomState>);
 
-/// The floor under every keyed limiter: a clock reading, a lock-free lookup in a
-/// general-purpose concurrent index, and one compare-and-set on the value found. No
-/// rate limiting logic at all. Its words are boxed: under churn it is the bare index
-/// plus an allocation per key.
+impl Words {
+    fn with_capacity(keys: usize) -> Self {
+        Self(
+            papaya::HashMap::builder()
+                .hasher(Default::default())
+                .capacity(keys)
+                .resize_mode(papaya::ResizeMode::Incremental(8))
+                .build(),
+        )
+    }
+}
+
+/// How far behind the newest key a floor removes one under churn: the floor's map
+/// stays about this large, as a limiter that forgets idle keys does.
+const REMOVED_BEHIND: u64 = 100_000;
+
+/// The floor under every keyed limiter: a clock reading, a lock-free lookup in the
+/// default store's map (papaya), and one compare-and-set on the value found. No rate
+/// limiting logic at all. Under churn it is papaya's bare insert-and-remove: each new
+/// key inserted, and the key [`REMOVED_BEHIND`] before it removed.
 pub struct FloorStack {
     clock: QuantaClock,
     words: Words,
@@ -77,15 +92,18 @@ impl Contender for FloorStack {
     #[inline]
     fn check(&self, key: u64) -> bool {
         let now = self.clock.now();
-        if let Some(done) = self.words.peek_with(&key, |_, word| Self::step(word, now)) {
-            return done;
+        let words = self.words.0.pin();
+        if let Some(word) = words.get(&key) {
+            return Self::step(word, now);
         }
-        // A new key: insert, then look again, as the store does (keys are never
-        // removed here, so the second look finds it).
-        let _ = self.words.insert_sync(key, Box::new(AtomicU64::new(0)));
-        self.words
-            .peek_with(&key, |_, word| Self::step(word, now))
-            .unwrap_or(false)
+        // A new key: inserted with a ready word, as the store inserts; the one far
+        // behind it removed, as forgetting does.
+        let word = words.get_or_insert(key, AtomicU64::new(0));
+        let done = Self::step(word, now);
+        if let Some(behind) = key.checked_sub(REMOVED_BEHIND) {
+            words.remove(&behind);
+        }
+        done
     }
 }
 
@@ -123,14 +141,17 @@ impl Contender for FloorLookup {
     #[inline]
     fn check(&self, key: u64) -> bool {
         self.0
-            .peek_with(&key, |_, word| word.load(Ordering::Relaxed) == 0)
-            .unwrap_or(false)
+            .0
+            .pin()
+            .get(&key)
+            .is_some_and(|word| word.load(Ordering::Relaxed) == 0)
     }
 }
 
 /// Which contenders run, in table order.
-pub const LIMITERS: [&str; 5] = [
+pub const LIMITERS: [&str; 6] = [
     "turnstile",
+    "turnstile-words",
     "turnstile-recent",
     "mutex-per-key",
     "global-lock",
@@ -236,6 +257,15 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 )
             })
         }
+        // The opt-in word store, beside the default (papaya).
+        "turnstile-words" => visitor.visit(move || {
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(expected_keys)
+                    .word_store()
+                    .build(),
+            )
+        }),
         // No sweeper thread: what automatic sweeps cost, beside "turnstile".
         "turnstile-manual" => visitor.visit(move || {
             Ours(
@@ -267,13 +297,13 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
         }),
         "floor-stack" => visitor.visit(move || FloorStack {
             clock: QuantaClock::new(),
-            words: Words::with_capacity_and_hasher(expected_keys, Default::default()),
+            words: Words::with_capacity(expected_keys),
         }),
         "floor-clock" => visitor.visit(move || FloorClock(QuantaClock::new())),
         "floor-lookup" => visitor.visit(move || {
-            let words = Words::with_capacity_and_hasher(expected_keys, Default::default());
+            let words = Words::with_capacity(expected_keys);
             for key in 0..expected_keys as u64 {
-                let _ = words.insert_sync(key, Box::new(AtomicU64::new(0)));
+                words.0.pin().insert(key, AtomicU64::new(0));
             }
             FloorLookup(words)
         }),

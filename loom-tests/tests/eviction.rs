@@ -1,8 +1,9 @@
 //! Forgetting idle keys, model-checked: a sweeper forgets a full key while two
 //! threads take from it. Exactly its capacity is admitted — and a sweeper that removes
 //! the key without retiring its word first is rejected. Then the watermark: a request
-//! that meets a retired word (model 11) or stores a forgotten key afresh (model 16)
-//! reads at least the sweep's instant; the sweeper thread's handshake (model 12).
+//! that meets a retired word (model 11) or stores a forgotten key afresh without a
+//! lock (model 16, the insertion handshake of `src/evict/insertions.rs`) reads at
+//! least the sweep's instant; the sweeper thread's handshake (model 12).
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -93,13 +94,16 @@ fn model_11_a_retired_word_publishes_the_watermark() {
     );
 }
 
+/// The mutant retires with Relaxed and takes no fence after raising the watermark:
+/// either would order the raise before the retire on its own (the sweep's handshake
+/// with insertions fences), so both go.
 #[test]
 #[should_panic(expected = "watermark:")]
-fn mutant_11_retiring_with_relaxed_is_rejected() {
+fn mutant_11_retiring_unordered_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
-    check("11 mutant: relaxed retire", None, || {
+    check("11 mutant: unordered retire", None, || {
         with_mutant(
-            Mutant::RelaxedRetire,
+            Mutant::UnorderedRetire,
             a_request_meeting_a_retired_word_sees_the_watermark,
         )
     });
@@ -150,14 +154,16 @@ fn mutant_12_waiting_before_looking_is_rejected() {
     });
 }
 
-/// A new key's first request reads the watermark under the key's lock. A request
-/// whose reading lags at 5 ns misses the key; meanwhile another request stores it (at
-/// 5 ns: one token taken, full again at 10 ns) and a sweep at 50 ns forgets it. If the
-/// lagging request then stores the key afresh, its reading must be the sweep's
-/// watermark: a fresh word dated 5 ns would refill at 10 ns, so a request at 20 ns,
-/// after all of them, would find a token the key, forgotten full at 50 ns and taken
-/// from since, cannot have. At most two of the three requests are allowed.
-fn a_new_key_reads_the_watermark_under_its_lock() {
+/// A new key's first request is applied before its state is published, with no lock:
+/// it registers its insertion, then reads the watermark, and a sweep waits for the
+/// insertions registered before it raised the watermark before it retires anything. A
+/// request whose reading lags at 5 ns misses the key; meanwhile another request
+/// stores it (at 5 ns: one token taken, full again at 10 ns) and a sweep at 50 ns
+/// forgets it. If the lagging request then stores the key afresh, its reading must be
+/// the sweep's watermark: a fresh word dated 5 ns would refill at 10 ns, so a request
+/// at 20 ns, after all of them, would find a token the key, forgotten full at 50 ns
+/// and taken from since, cannot have. At most two of the three requests are allowed.
+fn a_new_key_reads_the_watermark_once_registered() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_nanos(10)).unwrap())
         .clock(clock.clone())
@@ -190,22 +196,34 @@ fn a_new_key_reads_the_watermark_under_its_lock() {
 }
 
 #[test]
-fn model_16_a_new_key_reads_the_watermark_under_its_lock() {
+fn model_16_a_new_key_reads_the_watermark_once_registered() {
     check(
         "16 new key and watermark",
         Some(3),
-        a_new_key_reads_the_watermark_under_its_lock,
+        a_new_key_reads_the_watermark_once_registered,
     );
 }
 
 #[test]
 #[should_panic(expected = "new key:")]
-fn mutant_16_reading_before_the_lock_is_rejected() {
+fn mutant_16_reading_before_registering_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
-    check("16 mutant: reading before the lock", Some(3), || {
+    check("16 mutant: reading before registering", Some(3), || {
         with_mutant(
             Mutant::EarlyReading,
-            a_new_key_reads_the_watermark_under_its_lock,
+            a_new_key_reads_the_watermark_once_registered,
+        )
+    });
+}
+
+#[test]
+#[should_panic(expected = "new key:")]
+fn mutant_16_a_sweep_that_does_not_wait_is_rejected() {
+    use turnstile::loom_hooks::{Mutant, with_mutant};
+    check("16 mutant: sweep without waiting", Some(3), || {
+        with_mutant(
+            Mutant::SweepWithoutWaiting,
+            a_new_key_reads_the_watermark_once_registered,
         )
     });
 }

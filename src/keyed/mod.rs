@@ -35,11 +35,15 @@ use std::sync::Arc;
 /// thread does, started when first needed and joined when the limiter is dropped. So
 /// building one needs keys, hashers and clocks that can be shared with that thread:
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
-/// are also `Clone`, as governor's are: moving a key to a new quota replaces its
-/// entry under the map's bucket lock, which copies the key. A key type's `Hash` and
-/// `Drop` must not panic: the map (`scc::HashIndex`) guarantees its own consistency
-/// only then. A panicking `Eq` or `Clone`, resolver or clock reaches its caller and
-/// leaves the key usable (a move it interrupts thaws the key).
+/// are also `Clone`, as governor's are: a new key's entry owns a copy, and moving a
+/// key to a new quota replaces its entry with one that does too. States live in
+/// papaya, a lock-free map, by default: no request takes a lock, and a thread
+/// stalled anywhere in a request (descheduled, or inside the key's `Hash`, `Eq` or
+/// `Clone`) keeps no other thread's request waiting; [`Builder::word_store`] trades
+/// that for memory and churn speed. A key type's `Hash` and `Drop` must not panic:
+/// the maps guarantee their own consistency only then. A panicking `Eq` or `Clone`,
+/// resolver or clock reaches its caller and leaves the key usable (a move it
+/// interrupts thaws the key).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
@@ -102,6 +106,29 @@ impl<A: Algorithm<K>, K: Hash + Eq + Clone> KeyedLimiter<A, K> {
     }
 }
 
+impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
+where
+    A: Algorithm<K, State = crate::sync::AtomicU64>,
+    S: BuildHasher,
+{
+    /// Keeps the keys' state words in the word store instead of papaya: for
+    /// memory-bound services with heavy key churn. The word store keeps each key and
+    /// its 8-byte word side by side in a table of its own (no allocation per key):
+    /// fewer bytes per key and faster insertion of new keys than papaya, measured side
+    /// by side in results/ANALYSIS.md ("papaya by default"). The price is locks:
+    /// insertions, removals, sweeps and table growth take one of 1,024 segment locks,
+    /// so a thread stalled while it holds one (descheduled, or inside the key's `Eq`,
+    /// `Hash` or `Clone`) keeps every insertion into that segment waiting — on
+    /// papaya no request ever waits for another thread. Lookups of stored keys take
+    /// no lock on either store. Per-key limiters built from this builder
+    /// ([`build_per_key`](Builder::build_per_key)) keep papaya: their states are not
+    /// single words.
+    pub fn word_store(mut self) -> Self {
+        self.store = crate::store::StoreKind::Words;
+        self
+    }
+}
+
 impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
     /// The limiter running `algorithm`, with `rules` making the shared overflow
     /// allowance's rules if there is one; its epoch is now.
@@ -129,7 +156,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
                 .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name, capped)))
         };
         let core = Arc::new_cyclic(|weak: &std::sync::Weak<Core<A, K, C, S>>| Core {
-            states: KeyMap::with_hasher(self.hasher, self.expected_keys),
+            states: KeyMap::build(self.store, self.hasher, self.expected_keys),
             algorithm,
             epoch: Epoch::start(self.clock),
             sweeper: Sweeper::new(&self.forgetting, self.expected_keys),
@@ -611,12 +638,17 @@ where
             return found.unwrap_or_else(|| Ok(self.overflow(now, cost)));
         }
         let create = |key: &K| self.algorithm.create(key);
-        // The first request applied to the new state before it is stored, under the
-        // key's lock (so at the watermark of that moment, as `apply` reads it).
+        // The first request applied to the new state before it is stored, at the
+        // watermark as read once the insertion is registered: a sweep that raises it
+        // later waits for this insertion to publish or lose before it forgets anything
+        // (`evict/insertions.rs`). Registered after `create` (user code, for per-key
+        // rules), so no sweep waits on a resolver; held until the store answers.
         #[cfg(turnstile_loom)]
         let early = crate::sync::mutants::active(crate::sync::mutants::Mutant::EarlyReading)
             .then(|| self.sweeper.reading(now));
+        let mut registration = None;
         let first = |state: &mut A::State| {
+            registration = Some(self.sweeper.register_insertion());
             let reading = self.sweeper.reading(now);
             #[cfg(turnstile_loom)]
             let reading = early.unwrap_or(reading);
@@ -625,6 +657,7 @@ where
         let found = self
             .states
             .get_or_insert(key, create, first, |state| self.apply(state, now, cost));
+        drop(registration);
         self.after_insertion(now);
         // Gone before we could use it (forgotten at once), or hidden for a moment by a
         // move: the next look finds the key absent, fresh or moved, as after meeting a

@@ -1,15 +1,18 @@
 //! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values,
 //! exactly as weak as the store contract allows.
 //!
-//! Every closure but `get_or_insert`'s `first` (which the contract puts under the
-//! lock that makes the insertion one step) runs outside the lock, on a snapshot that
-//! other threads may replace or remove meanwhile; a removal re-checks under the lock
-//! that it removes the value its predicate saw, and retries otherwise; `retain` calls
-//! `keep` twice for every entry and follows the second answer (the contract allows a
-//! map that asks twice); a swap hides the key from lock-free lookups for a moment, as
-//! scc's two-step replace can.
-//! So loom explores every interleaving the contract permits, not just the ones a lock
-//! around each call would allow.
+//! Every closure runs outside the lock, on a snapshot that other threads may replace
+//! or remove meanwhile. An insertion makes its value and applies `first` to it
+//! unlocked, then stores it in one locked step if the key is still absent — so it can
+//! lose a race, as papaya's can — and a loser looks the key up again, unlocked, and
+//! may find it gone. A removal re-checks under the lock that it removes the value its
+//! predicate saw, and asks again otherwise (papaya asks again when the entry changed);
+//! `retain` calls `keep` twice for every entry and follows the second answer (papaya
+//! may ask more than once); a swap hides the key from lock-free lookups for a moment,
+//! as the word store's lookups can miss a key being replaced. Values are `Arc`s, so
+//! one is never moved or freed while a closure holds it, as papaya's guards keep
+//! theirs. So loom explores every interleaving the contract permits, not just the ones
+//! a lock around each call would allow.
 
 use super::Store;
 use crate::KeyRef;
@@ -20,7 +23,7 @@ use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, Hash};
 
 /// Keys and their state under one loom mutex; values are `Arc`s so closures run
-/// unlocked (all but `first`, on a value not yet stored).
+/// unlocked.
 pub(crate) struct LoomStore<K, V, S> {
     map: Mutex<Entries<K, V, S>>,
 }
@@ -38,6 +41,11 @@ where
     K: Hash + Eq + Clone,
     S: BuildHasher,
 {
+    /// An empty store: one kind under loom, whatever the limiter asked for.
+    pub(crate) fn build(_: super::StoreKind, hasher: S, expected_keys: usize) -> Self {
+        <Self as Store<K, V, S>>::with_hasher(hasher, expected_keys)
+    }
+
     /// The entries, for a locked operation: it waits while a swap is under way, as
     /// scc's locked operations wait for the bucket lock a swap holds.
     fn locked(&self) -> MutexGuard<'_, Entries<K, V, S>> {
@@ -116,17 +124,14 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        // Made unlocked; dropped unused if another thread stored one first.
+        // Made, and the first request applied, unlocked, before the store looks
+        // again; dropped unused if another thread stored one first.
         let owned = key.to_key();
         let mut value = value(&owned);
-        {
-            let mut entries = self.locked();
-            if let Entry::Vacant(vacant) = entries.map.entry(owned) {
-                // Under the lock that makes the insertion one step, as the contract says.
-                let first = first(&mut value);
-                vacant.insert(Arc::new(value));
-                return Some(first);
-            }
+        let first = first(&mut value);
+        if let Entry::Vacant(vacant) = self.locked().map.entry(owned) {
+            vacant.insert(Arc::new(value));
+            return Some(first);
         }
         // Found: looked up again without the insertion's lock, which the contract
         // permits: the entry may be removed, or being swapped, in between.

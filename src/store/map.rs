@@ -1,12 +1,12 @@
-//! The store of normal builds: the word store (`words/`) for states that are a single
-//! word, which it keeps beside their keys, and the scc store (`scc.rs`) for anything
-//! else. Which one is fixed by the state type ([`Stored::WORD`], a constant), so every
-//! call goes straight to its store; the other is never built.
+//! The store of normal builds: papaya (`papaya.rs`) by default, or, for a limiter built
+//! with [`word_store`](crate::Builder::word_store) whose states are single words, the
+//! word store (`words/`), which keeps them beside their keys. Which one is chosen when
+//! the limiter is built; each call then takes one well-predicted branch to it.
 
-use super::Store;
-use super::scc::SccStore;
+use super::papaya::PapayaStore;
 use super::stored::Stored;
 use super::words::WordStore;
+use super::{Store, StoreKind};
 use crate::KeyRef;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -14,21 +14,40 @@ use std::sync::atomic::AtomicU64;
 
 /// A map from keys to states of type `V`.
 pub(crate) enum Map<K, V: Stored, S: BuildHasher> {
-    /// For `V::WORD`.
+    /// The default, for every `V`.
+    Papaya(PapayaStore<K, V, S>),
+    /// Chosen per limiter, only for `V::WORD`.
     Words(WordStore<K, S>),
-    /// For every other `V`.
-    Scc(SccStore<K, V, S>),
 }
 
-/// The store `V` lives in, as the first or the second of two expressions. The other
-/// arm cannot happen: a map is built for its state type (`with_hasher`), and the
-/// compiler drops the arm whose constant is false.
+impl<K, V, S> Map<K, V, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    V: Stored,
+    S: BuildHasher + Clone + 'static,
+{
+    /// An empty map of the `kind` asked for. A state that is not a single word lives
+    /// in papaya whatever the kind (the word store holds words only), as
+    /// [`word_store`](crate::Builder::word_store) documents.
+    pub(crate) fn build(kind: StoreKind, hasher: S, expected_keys: usize) -> Self {
+        match kind {
+            StoreKind::Words if V::WORD => {
+                Map::Words(WordStore::with_hasher(hasher, expected_keys))
+            }
+            _ => Map::Papaya(PapayaStore::with_hasher(hasher, expected_keys)),
+        }
+    }
+}
+
+/// The store `V` lives in, as the first or the second of two expressions. For a `V`
+/// that is not a word the second arm is dead (a map of such states is never the word
+/// store, `build`), and the compiler drops it.
 macro_rules! pick {
-    ($map:expr, $words:ident => $on_words:expr, $scc:ident => $on_scc:expr) => {
+    ($map:expr, $papaya:ident => $on_papaya:expr, $words:ident => $on_words:expr) => {
         match $map {
+            Map::Papaya($papaya) => $on_papaya,
             Map::Words($words) if V::WORD => $on_words,
-            Map::Scc($scc) if !V::WORD => $on_scc,
-            _ => unreachable!("turnstile: a map holds the store its state type names"),
+            Map::Words(_) => unreachable!("turnstile: the word store holds only words"),
         }
     };
 }
@@ -40,11 +59,7 @@ where
     S: BuildHasher + Clone + 'static,
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
-        if V::WORD {
-            Map::Words(WordStore::with_hasher(hasher, expected_keys))
-        } else {
-            Map::Scc(SccStore::with_hasher(hasher, expected_keys))
-        }
+        Self::build(StoreKind::Papaya, hasher, expected_keys)
     }
 
     #[inline(always)]
@@ -53,7 +68,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        pick!(self, words => words.get(key, |word| f(V::of_word(word))), scc => scc.get(key, f))
+        pick!(self, papaya => papaya.get(key, f), words => words.get(key, |word| f(V::of_word(word))))
     }
 
     #[inline(always)]
@@ -63,8 +78,8 @@ where
         Q: ?Sized + Hash + Eq,
     {
         pick!(self,
-            words => words.get_or_else(key, |word| f(V::of_word(word)), missed),
-            scc => scc.get_or_else(key, f, missed))
+            papaya => papaya.get_or_else(key, f, missed),
+            words => words.get_or_else(key, |word| f(V::of_word(word)), missed))
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
@@ -73,8 +88,8 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         pick!(self,
-            words => words.get_locked(key, |word| f(V::of_word(word))),
-            scc => scc.get_locked(key, f))
+            papaya => papaya.get_locked(key, f),
+            words => words.get_locked(key, |word| f(V::of_word(word))))
     }
 
     #[inline]
@@ -90,13 +105,13 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         pick!(self,
-            words => words.get_or_insert(
-                key,
-                |key| value(key).into_word(),
-                |word: &mut AtomicU64| first(V::of_word_mut(word)),
-                |word| f(V::of_word(word)),
-            ),
-            scc => scc.get_or_insert(key, value, first, f))
+        papaya => papaya.get_or_insert(key, value, first, f),
+        words => words.get_or_insert(
+            key,
+            |key| value(key).into_word(),
+            |word: &mut AtomicU64| first(V::of_word_mut(word)),
+            |word| f(V::of_word(word)),
+        ))
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
@@ -105,35 +120,35 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         pick!(self,
-            words => words.remove_if(key, |word| pred(V::of_word(word))),
-            scc => scc.remove_if(key, pred))
+            papaya => papaya.remove_if(key, pred),
+            words => words.remove_if(key, |word| pred(V::of_word(word))))
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool, pause: impl FnMut()) {
         pick!(self,
-            words => words.retain(|word| keep(V::of_word(word)), pause),
-            scc => scc.retain(keep, pause))
+            papaya => papaya.retain(keep, pause),
+            words => words.retain(|word| keep(V::of_word(word)), pause))
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
         pick!(self,
-            words => {
-                // `current` is a word of this store (`V::WORD`): compared by address.
-                let current = std::ptr::from_ref(current).cast::<AtomicU64>();
-                words.swap_at(key, current, new.into_word().into_inner())
-            },
-            scc => scc.swap(key, current, new))
+        papaya => papaya.swap(key, current, new),
+        words => {
+            // `current` is a word of this store (`V::WORD`): compared by address.
+            let current = std::ptr::from_ref(current).cast::<AtomicU64>();
+            words.swap_at(key, current, new.into_word().into_inner())
+        })
     }
 
     fn len(&self) -> usize {
-        pick!(self, words => words.len(), scc => scc.len())
+        pick!(self, papaya => papaya.len(), words => words.len())
     }
 
     fn wants_preparation(&self) -> bool {
-        pick!(self, words => words.wants_preparation(), scc => scc.wants_preparation())
+        pick!(self, papaya => papaya.wants_preparation(), words => words.wants_preparation())
     }
 
     fn prepare(&self, stop: impl Fn() -> bool) {
-        pick!(self, words => words.prepare(stop), scc => scc.prepare(stop))
+        pick!(self, papaya => papaya.prepare(stop), words => words.prepare(stop))
     }
 }

@@ -1,14 +1,14 @@
-//! Which store of normal builds holds each kind of state: single words the word store
-//! (`words/`), beside their keys; anything else the scc store (`scc.rs`), in a box of
-//! its own.
+//! What a store of normal builds needs to know of a state: whether it is a single
+//! word, which the word store (`words/`, opt-in) can keep beside its key. papaya
+//! (`papaya.rs`, the default) holds every state in its own entry.
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 /// A state type the keyed store can hold, and which store holds it.
 pub trait Stored: Sized + Send + Sync {
-    /// Whether the state is a single word, which the word store holds beside its key
-    /// (`super::words`): only `AtomicU64`. Every other state lives in the scc store.
+    /// Whether the state is a single word, which the word store can hold beside its
+    /// key (`super::words`): only `AtomicU64`. Every other state lives in papaya.
     #[doc(hidden)]
     const WORD: bool = false;
 
@@ -34,7 +34,8 @@ pub trait Stored: Sized + Send + Sync {
     }
 }
 
-/// The word algorithms' state: the word store keeps it beside its key (`map.rs`).
+/// The word algorithms' state: in papaya, or beside its key in the word store
+/// (`map.rs`).
 impl Stored for AtomicU64 {
     const WORD: bool = true;
 
@@ -54,5 +55,5 @@ impl Stored for AtomicU64 {
     }
 }
 
-/// The sliding log's state and the mutex-per-key baseline's: boxed in the scc store.
+/// The sliding log's state and the mutex-per-key baseline's: always in papaya.
 impl<T: Send> Stored for Mutex<T> {}

@@ -1,11 +1,11 @@
 //! This process's leases: one entry per key with a lease (or a fetch, or a remembered
-//! denial), in a lock-free-read map whose idle entries are swept away.
+//! denial), in a lock-free map (papaya) whose idle entries are swept away.
 
 use super::size::refill_below;
 use crate::lease_word;
 use crate::redis::CheckError;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
-use scc::HashIndex;
+use papaya::HashMap;
 use std::sync::{Arc, PoisonError};
 use tokio::sync::Notify;
 
@@ -81,8 +81,8 @@ impl KeyLease {
 
 /// Every key this process holds a lease entry for.
 pub(super) struct Leases {
-    map: HashIndex<Box<[u8]>, Arc<KeyLease>, foldhash::fast::RandomState>,
-    /// Entries in the map (`HashIndex::len` walks the table).
+    map: HashMap<Box<[u8]>, Arc<KeyLease>, foldhash::fast::RandomState>,
+    /// Entries in the map, counted here so the sweep's trigger reads one word.
     keys: AtomicU64,
     /// Sweep when an insertion takes the count above this.
     sweep_above: AtomicU64,
@@ -94,7 +94,7 @@ const MIN_SWEEP: u64 = 1024;
 impl Leases {
     pub(super) fn new() -> Self {
         Self {
-            map: HashIndex::with_hasher(foldhash::fast::RandomState::default()),
+            map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
             keys: AtomicU64::new(0),
             sweep_above: AtomicU64::new(MIN_SWEEP),
         }
@@ -103,7 +103,7 @@ impl Leases {
     /// `f` on `key`'s lease, if it has an entry: a lock-free lookup, no allocation.
     #[inline]
     pub(super) fn with<R>(&self, key: &[u8], f: impl FnOnce(&Arc<KeyLease>) -> R) -> Option<R> {
-        self.map.peek_with(key, |_, lease| f(lease))
+        self.map.pin().get(key).map(f)
     }
 
     /// `key`'s entry, made if it has none; a new entry may set off a sweep, which
@@ -116,16 +116,15 @@ impl Leases {
         if let Some(lease) = self.with(key, Arc::clone) {
             return lease;
         }
-        let mut inserted = false;
-        let lease = Arc::clone(
-            self.map
-                .entry_sync(key.into())
-                .or_insert_with(|| {
-                    inserted = true;
-                    Arc::new(KeyLease::new())
-                })
-                .get(),
-        );
+        // A new entry, dropped unused if another thread stored one first.
+        let (lease, inserted) = match self
+            .map
+            .pin()
+            .try_insert(key.into(), Arc::new(KeyLease::new()))
+        {
+            Ok(lease) => (Arc::clone(lease), true),
+            Err(occupied) => (Arc::clone(occupied.current), false),
+        };
         if inserted {
             // Relaxed: a count for deciding when to sweep; it guards no memory.
             let keys = self.keys.fetch_add(1, Ordering::Relaxed) + 1;
@@ -143,8 +142,13 @@ impl Leases {
     /// insertion constant and the map within twice the live keys.
     pub(super) fn sweep(&self, mut removable: impl FnMut(&KeyLease, &Slow) -> bool) {
         let mut removed = 0u64;
-        self.map.retain_sync(|_, lease| {
+        self.map.pin().retain(|_, lease| {
             let mut slow = lease.slow();
+            // papaya may ask again about an entry it failed to remove (one a resize
+            // was copying): retired once, counted once, and removed.
+            if slow.retired {
+                return false;
+            }
             // Relaxed: the lock orders this read after any fetch that locked the entry
             // before, and a fetch that locks it later sees `retired`.
             if lease.fetching.load(Ordering::Relaxed) || !removable(lease, &slow) {

@@ -144,8 +144,12 @@
 //! forgotten, on a 2-core EPYC VM (1M keys: 63–71 ms, 107–129 ms; results/ANALYSIS.md,
 //! "A new key's barriers").
 
+mod insertions;
+
 use crate::Quota;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use insertions::Insertions;
+pub(crate) use insertions::Registration;
 use std::time::Duration;
 
 /// A keyed limiter's memory at a glance.
@@ -252,6 +256,9 @@ pub(crate) struct Sweeper {
     pub(crate) max_keys: usize,
     /// Every key forgotten so far was forgettable as of this time (ns since epoch).
     watermark: AtomicU64,
+    /// New keys' insertions in flight, which a sweep waits for after raising the
+    /// watermark (`insertions.rs`).
+    insertions: Insertions,
     /// Map size at which an insertion asks for a sweep; `REQUESTED` while one is
     /// asked for and unfinished.
     next_sweep: AtomicU64,
@@ -282,6 +289,7 @@ impl Sweeper {
             automatic: settings.automatic,
             max_keys: settings.max_keys.map_or(usize::MAX, |(n, _)| n),
             watermark: AtomicU64::new(0),
+            insertions: Insertions::new(),
             next_sweep: AtomicU64::new(first_sweep),
             // As if a sweep had begun at the epoch and kept nothing.
             useful_from: AtomicU64::new(crate::clock::duration_to_nanos(settings.margin)),
@@ -300,22 +308,33 @@ impl Sweeper {
     pub(crate) fn reading(&self, now: u64) -> u64 {
         // Relaxed: callers load it after finding the key's word — through the store's
         // Acquire lookup, or the Acquire fence taken on seeing RETIRED — or, for a new
-        // key's first request, after taking the key's bucket lock and finding it
-        // vacant (the removal of the key's last entry released that lock). Each
-        // orders it after the sweeper's raise (sequenced before its Release retire CAS
-        // and before the removal). Any older value is a watermark no fresh word
-        // depends on.
+        // key's first request, after registering its insertion (the SeqCst fence in
+        // `Insertions::register`): a sweep whose raise that load misses waits for the
+        // insertion before it retires anything. Each orders it after the sweeper's
+        // raise (sequenced before its Release retire CAS and before the removal). Any
+        // older value is a watermark no fresh word depends on.
         now.max(self.watermark.load(Ordering::Relaxed))
     }
 
-    /// Starts a sweep at `now`: raises the watermark and returns the instant keys must
-    /// be forgettable at.
+    /// Starts a sweep at `now` (or moves a running one on to it): raises the
+    /// watermark, waits for the new keys' insertions that may have read the old one,
+    /// and returns the instant keys must be forgettable at. The caller holds the sweep
+    /// lock.
     pub(crate) fn begin(&self, now: u64) -> u64 {
         let at = now.saturating_sub(self.margin);
         // Relaxed: sequenced before every retire CAS (Release) of this sweep, which
-        // publishes it; see `reading`.
+        // publishes it, and before the phase flip (Release), which publishes it to
+        // new insertions; see `reading`.
         self.watermark.fetch_max(at, Ordering::Relaxed);
+        self.insertions.flip_and_wait();
         at
+    }
+
+    /// Registers a new key's insertion, before its first request reads the watermark
+    /// (`reading`); held until the state is published or the insertion lost.
+    #[inline]
+    pub(crate) fn register_insertion(&self) -> Registration<'_> {
+        self.insertions.register()
     }
 
     /// Records a finished sweep that began at `began`, forgot `forgotten` keys and
