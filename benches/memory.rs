@@ -35,8 +35,9 @@ use turnstile::{
 const KEYS: usize = 1_000_000;
 const STREAM_KEYS: u64 = 10_000_000;
 const STREAM_STEP: Duration = Duration::from_micros(10);
-const LIMITERS: [&str; 9] = [
+const LIMITERS: [&str; 10] = [
     "turnstile",
+    "turnstile-words",
     "turnstile-presized",
     "mutex-per-key",
     "global-lock",
@@ -127,6 +128,17 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
             || TokenBucket::<K>::builder(quota).manual_eviction().build(),
             admit,
         ),
+        // The opt-in word store: keys and words side by side, no allocation per key.
+        "turnstile-words" => measure(
+            keys,
+            || {
+                TokenBucket::<K>::builder(quota)
+                    .manual_eviction()
+                    .word_store()
+                    .build()
+            },
+            admit,
+        ),
         // Told how many keys to expect, the map sizes its table once instead of growing
         // it by doubling; governor has no such setting.
         "turnstile-presized" => measure(
@@ -176,13 +188,15 @@ fn stream(limiter: &str) -> (usize, u64, i64, u64) {
     let (capacity, every) = Mix::Allowed.quota(Pattern::Churn);
     let mut peak_keys = 0;
     let info = match limiter {
-        "turnstile" => {
+        "turnstile" | "turnstile-words" => {
             let clock = ManualClock::new();
             let quota = Quota::new(capacity, every).expect("valid quota");
             allocation_counter::measure(|| {
-                let limiter = TokenBucket::<u64>::builder(quota)
-                    .clock(clock.clone())
-                    .build();
+                let builder = TokenBucket::<u64>::builder(quota).clock(clock.clone());
+                let limiter = match limiter {
+                    "turnstile" => builder.build(),
+                    _ => builder.word_store().build(),
+                };
                 for key in 0..STREAM_KEYS {
                     limiter.try_acquire(&key);
                     clock.advance(STREAM_STEP);
@@ -302,7 +316,7 @@ fn main() {
         "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes,peak_rss_growth_bytes\n",
     );
     println!("{}", csv.trim_end());
-    for limiter in ["turnstile", "governor"] {
+    for limiter in ["turnstile", "turnstile-words", "governor"] {
         let output = Command::new(&exe)
             .args(["--stream", limiter])
             .output()

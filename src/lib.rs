@@ -72,16 +72,17 @@
 //! header fields.
 //!
 //! # Verification
-//! Every atomic protocol is model-checked with loom in `loom-tests/`, each model with
-//! a deliberately broken variant that the checker must reject. Keys live in an
-//! `scc::HashIndex`, which is not loom-aware; the limiters use it only through a
-//! small internal store contract (get, which may miss a key being swapped; a locked
-//! get, which never does; get-or-insert, exactly once; remove-if; swap by identity;
-//! retain; values stable while in use; closures possibly run more than once, and
-//! those of a plain get outside any lock). Under `--cfg turnstile_loom` a loom-aware
+//! turnstile's atomic protocols are model-checked with loom in `loom-tests/`, on the
+//! real limiter code, each model with a deliberately broken variant that the checker
+//! must reject. Keys live in papaya (by default) or the word store, neither of them
+//! loom-aware; the limiters use them only through a small internal store contract
+//! (get; a get that never misses a key being swapped; get-or-insert, exactly once,
+//! the first request applied before the state is published, an insertion that can
+//! lose a race; remove-if; swap by identity; retain; values stable while in use;
+//! closures possibly run more than once). Under `--cfg turnstile_loom` a loom-aware
 //! store implements that contract exactly as weakly as it is written, so loom checks
-//! turnstile's own protocols against it, and the index's guarantees cover the map
-//! itself.
+//! turnstile's own protocols against it, and papaya's documented guarantees cover the
+//! map itself (the word store: a restatement of its growth, its tests and miri).
 
 // No `unsafe` but in one module: the word store's write-once key cells and the table
 // that reads them (`store/words/`), where safe Rust's cells cost 8 bytes per key. miri

@@ -14,8 +14,9 @@ const SCENARIOS: [&str; 7] = [
     "zipf-denied",
     "churn-allowed",
 ];
-const SERIES: [(&str, RGBColor); 6] = [
+const SERIES: [(&str, RGBColor); 7] = [
     ("turnstile", RGBColor(0, 114, 178)),
+    ("turnstile-words", RGBColor(204, 121, 167)),
     ("turnstile-recent", RGBColor(86, 180, 233)),
     ("mutex-per-key", RGBColor(230, 159, 0)),
     ("global-lock", RGBColor(213, 94, 0)),

@@ -15,8 +15,9 @@ const SCENARIOS: [&str; 7] = [
     "zipf-denied",
     "churn-allowed",
 ];
-const CONTENDERS: [&str; 9] = [
+const CONTENDERS: [&str; 10] = [
     "turnstile",
+    "turnstile-words",
     "turnstile-recent",
     "mutex-per-key",
     "global-lock",
@@ -559,8 +560,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          ratios in parentheses are each contender's throughput ÷ turnstile's. \
          `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
          `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a \
-         lock-free lookup in an `scc::HashIndex` of boxed words (the index turnstile's \
-         store used before its word store) + one CAS with no limiting logic; `floor-cas` is one CAS on a \
+         lock-free lookup in a papaya map of words (the default store's map, bare; under \
+         churn it inserts each new key and removes the one 100,000 behind) + one CAS with no \
+         limiting logic; `turnstile-words` is turnstile on the opt-in word store; `floor-cas` is one CAS on a \
          pre-resolved word; `floor-clock` (one clock reading) and `floor-lookup` (one \
          lookup) are its other parts alone, measured once (uniform allowed). \
          Allowed mix: a burst of `u32::MAX` per key; denied mix: one \

@@ -39,14 +39,18 @@
 //!
 //! **Invariant:** every word a request changes is one that the map held and that was
 //! not retired at that moment (or, for a new key's first request, the word it is
-//! about to store, under the key's lock), and every request's reading is at least the
-//! watermark of any forgetting it can observe. Model-checked in
+//! about to store, before any other thread can see it), and every request's reading
+//! is at least the watermark of any forgetting it can observe. A new key's first
+//! request takes no lock to keep this: it registers its insertion before it reads the
+//! watermark, and a sweep waits for the insertions registered before it raised the
+//! watermark before it retires anything ([`insertions`]). Model-checked in
 //! `loom-tests/tests/eviction.rs`: model 6 with a mutant that removes without
-//! retiring, model 11 (the retire's Release publishing the watermark to the reader's
-//! Acquire fence) with a mutant that retires with Relaxed, model 16 (a new key's
-//! first request reads the watermark under the key's lock, after any removal of the
-//! key it could follow) with a mutant that reads it before taking the lock; loom
-//! rejects all three.
+//! retiring, model 11 (the retire's Release, or the sweep's fence after the raise,
+//! publishing the watermark to the reader's Acquire fence) with a mutant that has
+//! neither, model 16 (a new key's first request, applied before its state is
+//! published, against a sweep that forgets the key) with mutants that read the
+//! watermark before registering and that sweep without waiting; loom rejects all
+//! four.
 //!
 //! # When sweeping happens — and why no request pays for it
 //! A sweep is due when the map holds twice the keys the last sweep kept (at least
@@ -69,29 +73,22 @@
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
 //! per-request bound is zero keys visited.** Insertions look at the map's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
-//! per-thread cells), so a sweep is asked for a few dozen insertions late. The sweeper
-//! asks about every key without any lock of the map, and removes the keys it retired
-//! afterwards, a thousand at a time, each under its own bucket's lock for one entry's
-//! removal: an insertion into that bucket waits that long, unless the OS preempts the
-//! thread inside that removal. (A sweep that held each bucket while it asked about its
-//! 32 entries was, whenever the OS preempted the thread, holding one, and an insertion
-//! into it slept until the thread ran again: 4–38 ms with two requesting threads on
-//! two cores.) Lookups of stored keys never wait (while a small
-//! table grows by itself they may do work, below); a peek or refund of a key the
-//! lock-free lookup did not find looks again under the bucket's lock, and may wait for
-//! it the same way. A forgotten entry is only marked removed; its slot
-//! in the map is reused by a later insertion into its bucket once no reader can still
-//! hold it, so forgetting frees nothing on a request: no `free` per key. The sliding
-//! log's and per-key quotas' states are boxes, freed by whichever
-//! thread next writes their bucket (an insertion that finds the bucket full frees that
-//! bucket's: 32, plus any in its overflow chain). The table never shrinks (sweeps hold
-//! it at the largest size it has had, as DashMap's and papaya's tables stay): a table
-//! shrunk away would be freed with every forgotten entry in it at once, on whichever
-//! thread finished moving it — measured, a request stalled 240 ms after a sweep forgot
-//! 1M boxed keys.
+//! per-thread cells), so a sweep is asked for a few dozen insertions late.
 //!
-//! The four single-word algorithms keep their keys in the word store instead
-//! (`src/store/words/`): 1,024 segments, each a table of keys and words side by side. A
+//! On the default store (papaya, `src/store/papaya.rs`) the sweeper asks about every
+//! key and removes those it retired with no lock, and so does every request: a
+//! lookup, a new key's insertion, the removal of a forgotten state it meets. papaya
+//! frees a removed entry through its epoch-based reclamation once no reader can hold
+//! it, on whichever thread's reclamation batch it falls in, and grows by itself, each
+//! insertion during a resize copying a chunk of 8 slots. A sweep waits for the new
+//! keys' insertions that were in flight when it began (each one papaya insertion);
+//! no request waits for a sweep. A limiter built with `expected_keys(n)` starts with
+//! the table for `n` keys and meets no growth below that.
+//!
+//! The opt-in word store (`Builder::word_store`, `src/store/words/`) keeps the four
+//! single-word algorithms' keys and words side by side in 1,024 segments, each a
+//! table of its own, under segment locks: an insertion, a removal, a step of a growth
+//! and a sweep's removals each hold one. A
 //! forgotten key's slot is marked removed, never reused in its table, and left behind
 //! when the segment's table next grows (to a table sized for the keys it holds then:
 //! smaller, after a sweep that forgot many). **Per request, its growth costs at most
@@ -108,18 +105,8 @@
 //! own memory are dropped with it). No request holds a segment's lock longer than
 //! one such step (loom model 17; results/ANALYSIS.md, "A growth that drains").
 //! Without a sweeper thread (`manual_eviction()`) requests grow every table and drain
-//! it a group per insertion.
-//!
-//! The sliding log's and per-key quotas' boxed states stay in the scc index described
-//! above, which grows by itself at every size, with or without a sweeper thread: a
-//! request that touches the table while it grows first moves up to 2,048 entries
-//! (80–100 µs), and the one that finishes the move frees the outgrown table, which
-//! takes longer the larger the table (measured, one thread inserting 17M new keys on
-//! a 2-core Intel Xeon VM, the slowest request per doubling: 0.7–1.3 ms at 1M keys,
-//! 1.4–1.8 ms at 2M, 2.3–3.1 ms at 4M, 4.4–5.4 ms at 8M, 9.9–10.9 ms for the
-//! 16Mi-slot table; one run also had a 13.6 ms stall at 1–2M keys, not preemption). A
-//! limiter built with `expected_keys(n)` starts with the table for `n` keys and meets
-//! no growth below that.
+//! it a group per insertion. The sliding log's and per-key quotas' states are not
+//! single words and stay in papaya on either choice.
 //!
 //! One exception keeps memory bounded when the thread cannot keep up (a machine
 //! overloaded, the thread starved of CPU): an insertion that finds the map at four

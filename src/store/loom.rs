@@ -32,7 +32,7 @@ pub(crate) struct LoomStore<K, V, S> {
 struct Entries<K, V, S> {
     map: HashMap<K, Arc<V>, S>,
     /// Addresses of successors a `swap` has stored but not finished with: a lock-free
-    /// `get` misses their keys until it has, as scc's lookup can.
+    /// `get` misses their keys until it has, as the word store's lookup can.
     hidden: Vec<usize>,
 }
 
@@ -47,7 +47,7 @@ where
     }
 
     /// The entries, for a locked operation: it waits while a swap is under way, as
-    /// scc's locked operations wait for the bucket lock a swap holds.
+    /// the word store's locked operations wait for the segment lock a swap holds.
     fn locked(&self) -> MutexGuard<'_, Entries<K, V, S>> {
         loop {
             let entries = self.map.lock().unwrap();
@@ -179,7 +179,7 @@ where
         if !found {
             return false;
         }
-        // Two steps, as scc's `update` under its bucket lock: the successor is stored,
+        // Two steps, as a word store's move can straddle: the successor is stored,
         // then the old entry marked removed; a lock-free look in between misses the
         // key, and locked operations wait until the second step.
         let successor = Arc::new(new);

@@ -174,8 +174,8 @@ pub(crate) trait Store<K, V, S> {
     /// Prepares the store's next stretch of memory: in the word store, the segments'
     /// tables due grown ahead (allocated and their pages touched) and their outgrown
     /// tables drained (`words/`), so that no request allocates a large table, meets its
-    /// fresh pages or moves its keys. The scc store has nothing to prepare: its index
-    /// grows by itself. Calls `stop` between steps, holding none of the store's locks
+    /// fresh pages or moves its keys. papaya has nothing to prepare: it grows by
+    /// itself, each insertion copying a chunk of 8 slots while it does. Calls `stop` between steps, holding none of the store's locks
     /// (so the sweeper thread may yield its CPU there, `keyed/maintenance.rs`), and
     /// ends early once it says so (the limiter is being dropped, or a sweep is
     /// waiting), the next call going on from there. For the sweeper thread (none under

@@ -134,7 +134,7 @@
 //! # Memory and cost
 //! Keys seen once take no entry, only a slot of a fixed table of 8,192 sightings
 //! (64 KiB a limiter). A key seen again gets one entry in a lock-free-read map
-//! (`scc::HashIndex`, the crate's store): about 200 bytes (the entry is 144) plus the
+//! (papaya, the crate's default store): about 200 bytes (the entry is 144) plus the
 //! key's. Entries are swept when the map has doubled since the last sweep: those whose
 //! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
 //! over go, so the map holds the keys that came back within about one lifetime, and
