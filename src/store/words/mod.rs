@@ -7,7 +7,10 @@
 //! (`table.rs`) behind an `sdd` pointer, the outgrown table while it drains, and a
 //! lock. Lookups take no lock: they load the segment's table under an epoch guard and
 //! probe it, then the draining one if the key is not there. Insertions, removals and
-//! the steps of a growth take the segment's lock.
+//! the steps of a growth take the segment's lock, each inside an epoch guard created
+//! before the lock and dropped after it: a thread's outermost guard may, as it is
+//! created, free what the thread retired (outgrown tables, keys and all), and no
+//! table is freed while a segment is held.
 //!
 //! # Growth, and what a request pays for it
 //! An insertion that finds its segment's table out of room (7/8 of its slots full or
@@ -137,8 +140,41 @@ struct Placed<'g> {
 /// cannot be allocated panics before `Used` changes, a drain's step runs the key
 /// type's `Hash` and `Clone` before it freezes a word, and a panic in a caller's
 /// `first` or `f` (never user code) leaves it consistent too.
-fn lock<K>(segment: &Segment<K>) -> MutexGuard<'_, Used> {
-    segment.lock.lock().unwrap_or_else(PoisonError::into_inner)
+///
+/// The caller creates its epoch guard *before* this, and keeps it until the lock is
+/// released: an outermost `sdd` guard, when created, may free the garbage this thread
+/// retired (whole outgrown tables, and with them their keys' destructors), which must
+/// not happen while a segment is held.
+fn lock<K>(segment: &Segment<K>) -> Held<'_> {
+    let held = Held(segment.lock.lock().unwrap_or_else(PoisonError::into_inner));
+    #[cfg(test)]
+    tests::LOCKS_HELD.with(|held| held.set(held.get() + 1));
+    held
+}
+
+/// A segment's lock, held: what `Used` it guards. In tests it also counts the segment
+/// locks this thread holds, so that a key's destructor can tell whether it runs under
+/// one (`tests::Watched`).
+struct Held<'s>(MutexGuard<'s, Used>);
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Used;
+    fn deref(&self) -> &Used {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Used {
+        &mut self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        tests::LOCKS_HELD.with(|held| held.set(held.get() - 1));
+    }
 }
 
 impl<K> Segment<K> {
@@ -350,8 +386,9 @@ where
     pub(crate) fn swap_at(&self, key: K, current: *const AtomicU64, new: u64) -> bool {
         let hash = self.hash(&key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
+        // The guard first, then the lock (see `lock`).
         let guard = Guard::new();
+        let mut used = lock(segment);
         // Room first: the step of a drain it takes may move the key.
         let table = self.with_room(segment, &mut used, &guard);
         match self.locate(segment, hash, &key, &guard) {
@@ -455,8 +492,8 @@ where
     {
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let _used = lock(segment);
         let guard = Guard::new();
+        let _used = lock(segment);
         let placed = self.locate(segment, hash, key, &guard)?;
         Some(f(placed.found.word))
     }
@@ -477,8 +514,8 @@ where
         let mut value = value(&owned);
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
         let guard = Guard::new();
+        let mut used = lock(segment);
         // Room first (a drain's step may move the key), then one probe that finds the
         // key or the slot it will take.
         let table = self.with_room(segment, &mut used, &guard);
@@ -513,8 +550,8 @@ where
     {
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
         let guard = Guard::new();
+        let mut used = lock(segment);
         match self.locate(segment, hash, key, &guard) {
             Some(placed) if pred(placed.found.word) => {
                 self.remove_at(segment, &placed, &mut used, &guard);
@@ -531,12 +568,14 @@ where
             // A drain left behind (insertions into the segment stopped) ends here, a
             // group at a time, so that the draining table's memory goes.
             loop {
+                let guard = Guard::new();
                 let mut used = lock(segment);
                 if used.next.is_none() {
                     break;
                 }
-                self.move_group(segment, &mut used, &Guard::new());
+                self.move_group(segment, &mut used, &guard);
                 drop(used);
+                drop(guard);
                 pause();
             }
             // Asked without the lock, removed under it: a segment held while its keys
@@ -610,11 +649,11 @@ where
                 if stop() || !self.wants_preparation() {
                     return;
                 }
+                let guard = Guard::new();
                 let mut used = lock(segment);
                 if !used.due {
                     break;
                 }
-                let guard = Guard::new();
                 if used.next.is_none() {
                     // A growth due: the next table, before requests must allocate it;
                     // allocated and its pages touched without the lock, so that no
@@ -709,10 +748,61 @@ where
 mod tests {
     use super::{SEGMENTS, Store, WordStore};
     use crate::word::RETIRED;
+    use std::cell::Cell;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     type Words<K> = WordStore<K, foldhash::fast::RandomState>;
+
+    thread_local! {
+        /// Segment locks this thread holds (kept by `lock` and `Held`).
+        pub(super) static LOCKS_HELD: Cell<usize> = const { Cell::new(0) };
+        /// [`Watched`] keys dropped on this thread: all, and those dropped while it held
+        /// a segment's lock.
+        static WATCHED_DROPS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    /// A key that notes, when dropped, whether its thread held a segment's lock: an
+    /// outgrown table's keys are dropped when the epoch collector frees the table.
+    #[derive(Hash, PartialEq, Eq, Clone, Debug)]
+    struct Watched(u64);
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            let locked = LOCKS_HELD.with(Cell::get) > 0;
+            WATCHED_DROPS.with(|drops| {
+                let (all, under_lock) = drops.get();
+                drops.set((all + 1, under_lock + usize::from(locked)));
+            });
+        }
+    }
+
+    /// A hasher that sends every key to segment 0, spread over its groups: one
+    /// segment grows, drains and is swept as a store's thousand would be.
+    #[derive(Clone, Default)]
+    struct OneSegment;
+
+    struct OneSegmentHasher(u64);
+
+    impl std::hash::BuildHasher for OneSegment {
+        type Hasher = OneSegmentHasher;
+        fn build_hasher(&self) -> OneSegmentHasher {
+            OneSegmentHasher(0)
+        }
+    }
+
+    impl std::hash::Hasher for OneSegmentHasher {
+        fn finish(&self) -> u64 {
+            // The top bits, which choose the segment, clear.
+            self.0 >> super::SEGMENT_BITS
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.0 =
+                    (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            }
+        }
+    }
 
     /// Keys enough to grow every segment's table a few times (fewer under miri).
     const MANY: u64 = if cfg!(miri) { 200 } else { 20_000 };
@@ -1037,5 +1127,41 @@ mod tests {
         for key in 0..counted {
             assert_eq!(word(&*store, &key), Some(rounds), "key {key}");
         }
+    }
+
+    /// Outgrown tables are freed (their keys dropped) by the epoch collector when a
+    /// thread creates its outermost guard; every operation that locks a segment
+    /// creates its guard before the lock, so no table is ever freed under one.
+    #[test]
+    fn no_table_is_freed_while_a_segment_is_locked() {
+        let keys: u64 = if cfg!(miri) { 120 } else { 5_000 };
+        let rounds = if cfg!(miri) { 8 } else { 40 };
+        let store = WordStore::<Watched, OneSegment>::with_hasher(OneSegment, 0);
+        // Only locked operations: each creates this thread's outermost guard, so each
+        // is where the collector may free what earlier growths retired.
+        for key in 0..keys {
+            let stored =
+                store.get_or_insert(&Watched(key), |_| AtomicU64::new(key), |_| true, |_| false);
+            assert_eq!(stored, Some(true));
+        }
+        for _ in 0..rounds {
+            for key in 0..keys {
+                let word = store.get_locked(&Watched(key), |w| w.load(Ordering::Relaxed));
+                assert_eq!(word, Some(key));
+            }
+        }
+        for key in (0..keys).step_by(2) {
+            assert!(store.remove_if(&Watched(key), |_| true));
+        }
+        // The keys made and dropped above as arguments count too, none under a lock;
+        // the tables' own keys are the rest.
+        let (all, under_lock) = WATCHED_DROPS.with(Cell::get);
+        let arguments = (keys + keys * rounds + keys.div_ceil(2)) as usize;
+        assert!(
+            all > arguments,
+            "no outgrown table was freed during the test ({all} drops)"
+        );
+        assert_eq!(under_lock, 0, "keys dropped while a segment was locked");
+        assert_eq!(LOCKS_HELD.with(Cell::get), 0);
     }
 }
