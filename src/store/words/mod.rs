@@ -29,6 +29,13 @@
 //! for the segment's keys and one more per group of the draining one, so it never
 //! fills before the drain ends.
 //!
+//! # Sweeps
+//! A sweep (`retain`) first ends any drain left behind in a segment, a step per hold
+//! of its lock; then asks about the segment's keys holding no lock, and removes those
+//! rejected [`REMOVED_AT_ONCE`] per hold, pausing between holds, with one update of
+//! the key count per hold. So a sweep holds a segment no longer than a drain's step
+//! does, however many of its keys it forgets.
+//!
 //! # The freeze
 //! A request that found a key in the draining table may be about to compare-and-set
 //! its word while a move copies it. So a move swaps each word it copies to
@@ -105,6 +112,10 @@ const AHEAD_FROM: usize = 2048;
 const TOUCHED_ON_REQUESTS: usize = 128 << 10;
 /// Groups the sweeper thread moves per hold of a segment's lock.
 const MOVED_AT_ONCE: usize = 8;
+/// Rejected keys a sweep removes per hold of a segment's lock: a removal is one tag
+/// store (a cache miss, in a large table), so a hold lasts about as long as a drain's
+/// step of [`MOVED_AT_ONCE`] groups, however many keys a sweep forgets in a segment.
+const REMOVED_AT_ONCE: usize = 64;
 
 struct Segment<K> {
     /// The table new keys go to; null until the segment's first key.
@@ -378,7 +389,15 @@ where
                 .remove(position);
             used.keys -= 1;
         }
-        self.keys.add(-1);
+        self.count(-1);
+    }
+
+    /// Adds `n` to the store's key count. In tests it also counts the updates, so that
+    /// a test can check a sweep updates the count once per hold, not once per key.
+    fn count(&self, n: isize) {
+        #[cfg(test)]
+        tests::KEY_COUNT_UPDATES.with(|updates| updates.set(updates.get() + 1));
+        self.keys.add(n);
     }
 
     /// `swap` with the current word given by address: `new` stored as `key`'s word if
@@ -399,7 +418,7 @@ where
                 used.slots += 1;
                 used.keys += 1;
                 self.remove_at(segment, &placed, &mut used, &guard);
-                self.keys.add(1);
+                self.count(1);
                 true
             }
             _ => false,
@@ -539,7 +558,7 @@ where
             self.mark_due(&mut used);
         }
         // Counted once stored: a `first` that panics stores and counts nothing.
-        self.keys.add(1);
+        self.count(1);
         Some(first)
     }
 
@@ -584,10 +603,19 @@ where
             // barriers"). A key moved meanwhile (a drain's step) is asked about in
             // both tables; it is removed from neither if the move froze it first,
             // since its slot in the draining table is no longer full, and its copy
-            // was asked about as itself.
-            let guard = Guard::new();
-            let (table, draining) = segment.tables(&guard);
-            for (is_draining, table) in [(true, draining), (false, table)] {
+            // was asked about as itself. The tables are held by their reference
+            // counts, not by a guard, which would be held through the pauses below
+            // and hold back every free meanwhile; held, neither can be freed and
+            // another allocated at its address, which the removals' check of the
+            // table would take for it.
+            let (table, draining) = {
+                let guard = Guard::new();
+                // Acquire, both: as in `Segment::tables`, in its order.
+                let table = segment.table.get_shared(Ordering::Acquire, &guard);
+                let draining = segment.draining.get_shared(Ordering::Acquire, &guard);
+                (table, draining)
+            };
+            for (is_draining, table) in [(true, &draining), (false, &table)] {
                 let Some(table) = table else { continue };
                 rejected.extend(
                     table
@@ -596,33 +624,47 @@ where
                         .map(|(position, _, _)| (is_draining, position)),
                 );
             }
-            if rejected.is_empty() {
-                continue;
-            }
-            let mut used = lock(segment);
-            let now = segment.tables(&guard);
-            // Tables replaced since (a growth): their keys are asked again at the next
-            // sweep. Slots are never reused in a table, so a position still full holds
-            // the key and word that were rejected.
-            for (is_draining, position) in rejected.drain(..) {
-                let (seen, current) = if is_draining {
-                    (draining, now.1)
-                } else {
-                    (table, now.0)
-                };
-                let (Some(seen), Some(current)) = (seen, current) else {
-                    continue;
-                };
-                if std::ptr::eq(seen, current) && current.is_full(position) {
-                    current.remove(position);
-                    if is_draining {
-                        used.draining -= 1;
+            // Removed [`REMOVED_AT_ONCE`] at a time, each batch in a hold of its own
+            // with a pause between, so that no request waits on the segment for more
+            // than one batch (nor, with `pause` yielding, for a preempted sweeper in
+            // the middle of a long one); the key count updated once per hold.
+            for (hold, batch) in rejected.chunks(REMOVED_AT_ONCE).enumerate() {
+                if hold > 0 {
+                    pause();
+                }
+                let guard = Guard::new();
+                let mut used = lock(segment);
+                let now = segment.tables(&guard);
+                let mut removed = 0;
+                // Tables replaced since (a growth): their keys are asked again at the
+                // next sweep. Slots are never reused in a table, so a position still
+                // full holds the key and word that were rejected.
+                for &(is_draining, position) in batch {
+                    let (seen, current) = if is_draining {
+                        (draining.as_deref(), now.1)
                     } else {
-                        used.keys -= 1;
+                        (table.as_deref(), now.0)
+                    };
+                    let (Some(seen), Some(current)) = (seen, current) else {
+                        continue;
+                    };
+                    if std::ptr::eq(seen, current) && current.is_full(position) {
+                        current.remove(position);
+                        if is_draining {
+                            used.draining -= 1;
+                        } else {
+                            used.keys -= 1;
+                        }
+                        removed += 1;
                     }
-                    self.keys.add(-1);
+                }
+                drop(used);
+                drop(guard);
+                if removed > 0 {
+                    self.count(-removed);
                 }
             }
+            rejected.clear();
         }
     }
 
@@ -757,6 +799,8 @@ mod tests {
     thread_local! {
         /// Segment locks this thread holds (kept by `lock` and `Held`).
         pub(super) static LOCKS_HELD: Cell<usize> = const { Cell::new(0) };
+        /// Updates of a store's key count made on this thread (kept by `count`).
+        pub(super) static KEY_COUNT_UPDATES: Cell<usize> = const { Cell::new(0) };
         /// [`Watched`] keys dropped on this thread: all, and those dropped while it held
         /// a segment's lock.
         static WATCHED_DROPS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
@@ -943,7 +987,8 @@ mod tests {
             || pauses += 1,
         );
         assert_eq!(asked, MANY as usize);
-        // One before each segment, and one after each step of a drain left behind.
+        // One before each segment, one after each step of a drain left behind, and one
+        // between holds of a segment's removals.
         assert!(pauses >= SEGMENTS, "a pause before each segment: {pauses}");
         for key in 0..MANY {
             assert_eq!(word(&store, &key).is_some(), key % 3 != 0, "key {key}");
@@ -1163,5 +1208,46 @@ mod tests {
         );
         assert_eq!(under_lock, 0, "keys dropped while a segment was locked");
         assert_eq!(LOCKS_HELD.with(Cell::get), 0);
+    }
+
+    /// A sweep that forgets thousands of keys in one segment removes them
+    /// [`REMOVED_AT_ONCE`](super::REMOVED_AT_ONCE) per hold of the segment's lock,
+    /// pausing between holds, and updates the key count once per hold: seen from the
+    /// pauses, the count never falls by more than a batch between two of them.
+    #[test]
+    fn a_sweep_removes_a_bounded_batch_per_hold() {
+        use super::REMOVED_AT_ONCE;
+        let keys: u64 = if cfg!(miri) { 300 } else { 3_000 };
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        for key in 0..keys {
+            let stored =
+                store.get_or_insert(&key, |_| AtomicU64::new(key % 4), |_| true, |_| false);
+            assert_eq!(stored, Some(true));
+        }
+        let rejected = (0..keys).filter(|key| key % 4 != 0).count();
+        let mut seen = vec![store.len()];
+        let before = KEY_COUNT_UPDATES.with(Cell::get);
+        store.retain(
+            |word| word.load(Ordering::Relaxed) == 0,
+            || seen.push(store.len()),
+        );
+        let updates = KEY_COUNT_UPDATES.with(Cell::get) - before;
+        seen.push(store.len());
+        assert_eq!(store.len(), keys as usize - rejected);
+        let largest = seen.windows(2).map(|w| w[0] - w[1]).max().unwrap_or(0);
+        assert!(
+            largest <= REMOVED_AT_ONCE,
+            "{largest} keys removed between two pauses"
+        );
+        // Every rejected key is in segment 0, removed in full batches but the last.
+        assert_eq!(
+            updates,
+            rejected.div_ceil(REMOVED_AT_ONCE),
+            "one update per hold"
+        );
+        for key in 0..keys {
+            let word = store.get(&key, |word| word.load(Ordering::Relaxed));
+            assert_eq!(word.is_some(), key % 4 == 0, "key {key}");
+        }
     }
 }
