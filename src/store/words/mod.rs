@@ -25,9 +25,14 @@
 //! (5–50 µs, ten thousand times in a churn run) set the churn p99.9
 //! (results/ANALYSIS.md, "The word store, built"). With a sweeper thread the tables
 //! from [`AHEAD_FROM`] keys of room on are grown ahead and drained by the thread,
-//! while it keeps up, so a request's allocation stays small. The new table has room
-//! for the segment's keys and one more per group of the draining one, so it never
-//! fills before the drain ends.
+//! while it keeps up, so a request's allocation stays small; insertions then move a
+//! group only when a drain falls behind, or when the thread has stood still (its
+//! `progress` unmoved over [`STALLED_AFTER`] insertions into the segment: ended by a
+//! panic, or idle beside a drain that is not its own), so that no drain lingers with
+//! its two tables. A preparation cut short (a sweep was waiting) is finished by the
+//! next sweep, not left until sampled insertions ask for another. The new table has
+//! room for the segment's keys and one more per group of the draining one, so it
+//! never fills before the drain ends.
 //!
 //! # Sweeps
 //! A sweep (`retain`) first ends any drain left behind in a segment, a step per hold
@@ -84,17 +89,28 @@ pub(crate) struct WordStore<K, S> {
     /// it, or one draining.
     due: AtomicUsize,
     /// Set once a sweeper thread has prepared the store: from then on it drains the
-    /// segments due, and requests move keys only when a drain falls behind (`behind`).
-    /// Without one (`manual_eviction()`), every insertion into a draining segment
-    /// moves a group, so that no drain lingers.
+    /// segments due, and requests move keys only when a drain falls behind (`behind`)
+    /// or the thread has stopped working (`Used::abandoned`). Without one
+    /// (`manual_eviction()`), every insertion into a draining segment moves a group, so
+    /// that no drain lingers.
     thread_drains: AtomicBool,
+    /// The sweeper thread's work so far, counted in holds of a preparation and
+    /// segments of a sweep: an insertion into a draining segment that finds it where
+    /// it stood [`STALLED_AFTER`] insertions before takes the thread for gone (ended
+    /// by a panic, or never to be woken again) and drains the segment itself.
+    progress: AtomicUsize,
+    /// Set by a preparation cut short (its `stop` said so), cleared by one that ran to
+    /// the end: the next sweep finishes it, so that what a sweep cut short does not
+    /// wait for sampled insertions to ask again.
+    unfinished: AtomicBool,
 }
 
 /// The share of its room, in eighths, past which a segment's table is due to be
 /// grown by the sweeper thread, so that requests do not allocate the next one.
 const AHEAD: usize = 6;
 /// Tables with room for fewer keys than this are left to requests, which grow them
-/// and, without a sweeper thread or when a drain falls behind, drain them: a table of
+/// and, without a sweeper thread, when a drain falls behind or when the thread stands
+/// still (`Used::abandoned`), drain them: a table of
 /// this size costs a request the allocation of its next one (up to about 3,500 keys of
 /// room: 68 KB for `u64` keys), and a group of 8 keys per
 /// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
@@ -112,6 +128,13 @@ const AHEAD_FROM: usize = 2048;
 const TOUCHED_ON_REQUESTS: usize = 128 << 10;
 /// Groups the sweeper thread moves per hold of a segment's lock.
 const MOVED_AT_ONCE: usize = 8;
+/// Insertions into a draining segment between two looks at the sweeper thread's
+/// `progress`: when it has not moved between two looks, insertions take over the
+/// drain (a group each) until it moves again. About 16 ms of churn at 4 M keys/s
+/// (a thousand segments), longer than a working thread is kept off its CPU by
+/// the time slices of request threads; and one load of a shared line per 64
+/// insertions into a draining segment.
+const STALLED_AFTER: u32 = 64;
 /// Rejected keys a sweep removes per hold of a segment's lock: a removal is one tag
 /// store (a cache miss, in a large table), so a hold lasts about as long as a drain's
 /// step of [`MOVED_AT_ONCE`] groups, however many keys a sweep forgets in a segment.
@@ -139,6 +162,14 @@ struct Used {
     draining: usize,
     /// Counted in the store's `due`.
     due: bool,
+    /// Insertions into the segment since the last look at the store's `progress`,
+    /// while a drain is under way.
+    insertions: u32,
+    /// The store's `progress` at that look.
+    progress_seen: usize,
+    /// Whether `progress` had not moved between the last two looks: insertions then
+    /// drain the segment themselves, a group each.
+    abandoned: bool,
 }
 
 /// A key found under its segment's lock: in which table, and its slot.
@@ -245,8 +276,8 @@ where
 
     /// The segment's table, with room for one more key: grown first if it has no
     /// room (or no table). A drain under way takes a step first, unless the sweeper
-    /// thread drains and the table's room outlasts the drain (see `thread_drains`).
-    /// The caller holds the segment's lock (`used`).
+    /// thread drains, the table's room outlasts the drain and the thread is still at
+    /// work (see `thread_drains`). The caller holds the segment's lock (`used`).
     fn with_room<'g>(
         &self,
         segment: &Segment<K>,
@@ -254,13 +285,42 @@ where
         guard: &'g Guard,
     ) -> &'g Table<K> {
         // Relaxed: a hint; either way the drain ends before the table fills.
-        if !self.thread_drains.load(Ordering::Relaxed) || behind(segment, used, guard) {
+        if !self.thread_drains.load(Ordering::Relaxed)
+            || behind(segment, used, guard)
+            || self.abandoned(used)
+        {
             self.move_group(segment, used, guard);
         }
         match segment.tables(guard) {
             (Some(table), _) if used.slots < table.room() => table,
             _ => self.grow(segment, used, guard),
         }
+    }
+
+    /// Whether the drain under way in the segment, if one is, is abandoned: the
+    /// sweeper thread's `progress` stood still over the last [`STALLED_AFTER`]
+    /// insertions into the segment. Counts this insertion. The caller holds the
+    /// segment's lock (`used`).
+    fn abandoned(&self, used: &mut Used) -> bool {
+        if used.next.is_none() {
+            return false;
+        }
+        used.insertions += 1;
+        if used.insertions >= STALLED_AFTER {
+            used.insertions = 0;
+            // Relaxed: a hint; a thread taken for gone too early or too late costs a
+            // request a group's move, or a drain some more insertions.
+            let progress = self.progress.load(Ordering::Relaxed);
+            used.abandoned = progress == used.progress_seen;
+            used.progress_seen = progress;
+        }
+        used.abandoned
+    }
+
+    /// Notes a step of the sweeper thread's work (see `progress`).
+    fn advance(&self) {
+        // Relaxed: a hint for `abandoned`; it guards no other memory.
+        self.progress.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Marks the segment as work for the sweeper thread.
@@ -306,6 +366,10 @@ where
         if let Some(old) = old {
             used.next = Some(0);
             used.draining = used.keys;
+            used.insertions = 0;
+            used.abandoned = false;
+            // Relaxed: as in `abandoned`.
+            used.progress_seen = self.progress.load(Ordering::Relaxed);
             // Release, both: the new table's construction happens before its use; and
             // `draining` before `table` (see `Segment::tables`).
             segment
@@ -363,7 +427,10 @@ where
             return;
         }
         used.next = None;
-        if std::mem::take(&mut used.due) {
+        // Still due if the table filled past its mark meanwhile (the drain was left
+        // to the thread): its growth ahead is the thread's next step here.
+        if used.due && !due_to_grow(table, used) {
+            used.due = false;
             // Relaxed: as in `mark_due`.
             self.due.fetch_sub(1, Ordering::Relaxed);
         }
@@ -459,6 +526,8 @@ where
             keys: KeyCount::new(),
             due: AtomicUsize::new(0),
             thread_drains: AtomicBool::new(false),
+            progress: AtomicUsize::new(0),
+            unfinished: AtomicBool::new(false),
         }
     }
 
@@ -554,7 +623,7 @@ where
         table.insert_at(vacancy, hash, owned, value.into_inner());
         used.slots += 1;
         used.keys += 1;
-        if table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
+        if due_to_grow(table, &used) {
             self.mark_due(&mut used);
         }
         // Counted once stored: a `first` that panics stores and counts nothing.
@@ -583,6 +652,7 @@ where
     fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool, mut pause: impl FnMut()) {
         let mut rejected = Vec::new();
         for segment in self.segments.iter() {
+            self.advance();
             pause();
             // A drain left behind (insertions into the segment stopped) ends here, a
             // group at a time, so that the draining table's memory goes.
@@ -666,6 +736,18 @@ where
             }
             rejected.clear();
         }
+        // Relaxed: a hint (see the field); set only by `prepare`.
+        if self.unfinished.load(Ordering::Relaxed) {
+            // A preparation this sweep (or another) cut short: finished now, pausing
+            // between its steps as the sweep does, rather than when sampled insertions
+            // next ask for one.
+            // (`stop` is `Fn`: the `FnMut` pause is borrowed for each call.)
+            let pause = std::cell::RefCell::new(pause);
+            self.prepare(|| {
+                (pause.borrow_mut())();
+                false
+            });
+        }
     }
 
     fn swap(&self, key: K, current: &AtomicU64, new: AtomicU64) -> bool {
@@ -682,15 +764,24 @@ where
     }
 
     /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
-    /// per hold of its lock.
+    /// per hold of its lock. Cut short by `stop`, it leaves `unfinished` set for the
+    /// next sweep.
     fn prepare(&self, stop: impl Fn() -> bool) {
         // Relaxed: a hint (see the field).
         self.thread_drains.store(true, Ordering::Relaxed);
+        // Relaxed, every store of it: a hint (see the field); the work it points to is
+        // found under the segments' locks.
+        self.unfinished.store(true, Ordering::Relaxed);
         for segment in self.segments.iter() {
             loop {
-                if stop() || !self.wants_preparation() {
+                if !self.wants_preparation() {
+                    self.unfinished.store(false, Ordering::Relaxed);
                     return;
                 }
+                if stop() {
+                    return;
+                }
+                self.advance();
                 let guard = Guard::new();
                 let mut used = lock(segment);
                 if !used.due {
@@ -741,7 +832,15 @@ where
                 }
             }
         }
+        self.unfinished.store(false, Ordering::Relaxed);
     }
+}
+
+/// Whether `table`, the segment's, is to be grown ahead by the sweeper thread: large
+/// enough (see [`AHEAD_FROM`]) and past [`AHEAD`] eighths of its room. The caller holds
+/// the segment's lock (`used`).
+fn due_to_grow<K>(table: &Table<K>, used: &Used) -> bool {
+    table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD
 }
 
 /// Groups for the segment's next table: room for its keys and one more per group of
@@ -1249,5 +1348,104 @@ mod tests {
             let word = store.get(&key, |word| word.load(Ordering::Relaxed));
             assert_eq!(word.is_some(), key % 4 == 0, "key {key}");
         }
+    }
+
+    /// Groups left to move in segment 0's drain, if one is under way.
+    fn drain_left<K, S>(store: &WordStore<K, S>) -> Option<usize> {
+        let segment = &store.segments[0];
+        let guard = sdd::Guard::new();
+        let used = super::lock(segment);
+        let draining = segment.tables(&guard).1;
+        used.next
+            .map(|next| draining.expect("a drain has its table").groups() - next)
+    }
+
+    /// Inserts key `key` (new) into a store of [`OneSegment`].
+    fn insert_one(store: &WordStore<u64, OneSegment>, key: u64) {
+        let stored = store.get_or_insert(&key, |_| AtomicU64::new(key), |_| true, |_| false);
+        assert_eq!(stored, Some(true), "key {key} was new");
+    }
+
+    /// Once a sweeper thread has prepared the store, insertions leave drains to it
+    /// while it works (its `progress` moves), and take them over, a group per
+    /// insertion, once it has done nothing for `STALLED_AFTER` of them: a drain does
+    /// not linger with its two tables when the thread has died.
+    #[test]
+    #[cfg_attr(miri, ignore = "needs a drain of a hundred groups")]
+    fn insertions_finish_a_drain_the_thread_abandoned() {
+        use super::STALLED_AFTER;
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        store.prepare(|| false);
+        let mut next = 0;
+        // A drain of a hundred groups or more: its new table has room enough that
+        // `behind` leaves it to the thread for several hundred insertions.
+        let left = loop {
+            insert_one(&store, next);
+            next += 1;
+            if let Some(left) = drain_left(&store).filter(|&left| left >= 100) {
+                break left;
+            }
+        };
+        // A thread at work elsewhere: its progress moves, and nobody moves a group here.
+        for round in 0..3 * STALLED_AFTER {
+            if round % 10 == 0 {
+                store.advance();
+            }
+            insert_one(&store, next);
+            next += 1;
+        }
+        assert_eq!(
+            drain_left(&store),
+            Some(left),
+            "the drain was left to the thread"
+        );
+        // The thread gone: within the next look, and a group an insertion after it.
+        for _ in 0..STALLED_AFTER as usize + left {
+            insert_one(&store, next);
+            next += 1;
+        }
+        assert_eq!(drain_left(&store), None, "insertions finished the drain");
+        for key in 0..next {
+            assert_eq!(store.get(&key, |w| w.load(Ordering::Relaxed)), Some(key));
+        }
+    }
+
+    /// A preparation cut short (a sweep was waiting) is finished by the next sweep:
+    /// the segment due is grown ahead and drained without another request for
+    /// preparation.
+    #[test]
+    #[cfg_attr(miri, ignore = "needs a table of two thousand keys' room")]
+    fn the_next_sweep_finishes_a_preparation_cut_short() {
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        store.prepare(|| false);
+        let mut next = 0;
+        while !store.wants_preparation() {
+            insert_one(&store, next);
+            next += 1;
+        }
+        let room = |store: &WordStore<u64, OneSegment>| {
+            let guard = sdd::Guard::new();
+            store.segments[0].tables(&guard).0.map(|table| table.room())
+        };
+        let before = room(&store);
+        store.prepare(|| true);
+        assert!(store.wants_preparation(), "cut short before its first step");
+        let mut pauses = 0;
+        store.retain(|_| true, || pauses += 1);
+        assert!(
+            !store.wants_preparation(),
+            "the sweep finished the preparation"
+        );
+        assert_eq!(drain_left(&store), None, "and its drain");
+        assert!(room(&store) > before, "the segment's table was grown ahead");
+        assert!(
+            pauses > super::SEGMENTS,
+            "the preparation's steps paused too"
+        );
+        for key in 0..next {
+            assert_eq!(store.get(&key, |w| w.load(Ordering::Relaxed)), Some(key));
+        }
+        // Finished, it leaves the next sweep nothing to finish.
+        assert!(!store.unfinished.load(Ordering::Relaxed));
     }
 }
