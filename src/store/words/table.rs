@@ -227,15 +227,19 @@ impl<K> Table<K> {
         prefetch(&self.tags[self.home(hash)], false);
     }
 
-    /// Asks the CPU to fetch group `at`'s slots for writing, without waiting: issued
-    /// beside the load of the group's tags, so that the two misses overlap.
+    /// Asks the CPU to fetch group `at`'s slots for reading, without waiting: issued
+    /// beside the load of the group's tags, so that the two misses overlap. For
+    /// reading, not writing: most lookups find their key, and a denial writes nothing,
+    /// so its line must stay shared in every core's cache that holds it; a write
+    /// prefetch (`prefetchw`, where the target has it) would take it exclusive from
+    /// them on every check, as a write does.
     #[inline(always)]
     fn prefetch_group(&self, at: usize) {
         // No bounds check: `wrapping_add` only computes an address, and a prefetch of
         // any address is harmless.
         let first = self.slots.as_ptr().wrapping_add(at);
-        prefetch_address(first.cast(), true);
-        prefetch_address(first.cast::<i8>().wrapping_add(64), true);
+        prefetch_address(first.cast(), false);
+        prefetch_address(first.cast::<i8>().wrapping_add(64), false);
     }
 
     /// The next group on a probe.
@@ -249,12 +253,15 @@ impl<K> Table<K> {
     }
 
     /// The slot holding `key` (whose hash is `hash`), if it is full. Takes no lock.
-    /// The home group's slots are fetched (for writing) beside its tags, so that a
+    /// The home group's slots are fetched (for reading) beside its tags, so that a
     /// hit's slot, or the vacancy a miss's insertion will write, comes with them; a
-    /// vacancy further on is fetched once found. Under churn a new key's slot store
-    /// waited at the next locked instruction for its line: the two prefetches took
-    /// about a tenth off a new key (results/ANALYSIS.md, "Where a new key's time
-    /// goes").
+    /// miss's vacancy is then fetched for writing, the insertion's store being next.
+    /// Under churn a new key's slot store waited at the next locked instruction for
+    /// its line: the prefetches took about a tenth off a new key (results/ANALYSIS.md,
+    /// "Where a new key's time goes"). Only a miss asks for a line to write: on the
+    /// default x86-64 target both kinds compile to `prefetcht0` (no `prfchw`), and
+    /// where the target has `prefetchw`, a found key's line is not taken exclusive by
+    /// the lookup (a denial writes nothing).
     #[inline(always)]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
     where
