@@ -198,8 +198,12 @@ impl<K> Table<K> {
     /// before it is published (publication moves it): on a published table the zeroed
     /// tags would turn full slots back into empty ones.
     pub(super) fn touch(&mut self) {
-        touch_bytes(self.tags.as_mut_ptr().cast(), size_of_val(&*self.tags));
-        touch_bytes(self.slots.as_mut_ptr().cast(), size_of_val(&*self.slots));
+        // Each length taken before the pointer, so that no reference is made between
+        // the pointer's creation and its writes.
+        let tags = size_of_val(&*self.tags);
+        touch_bytes(self.tags.as_mut_ptr().cast(), tags);
+        let slots = size_of_val(&*self.slots);
+        touch_bytes(self.slots.as_mut_ptr().cast(), slots);
     }
 
     /// The table's size in bytes: its tags and its slots.
