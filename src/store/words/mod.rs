@@ -769,16 +769,19 @@ where
     fn prepare(&self, stop: impl Fn() -> bool) {
         // Relaxed: a hint (see the field).
         self.thread_drains.store(true, Ordering::Relaxed);
-        // Relaxed, every store of it: a hint (see the field); the work it points to is
-        // found under the segments' locks.
-        self.unfinished.store(true, Ordering::Relaxed);
         for segment in self.segments.iter() {
             loop {
                 if !self.wants_preparation() {
+                    // Relaxed, every store of it: a hint (see the field); the work it
+                    // points to is found under the segments' locks. Set only when cut
+                    // short, not while under way, so that a sweep running beside a
+                    // preparation (on a request thread) does not take it up too.
                     self.unfinished.store(false, Ordering::Relaxed);
                     return;
                 }
                 if stop() {
+                    // Relaxed: as above.
+                    self.unfinished.store(true, Ordering::Relaxed);
                     return;
                 }
                 self.advance();
@@ -797,6 +800,9 @@ where
                     let seen = segment.tables(&guard).0.map(std::ptr::from_ref);
                     drop(used);
                     let Some(mut new) = Table::try_new(groups) else {
+                        // No memory for it now: the next sweep tries again. (Relaxed:
+                        // as above.)
+                        self.unfinished.store(true, Ordering::Relaxed);
                         return;
                     };
                     new.touch();
@@ -832,6 +838,7 @@ where
                 }
             }
         }
+        // Relaxed: as above. Ran to the end: nothing left for a sweep to finish.
         self.unfinished.store(false, Ordering::Relaxed);
     }
 }
