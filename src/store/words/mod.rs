@@ -7,7 +7,10 @@
 //! (`table.rs`) behind an `sdd` pointer, the outgrown table while it drains, and a
 //! lock. Lookups take no lock: they load the segment's table under an epoch guard and
 //! probe it, then the draining one if the key is not there. Insertions, removals and
-//! the steps of a growth take the segment's lock.
+//! the steps of a growth take the segment's lock, each inside an epoch guard created
+//! before the lock and dropped after it: a thread's outermost guard may, as it is
+//! created, free what the thread retired (outgrown tables, keys and all), and no
+//! table is freed while a segment is held.
 //!
 //! # Growth, and what a request pays for it
 //! An insertion that finds its segment's table out of room (7/8 of its slots full or
@@ -22,9 +25,21 @@
 //! (5–50 µs, ten thousand times in a churn run) set the churn p99.9
 //! (results/ANALYSIS.md, "The word store, built"). With a sweeper thread the tables
 //! from [`AHEAD_FROM`] keys of room on are grown ahead and drained by the thread,
-//! while it keeps up, so a request's allocation stays small. The new table has room
-//! for the segment's keys and one more per group of the draining one, so it never
-//! fills before the drain ends.
+//! while it keeps up, so a request's allocation stays small; insertions then move a
+//! group only when a drain falls behind, or when the thread has stood still (its
+//! `progress` unmoved over [`STALLED_AFTER`] insertions into the segment: ended by a
+//! panic, or idle beside a drain that is not its own), so that no drain lingers with
+//! its two tables. A preparation cut short (a sweep was waiting) is finished by the
+//! next sweep, not left until sampled insertions ask for another. The new table has
+//! room for the segment's keys and one more per group of the draining one, so it
+//! never fills before the drain ends.
+//!
+//! # Sweeps
+//! A sweep (`retain`) first ends any drain left behind in a segment, a step per hold
+//! of its lock; then asks about the segment's keys holding no lock, and removes those
+//! rejected [`REMOVED_AT_ONCE`] per hold, pausing between holds, with one update of
+//! the key count per hold. So a sweep holds a segment no longer than a drain's step
+//! does, however many of its keys it forgets.
 //!
 //! # The freeze
 //! A request that found a key in the draining table may be about to compare-and-set
@@ -74,17 +89,28 @@ pub(crate) struct WordStore<K, S> {
     /// it, or one draining.
     due: AtomicUsize,
     /// Set once a sweeper thread has prepared the store: from then on it drains the
-    /// segments due, and requests move keys only when a drain falls behind (`behind`).
-    /// Without one (`manual_eviction()`), every insertion into a draining segment
-    /// moves a group, so that no drain lingers.
+    /// segments due, and requests move keys only when a drain falls behind (`behind`)
+    /// or the thread has stopped working (`Used::abandoned`). Without one
+    /// (`manual_eviction()`), every insertion into a draining segment moves a group, so
+    /// that no drain lingers.
     thread_drains: AtomicBool,
+    /// The sweeper thread's work so far, counted in holds of a preparation and
+    /// segments of a sweep: an insertion into a draining segment that finds it where
+    /// it stood [`STALLED_AFTER`] insertions before takes the thread for gone (ended
+    /// by a panic, or never to be woken again) and drains the segment itself.
+    progress: AtomicUsize,
+    /// Set by a preparation cut short (its `stop` said so), cleared by one that ran to
+    /// the end: the next sweep finishes it, so that what a sweep cut short does not
+    /// wait for sampled insertions to ask again.
+    unfinished: AtomicBool,
 }
 
 /// The share of its room, in eighths, past which a segment's table is due to be
 /// grown by the sweeper thread, so that requests do not allocate the next one.
 const AHEAD: usize = 6;
 /// Tables with room for fewer keys than this are left to requests, which grow them
-/// and, without a sweeper thread or when a drain falls behind, drain them: a table of
+/// and, without a sweeper thread, when a drain falls behind or when the thread stands
+/// still (`Used::abandoned`), drain them: a table of
 /// this size costs a request the allocation of its next one (up to about 3,500 keys of
 /// room: 68 KB for `u64` keys), and a group of 8 keys per
 /// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
@@ -102,6 +128,17 @@ const AHEAD_FROM: usize = 2048;
 const TOUCHED_ON_REQUESTS: usize = 128 << 10;
 /// Groups the sweeper thread moves per hold of a segment's lock.
 const MOVED_AT_ONCE: usize = 8;
+/// Insertions into a draining segment between two looks at the sweeper thread's
+/// `progress`: when it has not moved between two looks, insertions take over the
+/// drain (a group each) until it moves again. About 16 ms of churn at 4 M keys/s
+/// (a thousand segments), longer than a working thread is kept off its CPU by
+/// the time slices of request threads; and one load of a shared line per 64
+/// insertions into a draining segment.
+const STALLED_AFTER: u32 = 64;
+/// Rejected keys a sweep removes per hold of a segment's lock: a removal is one tag
+/// store (a cache miss, in a large table), so a hold lasts about as long as a drain's
+/// step of [`MOVED_AT_ONCE`] groups, however many keys a sweep forgets in a segment.
+const REMOVED_AT_ONCE: usize = 64;
 
 struct Segment<K> {
     /// The table new keys go to; null until the segment's first key.
@@ -125,6 +162,14 @@ struct Used {
     draining: usize,
     /// Counted in the store's `due`.
     due: bool,
+    /// Insertions into the segment since the last look at the store's `progress`,
+    /// while a drain is under way.
+    insertions: u32,
+    /// The store's `progress` at that look.
+    progress_seen: usize,
+    /// Whether `progress` had not moved between the last two looks: insertions then
+    /// drain the segment themselves, a group each.
+    abandoned: bool,
 }
 
 /// A key found under its segment's lock: in which table, and its slot.
@@ -137,8 +182,41 @@ struct Placed<'g> {
 /// cannot be allocated panics before `Used` changes, a drain's step runs the key
 /// type's `Hash` and `Clone` before it freezes a word, and a panic in a caller's
 /// `first` or `f` (never user code) leaves it consistent too.
-fn lock<K>(segment: &Segment<K>) -> MutexGuard<'_, Used> {
-    segment.lock.lock().unwrap_or_else(PoisonError::into_inner)
+///
+/// The caller creates its epoch guard *before* this, and keeps it until the lock is
+/// released: an outermost `sdd` guard, when created, may free the garbage this thread
+/// retired (whole outgrown tables, and with them their keys' destructors), which must
+/// not happen while a segment is held.
+fn lock<K>(segment: &Segment<K>) -> Held<'_> {
+    let held = Held(segment.lock.lock().unwrap_or_else(PoisonError::into_inner));
+    #[cfg(test)]
+    tests::LOCKS_HELD.with(|held| held.set(held.get() + 1));
+    held
+}
+
+/// A segment's lock, held: what `Used` it guards. In tests it also counts the segment
+/// locks this thread holds, so that a key's destructor can tell whether it runs under
+/// one (`tests::Watched`).
+struct Held<'s>(MutexGuard<'s, Used>);
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Used;
+    fn deref(&self) -> &Used {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Used {
+        &mut self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        tests::LOCKS_HELD.with(|held| held.set(held.get() - 1));
+    }
 }
 
 impl<K> Segment<K> {
@@ -198,8 +276,8 @@ where
 
     /// The segment's table, with room for one more key: grown first if it has no
     /// room (or no table). A drain under way takes a step first, unless the sweeper
-    /// thread drains and the table's room outlasts the drain (see `thread_drains`).
-    /// The caller holds the segment's lock (`used`).
+    /// thread drains, the table's room outlasts the drain and the thread is still at
+    /// work (see `thread_drains`). The caller holds the segment's lock (`used`).
     fn with_room<'g>(
         &self,
         segment: &Segment<K>,
@@ -207,13 +285,42 @@ where
         guard: &'g Guard,
     ) -> &'g Table<K> {
         // Relaxed: a hint; either way the drain ends before the table fills.
-        if !self.thread_drains.load(Ordering::Relaxed) || behind(segment, used, guard) {
+        if !self.thread_drains.load(Ordering::Relaxed)
+            || behind(segment, used, guard)
+            || self.abandoned(used)
+        {
             self.move_group(segment, used, guard);
         }
         match segment.tables(guard) {
             (Some(table), _) if used.slots < table.room() => table,
             _ => self.grow(segment, used, guard),
         }
+    }
+
+    /// Whether the drain under way in the segment, if one is, is abandoned: the
+    /// sweeper thread's `progress` stood still over the last [`STALLED_AFTER`]
+    /// insertions into the segment. Counts this insertion. The caller holds the
+    /// segment's lock (`used`).
+    fn abandoned(&self, used: &mut Used) -> bool {
+        if used.next.is_none() {
+            return false;
+        }
+        used.insertions += 1;
+        if used.insertions >= STALLED_AFTER {
+            used.insertions = 0;
+            // Relaxed: a hint; a thread taken for gone too early or too late costs a
+            // request a group's move, or a drain some more insertions.
+            let progress = self.progress.load(Ordering::Relaxed);
+            used.abandoned = progress == used.progress_seen;
+            used.progress_seen = progress;
+        }
+        used.abandoned
+    }
+
+    /// Notes a step of the sweeper thread's work (see `progress`).
+    fn advance(&self) {
+        // Relaxed: a hint for `abandoned`; it guards no other memory.
+        self.progress.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Marks the segment as work for the sweeper thread.
@@ -259,6 +366,10 @@ where
         if let Some(old) = old {
             used.next = Some(0);
             used.draining = used.keys;
+            used.insertions = 0;
+            used.abandoned = false;
+            // Relaxed: as in `abandoned`.
+            used.progress_seen = self.progress.load(Ordering::Relaxed);
             // Release, both: the new table's construction happens before its use; and
             // `draining` before `table` (see `Segment::tables`).
             segment
@@ -316,7 +427,10 @@ where
             return;
         }
         used.next = None;
-        if std::mem::take(&mut used.due) {
+        // Still due if the table filled past its mark meanwhile (the drain was left
+        // to the thread): its growth ahead is the thread's next step here.
+        if used.due && !due_to_grow(table, used) {
+            used.due = false;
             // Relaxed: as in `mark_due`.
             self.due.fetch_sub(1, Ordering::Relaxed);
         }
@@ -342,7 +456,15 @@ where
                 .remove(position);
             used.keys -= 1;
         }
-        self.keys.add(-1);
+        self.count(-1);
+    }
+
+    /// Adds `n` to the store's key count. In tests it also counts the updates, so that
+    /// a test can check a sweep updates the count once per hold, not once per key.
+    fn count(&self, n: isize) {
+        #[cfg(test)]
+        tests::KEY_COUNT_UPDATES.with(|updates| updates.set(updates.get() + 1));
+        self.keys.add(n);
     }
 
     /// `swap` with the current word given by address: `new` stored as `key`'s word if
@@ -350,8 +472,9 @@ where
     pub(crate) fn swap_at(&self, key: K, current: *const AtomicU64, new: u64) -> bool {
         let hash = self.hash(&key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
+        // The guard first, then the lock (see `lock`).
         let guard = Guard::new();
+        let mut used = lock(segment);
         // Room first: the step of a drain it takes may move the key.
         let table = self.with_room(segment, &mut used, &guard);
         match self.locate(segment, hash, &key, &guard) {
@@ -362,7 +485,7 @@ where
                 used.slots += 1;
                 used.keys += 1;
                 self.remove_at(segment, &placed, &mut used, &guard);
-                self.keys.add(1);
+                self.count(1);
                 true
             }
             _ => false,
@@ -403,6 +526,8 @@ where
             keys: KeyCount::new(),
             due: AtomicUsize::new(0),
             thread_drains: AtomicBool::new(false),
+            progress: AtomicUsize::new(0),
+            unfinished: AtomicBool::new(false),
         }
     }
 
@@ -455,8 +580,8 @@ where
     {
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let _used = lock(segment);
         let guard = Guard::new();
+        let _used = lock(segment);
         let placed = self.locate(segment, hash, key, &guard)?;
         Some(f(placed.found.word))
     }
@@ -477,8 +602,8 @@ where
         let mut value = value(&owned);
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
         let guard = Guard::new();
+        let mut used = lock(segment);
         // Room first (a drain's step may move the key), then one probe that finds the
         // key or the slot it will take.
         let table = self.with_room(segment, &mut used, &guard);
@@ -498,11 +623,11 @@ where
         table.insert_at(vacancy, hash, owned, value.into_inner());
         used.slots += 1;
         used.keys += 1;
-        if table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD {
+        if due_to_grow(table, &used) {
             self.mark_due(&mut used);
         }
         // Counted once stored: a `first` that panics stores and counts nothing.
-        self.keys.add(1);
+        self.count(1);
         Some(first)
     }
 
@@ -513,8 +638,8 @@ where
     {
         let hash = self.hash(key);
         let segment = self.segment(hash);
-        let mut used = lock(segment);
         let guard = Guard::new();
+        let mut used = lock(segment);
         match self.locate(segment, hash, key, &guard) {
             Some(placed) if pred(placed.found.word) => {
                 self.remove_at(segment, &placed, &mut used, &guard);
@@ -527,16 +652,19 @@ where
     fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool, mut pause: impl FnMut()) {
         let mut rejected = Vec::new();
         for segment in self.segments.iter() {
+            self.advance();
             pause();
             // A drain left behind (insertions into the segment stopped) ends here, a
             // group at a time, so that the draining table's memory goes.
             loop {
+                let guard = Guard::new();
                 let mut used = lock(segment);
                 if used.next.is_none() {
                     break;
                 }
-                self.move_group(segment, &mut used, &Guard::new());
+                self.move_group(segment, &mut used, &guard);
                 drop(used);
+                drop(guard);
                 pause();
             }
             // Asked without the lock, removed under it: a segment held while its keys
@@ -545,10 +673,19 @@ where
             // barriers"). A key moved meanwhile (a drain's step) is asked about in
             // both tables; it is removed from neither if the move froze it first,
             // since its slot in the draining table is no longer full, and its copy
-            // was asked about as itself.
-            let guard = Guard::new();
-            let (table, draining) = segment.tables(&guard);
-            for (is_draining, table) in [(true, draining), (false, table)] {
+            // was asked about as itself. The tables are held by their reference
+            // counts, not by a guard, which would be held through the pauses below
+            // and hold back every free meanwhile; held, neither can be freed and
+            // another allocated at its address, which the removals' check of the
+            // table would take for it.
+            let (table, draining) = {
+                let guard = Guard::new();
+                // Acquire, both: as in `Segment::tables`, in its order.
+                let table = segment.table.get_shared(Ordering::Acquire, &guard);
+                let draining = segment.draining.get_shared(Ordering::Acquire, &guard);
+                (table, draining)
+            };
+            for (is_draining, table) in [(true, &draining), (false, &table)] {
                 let Some(table) = table else { continue };
                 rejected.extend(
                     table
@@ -557,33 +694,59 @@ where
                         .map(|(position, _, _)| (is_draining, position)),
                 );
             }
-            if rejected.is_empty() {
-                continue;
-            }
-            let mut used = lock(segment);
-            let now = segment.tables(&guard);
-            // Tables replaced since (a growth): their keys are asked again at the next
-            // sweep. Slots are never reused in a table, so a position still full holds
-            // the key and word that were rejected.
-            for (is_draining, position) in rejected.drain(..) {
-                let (seen, current) = if is_draining {
-                    (draining, now.1)
-                } else {
-                    (table, now.0)
-                };
-                let (Some(seen), Some(current)) = (seen, current) else {
-                    continue;
-                };
-                if std::ptr::eq(seen, current) && current.is_full(position) {
-                    current.remove(position);
-                    if is_draining {
-                        used.draining -= 1;
+            // Removed [`REMOVED_AT_ONCE`] at a time, each batch in a hold of its own
+            // with a pause between, so that no request waits on the segment for more
+            // than one batch (nor, with `pause` yielding, for a preempted sweeper in
+            // the middle of a long one); the key count updated once per hold.
+            for (hold, batch) in rejected.chunks(REMOVED_AT_ONCE).enumerate() {
+                if hold > 0 {
+                    pause();
+                }
+                let guard = Guard::new();
+                let mut used = lock(segment);
+                let now = segment.tables(&guard);
+                let mut removed = 0;
+                // Tables replaced since (a growth): their keys are asked again at the
+                // next sweep. Slots are never reused in a table, so a position still
+                // full holds the key and word that were rejected.
+                for &(is_draining, position) in batch {
+                    let (seen, current) = if is_draining {
+                        (draining.as_deref(), now.1)
                     } else {
-                        used.keys -= 1;
+                        (table.as_deref(), now.0)
+                    };
+                    let (Some(seen), Some(current)) = (seen, current) else {
+                        continue;
+                    };
+                    if std::ptr::eq(seen, current) && current.is_full(position) {
+                        current.remove(position);
+                        if is_draining {
+                            used.draining -= 1;
+                        } else {
+                            used.keys -= 1;
+                        }
+                        removed += 1;
                     }
-                    self.keys.add(-1);
+                }
+                drop(used);
+                drop(guard);
+                if removed > 0 {
+                    self.count(-removed);
                 }
             }
+            rejected.clear();
+        }
+        // Relaxed: a hint (see the field); set only by `prepare`.
+        if self.unfinished.load(Ordering::Relaxed) {
+            // A preparation this sweep (or another) cut short: finished now, pausing
+            // between its steps as the sweep does, rather than when sampled insertions
+            // next ask for one.
+            // (`stop` is `Fn`: the `FnMut` pause is borrowed for each call.)
+            let pause = std::cell::RefCell::new(pause);
+            self.prepare(|| {
+                (pause.borrow_mut())();
+                false
+            });
         }
     }
 
@@ -601,20 +764,32 @@ where
     }
 
     /// Grows each segment due, and drains each draining one, [`MOVED_AT_ONCE`] groups
-    /// per hold of its lock.
+    /// per hold of its lock. Cut short by `stop`, it leaves `unfinished` set for the
+    /// next sweep.
     fn prepare(&self, stop: impl Fn() -> bool) {
         // Relaxed: a hint (see the field).
         self.thread_drains.store(true, Ordering::Relaxed);
         for segment in self.segments.iter() {
             loop {
-                if stop() || !self.wants_preparation() {
+                if !self.wants_preparation() {
+                    // Relaxed, every store of it: a hint (see the field); the work it
+                    // points to is found under the segments' locks. Set only when cut
+                    // short, not while under way, so that a sweep running beside a
+                    // preparation (on a request thread) does not take it up too.
+                    self.unfinished.store(false, Ordering::Relaxed);
                     return;
                 }
+                if stop() {
+                    // Relaxed: as above.
+                    self.unfinished.store(true, Ordering::Relaxed);
+                    return;
+                }
+                self.advance();
+                let guard = Guard::new();
                 let mut used = lock(segment);
                 if !used.due {
                     break;
                 }
-                let guard = Guard::new();
                 if used.next.is_none() {
                     // A growth due: the next table, before requests must allocate it;
                     // allocated and its pages touched without the lock, so that no
@@ -625,6 +800,9 @@ where
                     let seen = segment.tables(&guard).0.map(std::ptr::from_ref);
                     drop(used);
                     let Some(mut new) = Table::try_new(groups) else {
+                        // No memory for it now: the next sweep tries again. (Relaxed:
+                        // as above.)
+                        self.unfinished.store(true, Ordering::Relaxed);
                         return;
                     };
                     new.touch();
@@ -660,7 +838,16 @@ where
                 }
             }
         }
+        // Relaxed: as above. Ran to the end: nothing left for a sweep to finish.
+        self.unfinished.store(false, Ordering::Relaxed);
     }
+}
+
+/// Whether `table`, the segment's, is to be grown ahead by the sweeper thread: large
+/// enough (see [`AHEAD_FROM`]) and past [`AHEAD`] eighths of its room. The caller holds
+/// the segment's lock (`used`).
+fn due_to_grow<K>(table: &Table<K>, used: &Used) -> bool {
+    table.room() >= AHEAD_FROM && used.slots > table.room() / 8 * AHEAD
 }
 
 /// Groups for the segment's next table: room for its keys and one more per group of
@@ -709,10 +896,77 @@ where
 mod tests {
     use super::{SEGMENTS, Store, WordStore};
     use crate::word::RETIRED;
+    use std::cell::Cell;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     type Words<K> = WordStore<K, foldhash::fast::RandomState>;
+
+    thread_local! {
+        /// Segment locks this thread holds (kept by `lock` and `Held`).
+        pub(super) static LOCKS_HELD: Cell<usize> = const { Cell::new(0) };
+        /// Updates of a store's key count made on this thread (kept by `count`).
+        pub(super) static KEY_COUNT_UPDATES: Cell<usize> = const { Cell::new(0) };
+        /// [`Watched`] keys dropped on this thread: all, and those dropped while it held
+        /// a segment's lock.
+        static WATCHED_DROPS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    /// A key that notes, when dropped, whether its thread held a segment's lock: an
+    /// outgrown table's keys are dropped when the epoch collector frees the table.
+    #[derive(Hash, PartialEq, Eq, Clone, Debug)]
+    struct Watched(u64);
+
+    // Looked up and stored by its number (hashed alike: the derived `Hash` hashes
+    // the one field), so that no `Watched` is made but the stored keys.
+    impl std::borrow::Borrow<u64> for Watched {
+        fn borrow(&self) -> &u64 {
+            &self.0
+        }
+    }
+
+    impl From<u64> for Watched {
+        fn from(key: u64) -> Self {
+            Watched(key)
+        }
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            let locked = LOCKS_HELD.with(Cell::get) > 0;
+            WATCHED_DROPS.with(|drops| {
+                let (all, under_lock) = drops.get();
+                drops.set((all + 1, under_lock + usize::from(locked)));
+            });
+        }
+    }
+
+    /// A hasher that sends every key to segment 0, spread over its groups: one
+    /// segment grows, drains and is swept as a store's thousand would be.
+    #[derive(Clone, Default)]
+    struct OneSegment;
+
+    struct OneSegmentHasher(u64);
+
+    impl std::hash::BuildHasher for OneSegment {
+        type Hasher = OneSegmentHasher;
+        fn build_hasher(&self) -> OneSegmentHasher {
+            OneSegmentHasher(0)
+        }
+    }
+
+    impl std::hash::Hasher for OneSegmentHasher {
+        fn finish(&self) -> u64 {
+            // The top bits, which choose the segment, clear.
+            self.0 >> super::SEGMENT_BITS
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.0 =
+                    (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            }
+        }
+    }
 
     /// Keys enough to grow every segment's table a few times (fewer under miri).
     const MANY: u64 = if cfg!(miri) { 200 } else { 20_000 };
@@ -853,7 +1107,8 @@ mod tests {
             || pauses += 1,
         );
         assert_eq!(asked, MANY as usize);
-        // One before each segment, and one after each step of a drain left behind.
+        // One before each segment, one after each step of a drain left behind, and one
+        // between holds of a segment's removals.
         assert!(pauses >= SEGMENTS, "a pause before each segment: {pauses}");
         for key in 0..MANY {
             assert_eq!(word(&store, &key).is_some(), key % 3 != 0, "key {key}");
@@ -1037,5 +1292,179 @@ mod tests {
         for key in 0..counted {
             assert_eq!(word(&*store, &key), Some(rounds), "key {key}");
         }
+    }
+
+    /// Outgrown tables are freed (their keys dropped) by the epoch collector when a
+    /// thread creates its outermost guard; every operation that locks a segment
+    /// creates its guard before the lock, so no table is ever freed under one.
+    #[test]
+    fn no_table_is_freed_while_a_segment_is_locked() {
+        let keys: u64 = if cfg!(miri) { 100 } else { 2_000 };
+        let store = WordStore::<Watched, OneSegment>::with_hasher(OneSegment, 0);
+        // Only locked operations, by `u64`, so that the only `Watched` keys are the
+        // tables' own: each operation creates this thread's outermost guard, so each
+        // is where the collector may free what earlier growths retired.
+        for key in 0..keys {
+            let stored = store.get_or_insert(&key, |_| AtomicU64::new(key), |_| true, |_| false);
+            assert_eq!(stored, Some(true));
+        }
+        // Until the collector frees a table: other tests' threads may hold the epoch
+        // back for a while.
+        let mut rounds = 0;
+        while WATCHED_DROPS.with(Cell::get).0 == 0 {
+            assert!(rounds < 10_000, "no outgrown table was freed");
+            rounds += 1;
+            for key in 0..keys {
+                let word = store.get_locked(&key, |w| w.load(Ordering::Relaxed));
+                assert_eq!(word, Some(key));
+            }
+        }
+        for key in (0..keys).step_by(2) {
+            assert!(store.remove_if(&key, |_| true));
+        }
+        let (all, under_lock) = WATCHED_DROPS.with(Cell::get);
+        assert!(all > 0);
+        assert_eq!(under_lock, 0, "keys dropped while a segment was locked");
+        assert_eq!(LOCKS_HELD.with(Cell::get), 0);
+    }
+
+    /// A sweep that forgets thousands of keys in one segment removes them
+    /// [`REMOVED_AT_ONCE`](super::REMOVED_AT_ONCE) per hold of the segment's lock,
+    /// pausing between holds, and updates the key count once per hold: seen from the
+    /// pauses, the count never falls by more than a batch between two of them.
+    #[test]
+    fn a_sweep_removes_a_bounded_batch_per_hold() {
+        use super::REMOVED_AT_ONCE;
+        let keys: u64 = if cfg!(miri) { 300 } else { 3_000 };
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        for key in 0..keys {
+            let stored =
+                store.get_or_insert(&key, |_| AtomicU64::new(key % 4), |_| true, |_| false);
+            assert_eq!(stored, Some(true));
+        }
+        let rejected = (0..keys).filter(|key| key % 4 != 0).count();
+        let mut seen = vec![store.len()];
+        let before = KEY_COUNT_UPDATES.with(Cell::get);
+        store.retain(
+            |word| word.load(Ordering::Relaxed) == 0,
+            || seen.push(store.len()),
+        );
+        let updates = KEY_COUNT_UPDATES.with(Cell::get) - before;
+        seen.push(store.len());
+        assert_eq!(store.len(), keys as usize - rejected);
+        let largest = seen.windows(2).map(|w| w[0] - w[1]).max().unwrap_or(0);
+        assert!(
+            largest <= REMOVED_AT_ONCE,
+            "{largest} keys removed between two pauses"
+        );
+        // Every rejected key is in segment 0, removed in full batches but the last.
+        assert_eq!(
+            updates,
+            rejected.div_ceil(REMOVED_AT_ONCE),
+            "one update per hold"
+        );
+        for key in 0..keys {
+            let word = store.get(&key, |word| word.load(Ordering::Relaxed));
+            assert_eq!(word.is_some(), key % 4 == 0, "key {key}");
+        }
+    }
+
+    /// Groups left to move in segment 0's drain, if one is under way.
+    fn drain_left<K, S>(store: &WordStore<K, S>) -> Option<usize> {
+        let segment = &store.segments[0];
+        let guard = sdd::Guard::new();
+        let used = super::lock(segment);
+        let draining = segment.tables(&guard).1;
+        used.next
+            .map(|next| draining.expect("a drain has its table").groups() - next)
+    }
+
+    /// Inserts key `key` (new) into a store of [`OneSegment`].
+    fn insert_one(store: &WordStore<u64, OneSegment>, key: u64) {
+        let stored = store.get_or_insert(&key, |_| AtomicU64::new(key), |_| true, |_| false);
+        assert_eq!(stored, Some(true), "key {key} was new");
+    }
+
+    /// Once a sweeper thread has prepared the store, insertions leave drains to it
+    /// while it works (its `progress` moves), and take them over, a group per
+    /// insertion, once it has done nothing for `STALLED_AFTER` of them: a drain does
+    /// not linger with its two tables when the thread has died.
+    #[test]
+    #[cfg_attr(miri, ignore = "needs a drain of a hundred groups")]
+    fn insertions_finish_a_drain_the_thread_abandoned() {
+        use super::STALLED_AFTER;
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        store.prepare(|| false);
+        let mut next = 0;
+        // A drain of a hundred groups or more: its new table has room enough that
+        // `behind` leaves it to the thread for several hundred insertions.
+        let left = loop {
+            insert_one(&store, next);
+            next += 1;
+            if let Some(left) = drain_left(&store).filter(|&left| left >= 100) {
+                break left;
+            }
+        };
+        // A thread at work elsewhere: its progress moves, and nobody moves a group here.
+        for round in 0..3 * STALLED_AFTER {
+            if round % 10 == 0 {
+                store.advance();
+            }
+            insert_one(&store, next);
+            next += 1;
+        }
+        assert_eq!(
+            drain_left(&store),
+            Some(left),
+            "the drain was left to the thread"
+        );
+        // The thread gone: within the next look, and a group an insertion after it.
+        for _ in 0..STALLED_AFTER as usize + left {
+            insert_one(&store, next);
+            next += 1;
+        }
+        assert_eq!(drain_left(&store), None, "insertions finished the drain");
+        for key in 0..next {
+            assert_eq!(store.get(&key, |w| w.load(Ordering::Relaxed)), Some(key));
+        }
+    }
+
+    /// A preparation cut short (a sweep was waiting) is finished by the next sweep:
+    /// the segment due is grown ahead and drained without another request for
+    /// preparation.
+    #[test]
+    #[cfg_attr(miri, ignore = "needs a table of two thousand keys' room")]
+    fn the_next_sweep_finishes_a_preparation_cut_short() {
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        store.prepare(|| false);
+        let mut next = 0;
+        while !store.wants_preparation() {
+            insert_one(&store, next);
+            next += 1;
+        }
+        let room = |store: &WordStore<u64, OneSegment>| {
+            let guard = sdd::Guard::new();
+            store.segments[0].tables(&guard).0.map(|table| table.room())
+        };
+        let before = room(&store);
+        store.prepare(|| true);
+        assert!(store.wants_preparation(), "cut short before its first step");
+        let mut pauses = 0;
+        store.retain(|_| true, || pauses += 1);
+        assert!(
+            !store.wants_preparation(),
+            "the sweep finished the preparation"
+        );
+        assert_eq!(drain_left(&store), None, "and its drain");
+        assert!(room(&store) > before, "the segment's table was grown ahead");
+        assert!(
+            pauses > super::SEGMENTS,
+            "the preparation's steps paused too"
+        );
+        for key in 0..next {
+            assert_eq!(store.get(&key, |w| w.load(Ordering::Relaxed)), Some(key));
+        }
+        // Finished, it leaves the next sweep nothing to finish.
+        assert!(!store.unfinished.load(Ordering::Relaxed));
     }
 }

@@ -7,7 +7,8 @@
 //! removed slot is never used again in this table (the segment's next growth leaves
 //! it behind). So a key never changes under a reader, the one fact the lock-free
 //! lookup rests on. The `unsafe` here is the write-once key cell's use (`cell.rs`),
-//! the statement that zeroed bytes are an empty slot, and the prefetch instruction.
+//! the statement that zeroed bytes are an empty slot, the prefetch instruction, and
+//! the volatile writes that touch a new table's pages.
 //!
 //! Lookups probe from the key's home group through the groups after it, and stop at
 //! the first group with an empty slot: an insertion takes the first empty slot on
@@ -79,6 +80,36 @@ fn prefetch_address(at: *const i8, write: bool) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = (at, write);
+}
+
+/// The page size [`Table::touch`] assumes (the smallest x86-64 and AArch64 page).
+const PAGE: usize = 4096;
+
+/// Offsets into `len` bytes starting at address `start` whose bytes lie one in each
+/// page the bytes span: the first byte, then the first byte of each page after it. An
+/// allocation need not start on a page, so striding from the first byte by a page
+/// would miss the last page whenever the bytes end past the page the stride last
+/// lands in.
+fn page_offsets(start: usize, len: usize) -> impl Iterator<Item = usize> {
+    let next_page = PAGE - start % PAGE;
+    (len > 0)
+        .then_some(0)
+        .into_iter()
+        .chain((next_page..len).step_by(PAGE))
+}
+
+/// Writes a zero into one byte of each page of `len` bytes at `start`, which are zero
+/// and which the caller may write.
+fn touch_bytes(start: *mut u8, len: usize) {
+    for offset in page_offsets(start.addr(), len) {
+        // Volatile: the compiler knows zeroed memory is zero and would drop a plain
+        // store of zero as a no-op, which would undo the touch.
+        // SAFETY: `offset < len`, so in bounds of the caller's allocation, reached
+        // through the caller's `&mut` (no other reference into it exists); a zero
+        // byte written where a zero byte is leaves every value there as it was (the
+        // tags and words stay 0, a key cell stays uninitialised).
+        unsafe { start.add(offset).write_volatile(0) };
+    }
 }
 
 /// The first empty slot of group `at`, whose tags are `tags`, if it has one.
@@ -160,28 +191,19 @@ impl<K> Table<K> {
         }
     }
 
-    /// Writes each of the table's pages once (a zero where a zero already is), so that
-    /// the kernel maps them now rather than on the insertions that reach them. Takes
-    /// the table by `&mut`, so only before it is published (publication moves it): on
-    /// a published table the zeroed tags would turn full slots back into empty ones.
+    /// Writes each of the table's pages once (a zero byte where a zero already is),
+    /// so that the kernel maps them now rather than on the insertions that reach them:
+    /// every page the tags and the slots span, the first and the last included, wherever
+    /// the allocations start (see [`page_offsets`]). Takes the table by `&mut`, so only
+    /// before it is published (publication moves it): on a published table the zeroed
+    /// tags would turn full slots back into empty ones.
     pub(super) fn touch(&mut self) {
-        const PAGE: usize = 4096;
-        // Atomic stores, not plain writes: the compiler knows zeroed memory is zero and
-        // may drop a plain store of zero as a no-op, which would undo the touch.
-        // Relaxed, both: the table is not yet published; its publication is a Release
-        // store.
-        for tags in self.tags.iter().step_by(PAGE / size_of::<AtomicU64>()) {
-            tags.store(0, Ordering::Relaxed);
-        }
-        // By slot, not by group: a group of large keys spans pages.
-        for slot in self
-            .slots
-            .as_flattened()
-            .iter()
-            .step_by((PAGE / size_of::<Slot<K>>()).max(1))
-        {
-            slot.word.store(0, Ordering::Relaxed);
-        }
+        // Each length taken before the pointer, so that no reference is made between
+        // the pointer's creation and its writes.
+        let tags = size_of_val(&*self.tags);
+        touch_bytes(self.tags.as_mut_ptr().cast(), tags);
+        let slots = size_of_val(&*self.slots);
+        touch_bytes(self.slots.as_mut_ptr().cast(), slots);
     }
 
     /// The table's size in bytes: its tags and its slots.
@@ -209,15 +231,19 @@ impl<K> Table<K> {
         prefetch(&self.tags[self.home(hash)], false);
     }
 
-    /// Asks the CPU to fetch group `at`'s slots for writing, without waiting: issued
-    /// beside the load of the group's tags, so that the two misses overlap.
+    /// Asks the CPU to fetch group `at`'s slots for reading, without waiting: issued
+    /// beside the load of the group's tags, so that the two misses overlap. For
+    /// reading, not writing: most lookups find their key, and a denial writes nothing,
+    /// so its line must stay shared in every core's cache that holds it; a write
+    /// prefetch (`prefetchw`, where the target has it) would take it exclusive from
+    /// them on every check, as a write does.
     #[inline(always)]
     fn prefetch_group(&self, at: usize) {
         // No bounds check: `wrapping_add` only computes an address, and a prefetch of
         // any address is harmless.
         let first = self.slots.as_ptr().wrapping_add(at);
-        prefetch_address(first.cast(), true);
-        prefetch_address(first.cast::<i8>().wrapping_add(64), true);
+        prefetch_address(first.cast(), false);
+        prefetch_address(first.cast::<i8>().wrapping_add(64), false);
     }
 
     /// The next group on a probe.
@@ -231,12 +257,15 @@ impl<K> Table<K> {
     }
 
     /// The slot holding `key` (whose hash is `hash`), if it is full. Takes no lock.
-    /// The home group's slots are fetched (for writing) beside its tags, so that a
+    /// The home group's slots are fetched (for reading) beside its tags, so that a
     /// hit's slot, or the vacancy a miss's insertion will write, comes with them; a
-    /// vacancy further on is fetched once found. Under churn a new key's slot store
-    /// waited at the next locked instruction for its line: the two prefetches took
-    /// about a tenth off a new key (results/ANALYSIS.md, "Where a new key's time
-    /// goes").
+    /// miss's vacancy is then fetched for writing, the insertion's store being next.
+    /// Under churn a new key's slot store waited at the next locked instruction for
+    /// its line: the prefetches took about a tenth off a new key (results/ANALYSIS.md,
+    /// "Where a new key's time goes"). Only a miss asks for a line to write: on the
+    /// default x86-64 target both kinds compile to `prefetcht0` (no `prfchw`), and
+    /// where the target has `prefetchw`, a found key's line is not taken exclusive by
+    /// the lookup (a denial writes nothing).
     #[inline(always)]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
     where
@@ -447,5 +476,62 @@ impl<K> Drop for Table<K> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAGE, Table, page_offsets};
+    use std::collections::BTreeSet;
+
+    /// The pages `len` bytes at `start` span, and those `page_offsets` lands in.
+    fn pages(start: usize, len: usize) -> (BTreeSet<usize>, Vec<usize>) {
+        let spanned = (start / PAGE..=(start + len - 1) / PAGE).collect();
+        let touched = page_offsets(start, len)
+            .inspect(|&offset| assert!(offset < len, "offset {offset} past {len} bytes"))
+            .map(|offset| (start + offset) / PAGE)
+            .collect();
+        (spanned, touched)
+    }
+
+    #[test]
+    fn every_page_a_slice_spans_is_touched_once_wherever_it_starts() {
+        let starts = [0, 8, PAGE / 2, PAGE - 8, 7 * PAGE + 24];
+        let lens = [
+            1,
+            8,
+            PAGE - 8,
+            PAGE,
+            PAGE + 8,
+            2 * PAGE,
+            3 * PAGE + 100,
+            10 * PAGE,
+        ];
+        for start in starts {
+            for len in lens {
+                let (spanned, touched) = pages(start, len);
+                let unique: BTreeSet<usize> = touched.iter().copied().collect();
+                assert_eq!(unique.len(), touched.len(), "a page touched twice");
+                assert_eq!(unique, spanned, "{len} bytes from {start}");
+            }
+        }
+        // Two pages' worth from the middle of a page ends in a third page, which a
+        // stride of a page from the first byte misses.
+        assert_eq!(pages(PAGE / 2, 2 * PAGE).1.len(), 3);
+        assert_eq!(page_offsets(0, 0).count(), 0);
+    }
+
+    #[test]
+    fn a_touched_table_is_still_empty() {
+        // Several pages of tags and slots (a few under miri, which checks that every
+        // write stays in its allocation).
+        let groups = if cfg!(miri) { 1_100 } else { 20_000 };
+        let mut table = Table::<String>::new(groups);
+        table.touch();
+        assert_eq!(table.entries().count(), 0);
+        assert!(table.probe(7, "seven").is_err(), "a vacancy, not a key");
+        table.insert(7, "seven".to_string(), 70);
+        let found = table.probe(7, "seven").ok().expect("stored");
+        assert_eq!(found.word.load(std::sync::atomic::Ordering::Relaxed), 70);
     }
 }
