@@ -209,8 +209,9 @@ where
             let _sweeping = limiter.sweeper.lock();
             limiter.sweep(|| pace.breathe());
         }
-        if wants.prepare {
-            // What was left for the sweep resumes.
+        if wants.prepare || limiter.states.wants_preparation() {
+            // What was left for the sweep resumes (or what the store still wants: a
+            // preparation an earlier sweep cut short), after the sweep lock is let go.
             limiter.states.prepare(|| stop(false));
         }
         true

@@ -154,7 +154,8 @@ pub(crate) trait Store<K, V, S> {
 
     /// Removes every entry whose value `keep` rejects. Calls `pause` now and then at a
     /// point where it holds no lock of the store (papaya: every 1,024 keys asked
-    /// about; the word store: before each segment and between the steps of a drain it
+    /// about; the word store: before each segment, between its holds of a segment's
+    /// lock, 64 removals each, and between the steps of a drain or a preparation it
     /// finishes), so that the sweeper thread can give up its CPU where no request
     /// waits on it (`keyed/maintenance.rs`, `Pace`).
     fn retain(&self, keep: impl FnMut(&V) -> bool, pause: impl FnMut());
@@ -178,8 +179,9 @@ pub(crate) trait Store<K, V, S> {
     /// itself, each insertion copying a chunk of 8 slots while it does. Calls `stop` between steps, holding none of the store's locks
     /// (so the sweeper thread may yield its CPU there, `keyed/maintenance.rs`), and
     /// ends early once it says so (the limiter is being dropped, or a sweep is
-    /// waiting), the next call going on from there. For the sweeper thread (none under
-    /// loom); safe while requests run.
+    /// waiting), the next call going on from there (the word store's `retain` also
+    /// finishes a preparation cut short, on whichever thread sweeps). For the sweeper
+    /// thread (none under loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     fn prepare(&self, stop: impl Fn() -> bool) {
         let _ = stop;
