@@ -35,6 +35,9 @@ use turnstile::{
 const KEYS: usize = 1_000_000;
 const STREAM_KEYS: u64 = 10_000_000;
 const STREAM_STEP: Duration = Duration::from_micros(10);
+/// `turnstile-capped`'s `max_keys`: about twice the stream's active keys (a key is
+/// active for its margin of 1 s, 100,000 keys at 10 µs each).
+const STREAM_CAP: usize = 250_000;
 const LIMITERS: [&str; 10] = [
     "turnstile",
     "turnstile-words",
@@ -188,14 +191,19 @@ fn stream(limiter: &str) -> (usize, u64, i64, u64) {
     let (capacity, every) = Mix::Allowed.quota(Pattern::Churn);
     let mut peak_keys = 0;
     let info = match limiter {
-        "turnstile" | "turnstile-words" => {
+        "turnstile" | "turnstile-words" | "turnstile-capped" => {
             let clock = ManualClock::new();
             let quota = Quota::new(capacity, every).expect("valid quota");
             allocation_counter::measure(|| {
                 let builder = TokenBucket::<u64>::builder(quota).clock(clock.clone());
                 let limiter = match limiter {
                     "turnstile" => builder.build(),
-                    _ => builder.word_store().build(),
+                    "turnstile-words" => builder.word_store().build(),
+                    // The hard bound: at the cap, new keys are answered by the
+                    // overflow policy, never stored, never waited on.
+                    _ => builder
+                        .max_keys(STREAM_CAP, turnstile::Overflow::Deny)
+                        .build(),
                 };
                 for key in 0..STREAM_KEYS {
                     limiter.try_acquire(&key);
@@ -316,7 +324,12 @@ fn main() {
         "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes,peak_rss_growth_bytes\n",
     );
     println!("{}", csv.trim_end());
-    for limiter in ["turnstile", "turnstile-words", "governor"] {
+    for limiter in [
+        "turnstile",
+        "turnstile-capped",
+        "turnstile-words",
+        "governor",
+    ] {
         let output = Command::new(&exe)
             .args(["--stream", limiter])
             .output()

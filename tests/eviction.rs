@@ -198,11 +198,13 @@ fn continuous_sweeping_under_load_admits_exactly_capacity_per_key() {
 }
 
 /// Distinct keys streamed through with time advancing, each seen once: automatic
-/// sweeping keeps the map near the active set, not the total. (The heap itself is
-/// measured in benches/memory.rs: the sweeper thread frees what this one allocated,
-/// which a per-thread allocation counter cannot see.)
+/// sweeping forgets every key but the active set, on the limiter's own thread. How
+/// large the map grows meanwhile depends on that thread keeping up — no request waits
+/// for it (a thread starved of CPU lets the map grow; `max_keys` is the hard bound,
+/// tested below) — so what is checked is what the sweeps leave. (The heap itself is
+/// measured in benches/memory.rs.)
 #[test]
-fn streaming_distinct_keys_keeps_the_map_near_the_active_set() {
+fn streaming_distinct_keys_forgets_all_but_the_active_set() {
     const KEYS: u32 = 200_000;
     const STEP_NS: u64 = 1_000;
     let interval = ms(1);
@@ -216,35 +218,39 @@ fn streaming_distinct_keys_keeps_the_map_near_the_active_set() {
             builder = builder.manual_eviction();
         }
         let limiter = builder.build();
-        let mut largest = 0;
         for key in 0..KEYS {
             assert!(limiter.try_acquire(&key));
             clock.advance(Duration::from_nanos(STEP_NS));
-            largest = largest.max(limiter.len());
         }
-        // Wait for a sweep the thread may be running, so the counts are settled.
+        let streamed = limiter.len();
+        if evicting {
+            // The thread was asked for sweeps along the way: it forgets keys on its
+            // own (a hang detector, not a timing assertion).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while limiter.stats().evicted == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the thread never swept"
+                );
+                std::thread::yield_now();
+            }
+        }
+        // Wait for a sweep the thread may be running, then sweep once more: what is
+        // left is what no sweep can forget.
         limiter.evict_idle();
-        (largest, limiter.stats())
+        (streamed, limiter.len(), limiter.stats())
     };
     // A key is active from its request until its bucket is full again (the next grid
     // point, within one interval) plus the margin: at most this many keys at a time.
     let active = ((interval + margin).as_nanos() as u64 / STEP_NS + 1) as usize;
-    let (largest, stats) = run(true);
-    // The sweeper thread is asked for a sweep when the map holds twice the keys the
-    // last sweep kept (the active set, give or take the keys that arrived while it
-    // ran); however far the thread falls behind, an insertion sweeps itself at four
-    // times. Insertions look at the size once in SIZE_SAMPLE.
-    let bound = 8 * active.max(512) + 2 * SIZE_SAMPLE as usize;
+    let (_, left, stats) = run(true);
+    assert!(left <= active, "{left} keys left; active set {active}");
+    assert_eq!(stats.keys, left);
     assert!(
-        largest <= bound,
-        "map reached {largest} keys; active set {active}"
+        stats.evicted >= u64::from(KEYS) - active as u64,
+        "all but the active keys forgotten: {stats:?}"
     );
-    assert!(stats.keys <= bound, "{stats:?}");
-    assert!(
-        stats.evicted >= u64::from(KEYS) - bound as u64,
-        "all but the last keys forgotten: {stats:?}"
-    );
-    let (kept_all, _) = run(false);
+    let (kept_all, _, _) = run(false);
     assert_eq!(kept_all, KEYS as usize, "without sweeps, every key stays");
 }
 

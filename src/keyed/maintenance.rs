@@ -32,6 +32,32 @@ pub(crate) struct Signal {
     wake: Condvar,
     /// The limiter is being dropped: end now.
     stopping: AtomicBool,
+    /// The thread is running (started, and not ended by the limiter's drop or a
+    /// panic): read without a lock by insertions that find it behind.
+    running: AtomicBool,
+}
+
+/// Marks the thread running while it lives, and not running once it ends, also by a
+/// panic in a sweep.
+#[cfg(not(turnstile_loom))]
+struct Running(Arc<Signal>);
+
+#[cfg(not(turnstile_loom))]
+impl Running {
+    fn new(signal: Arc<Signal>) -> Self {
+        // Relaxed: a hint for insertions (help the sweep, or sweep themselves); a
+        // stale answer costs one insertion's choice, never a decision.
+        signal.running.store(true, Ordering::Relaxed);
+        Self(signal)
+    }
+}
+
+#[cfg(not(turnstile_loom))]
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Relaxed: as in `new`.
+        self.0.running.store(false, Ordering::Relaxed);
+    }
 }
 
 /// What the thread is asked to do.
@@ -193,7 +219,10 @@ impl Maintenance {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             std::thread::Builder::new()
                 .name("turnstile-sweeper".into())
-                .spawn(move || while signal.wait().is_some_and(&mut work) {})
+                .spawn(move || {
+                    let _running = Running::new(Arc::clone(&signal));
+                    while signal.wait().is_some_and(&mut work) {}
+                })
         });
         Self {
             start: Mutex::new(Some(start)),
@@ -243,6 +272,12 @@ impl Maintenance {
     /// Whether the limiter is being dropped.
     pub(crate) fn stopping(&self) -> bool {
         self.signal.stopping()
+    }
+
+    /// Whether the thread is running, asked without a lock.
+    pub(crate) fn running(&self) -> bool {
+        // Relaxed: see `Running::new`.
+        self.signal.running.load(Ordering::Relaxed)
     }
 
     /// Whether a sweep has been asked for and not begun.
