@@ -127,17 +127,22 @@ impl Drop for Registration<'_> {
 }
 
 /// This thread's stripe: threads take stripes in turn as they first insert.
+#[cfg(not(turnstile_loom))]
 #[inline]
 fn stripe() -> usize {
-    if STRIPES == 1 {
-        return 0;
-    }
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     thread_local! {
         // Relaxed: any spread of threads over stripes will do.
         static STRIPE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
     }
     STRIPE.with(|stripe| *stripe)
+}
+
+/// The one stripe under loom.
+#[cfg(turnstile_loom)]
+#[inline]
+fn stripe() -> usize {
+    0
 }
 
 #[cfg(all(test, not(turnstile_loom)))]

@@ -13,6 +13,9 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::AtomicU64;
 
 /// A map from keys to states of type `V`.
+// The word store holds its key count's 16 cache-padded cells inline (2 KB): one map
+// per limiter, built once, and boxing it would add a load to every lookup.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Map<K, V: Stored, S: BuildHasher> {
     /// The default, for every `V`.
     Papaya(PapayaStore<K, V, S>),
