@@ -114,8 +114,10 @@ where
     /// Keeps the keys' state words in the word store instead of papaya: for
     /// memory-bound services with heavy key churn. The word store keeps each key and
     /// its 8-byte word side by side in a table of its own (no allocation per key):
-    /// fewer bytes per key and faster insertion of new keys than papaya, measured side
-    /// by side in results/ANALYSIS.md ("papaya by default"). The price is locks:
+    /// 23 heap bytes per `u64` key against papaya's 54, a new key's request in 796
+    /// instructions against 1,083, sweeps about 20× faster, and a 10M-distinct-key
+    /// stream held to 14–19 MB where papaya's map outgrows its sweeper thread
+    /// (results/ANALYSIS.md, "papaya by default"; 2-core EPYC VM). The price is locks:
     /// insertions, removals, sweeps and table growth take one of 1,024 segment locks,
     /// so a thread stalled while it holds one (descheduled, or inside the key's `Eq`,
     /// `Hash` or `Clone`) keeps every insertion into that segment waiting — on
