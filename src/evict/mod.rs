@@ -43,7 +43,7 @@
 //! is at least the watermark of any forgetting it can observe. A new key's first
 //! request takes no lock to keep this: it registers its insertion before it reads the
 //! watermark, and a sweep waits for the insertions registered before it raised the
-//! watermark before it retires anything ([`insertions`]). Model-checked in
+//! watermark before it retires anything (`src/evict/insertions.rs`). Model-checked in
 //! `loom-tests/tests/eviction.rs`: model 6 with a mutant that removes without
 //! retiring, model 11 (the retire's Release, or the sweep's fence after the raise,
 //! publishing the watermark to the reader's Acquire fence) with a mutant that has
