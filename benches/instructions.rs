@@ -19,11 +19,11 @@ mod common;
 use common::direct::with_direct;
 use common::{Contender, Mix, Pattern, Visit, prepopulate, with_algorithm, with_contender};
 use std::hint::black_box;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::policy::{Check, Limit, Policy};
 use turnstile::{Quota, TokenBucket};
-use std::process::ExitCode;
 
 /// The counted part: `checks` checks over the key sequence. Not inlined, so callgrind
 /// can switch counting on at its entry and off at its exit.
@@ -58,10 +58,26 @@ impl TwoChecks {
             Mix::Denied => Quota::new(1, Duration::from_secs(3600)),
         }
         .expect("a valid quota");
-        let limiter = || Arc::new(TokenBucket::<u64>::builder(quota).expected_keys(1024).build());
+        let limiter = || {
+            Arc::new(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(1024)
+                    .build(),
+            )
+        };
         let policy = Policy::builder()
-            .check(Check::new("first", limiter(), Limit::steady(quota), |k: &u64| Some(*k)))
-            .check(Check::new("second", limiter(), Limit::steady(quota), |k: &u64| Some(k ^ 1)))
+            .check(Check::new(
+                "first",
+                limiter(),
+                Limit::steady(quota),
+                |k: &u64| Some(*k),
+            ))
+            .check(Check::new(
+                "second",
+                limiter(),
+                Limit::steady(quota),
+                |k: &u64| Some(k ^ 1),
+            ))
             .build()
             .expect("a valid policy");
         Self(policy)

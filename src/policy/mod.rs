@@ -103,17 +103,22 @@
 mod check;
 mod key;
 mod limit;
+mod shared;
 mod verdict;
 
 pub use check::{Check, MissingKey};
 pub use key::KeyExtractor;
 pub use limit::Limit;
+pub use shared::{Answer, Shared, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
 use crate::{KeyRef, RateLimiter};
 use check::Evaluate;
+use shared::{Fetch, Fetched, Sharing};
 use std::borrow::Borrow;
 use std::fmt;
+use std::future::poll_fn;
+use std::task::Poll;
 use verdict::{Passed, Tally};
 
 /// The checks a request of type `R` must pass, taken all or nothing (see the
@@ -122,6 +127,8 @@ pub struct Policy<R: ?Sized> {
     checks: Box<[Box<dyn Evaluate<R>>]>,
     /// Whether any check runs in dry run: only then does a request keep two tallies.
     dry_run_checks: bool,
+    /// How the policy is asked: as its most demanding check needs.
+    sharing: Sharing,
     /// Metrics and events, for a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     observer: Option<Box<crate::observe::PolicyObserver>>,
@@ -143,16 +150,72 @@ impl<R: ?Sized> Policy<R> {
         Self {
             checks: Box::new([]),
             dry_run_checks: false,
+            sharing: Sharing::Local,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: None,
         }
     }
 
-    /// Asks every check for `request`, all or nothing.
+    /// Asks every check for `request`, all or nothing, without waiting.
+    ///
+    /// For a policy of in-process checks, the whole answer. A shared check (Redis)
+    /// that cannot answer without a round trip is answered by its failure policy
+    /// here, as if its store were down (and reported in [`Verdict::fell_back`]):
+    /// ask a policy with shared checks ([`Policy::is_shared`]) with
+    /// [`Policy::acquire_async`].
     pub fn acquire(&self, request: &R) -> Verdict {
         let mut tally = Tally::new(self.dry_run_checks);
         take_from(&self.checks, request, 0, &mut tally);
-        let verdict = tally.verdict();
+        self.observed(tally.verdict())
+    }
+
+    /// The verdict without waiting, if every check can give its answer so: always for
+    /// a policy of in-process checks (it is [`Policy::acquire`]'s), and for a policy
+    /// whose shared checks answer at once (a leased limiter holding tokens for the
+    /// key). `None`, with nothing taken, when a shared check needs its store.
+    pub fn acquire_now(&self, request: &R) -> Option<Verdict> {
+        match self.sharing {
+            Sharing::Local => Some(self.acquire(request)),
+            Sharing::AnswersNow => {
+                let mut tally = Tally::attempt(self.dry_run_checks);
+                take_from(&self.checks, request, 0, &mut tally);
+                (!tally.later).then(|| self.observed(tally.verdict()))
+            }
+            Sharing::Remote => None,
+        }
+    }
+
+    /// Asks every check for `request`, all or nothing, awaiting the shared checks'
+    /// stores (see [shared checks](self#shared-checks)). A policy of in-process
+    /// checks answers at once, as [`Policy::acquire`].
+    pub async fn acquire_async(&self, request: &R) -> Verdict {
+        if let Some(verdict) = self.acquire_now(request) {
+            return verdict;
+        }
+        // The shared checks first, all at once; then every check in order, the shared
+        // ones by what they answered; then the refunds of what is not kept.
+        let fetches = self.checks.iter().map(|check| check.fetch(request));
+        let mut fetched = join_all(fetches).await;
+        let mut tally = Tally::new(self.dry_run_checks);
+        settle_from(&self.checks, request, 0, &mut tally, &mut fetched);
+        let refunds = self
+            .checks
+            .iter()
+            .zip(fetched)
+            .map(|(check, fetched)| fetched.and_then(|fetched| check.give_back(fetched)));
+        join_all(refunds).await;
+        self.observed(tally.verdict())
+    }
+
+    /// Whether any check is on a shared limiter ([`Check::shared`]): then
+    /// [`Policy::acquire_async`] is the way to ask.
+    pub fn is_shared(&self) -> bool {
+        self.sharing != Sharing::Local
+    }
+
+    /// `verdict`, reported for a named policy.
+    #[inline]
+    fn observed(&self, verdict: Verdict) -> Verdict {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
             use crate::observe::VerdictKind;
@@ -162,6 +225,7 @@ impl<R: ?Sized> Policy<R> {
                 Outcome::Overflow { .. } => VerdictKind::Overflow,
                 Outcome::ExceedsCapacity => VerdictKind::ExceedsCapacity,
                 Outcome::MissingKey => VerdictKind::MissingKey,
+                Outcome::Unavailable => VerdictKind::Unavailable,
             };
             let refused_in_dry_run = verdict.is_allowed() && !verdict.if_enforced().is_allowed();
             observer.verdict(kind, refused_in_dry_run);
@@ -247,6 +311,86 @@ fn take_from<R: ?Sized>(
     passed
 }
 
+/// As [`take_from`], for a policy whose shared checks were fetched first: `fetched[0]`
+/// is what check `index` fetched, if anything.
+fn settle_from<R: ?Sized>(
+    checks: &[Box<dyn Evaluate<R>>],
+    request: &R,
+    index: usize,
+    tally: &mut Tally,
+    fetched: &mut [Option<Fetched>],
+) -> Passed {
+    let (Some(check), Some((here, later))) = (checks.get(index), fetched.split_first_mut()) else {
+        return tally.passed();
+    };
+    let dry_run = check.is_dry_run();
+    let mut passed = Passed::NEITHER;
+    check.settle_then(request, here.as_mut(), &mut |taken| {
+        if tally.record(index, taken, dry_run) {
+            passed = settle_from(checks, request, index + 1, tally, later);
+        }
+        if dry_run { passed.all } else { passed.enforced }
+    });
+    passed
+}
+
+/// Every future in `futures`, awaited at once; their outputs in order (`None` where
+/// there was no future).
+async fn join_all<'a, T>(futures: impl Iterator<Item = Option<Fetch<'a, T>>>) -> Vec<Option<T>> {
+    let mut pending: Vec<Option<Fetch<'a, T>>> = futures.collect();
+    let mut done: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, output) in pending.iter_mut().zip(done.iter_mut()) {
+            let Some(running) = future else { continue };
+            match running.as_mut().poll(cx) {
+                Poll::Ready(value) => {
+                    *output = Some(value);
+                    *future = None;
+                }
+                Poll::Pending => waiting = true,
+            }
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    done
+}
+
+/// A check ready to join a policy: any [`Check`] on an in-process limiter
+/// ([`Check::new`]) or on a shared one ([`Check::shared`]), converted by
+/// [`PolicyBuilder::check`].
+pub struct PolicyCheck<R: ?Sized>(Box<dyn Evaluate<R>>);
+
+impl<R, L, K, E> From<Check<L, K, E>> for PolicyCheck<R>
+where
+    R: ?Sized,
+    L: RateLimiter<K> + Send + Sync + 'static,
+    K: Borrow<E::Key> + Send + Sync + 'static,
+    E: KeyExtractor<R> + 'static,
+    E::Key: KeyRef<K>,
+{
+    fn from(check: Check<L, K, E>) -> Self {
+        PolicyCheck(Box::new(check))
+    }
+}
+
+impl<R, L, E> From<Check<Shared<L>, Vec<u8>, E>> for PolicyCheck<R>
+where
+    R: ?Sized,
+    L: SharedLimiter,
+    E: KeyExtractor<R> + 'static,
+    E::Key: AsRef<[u8]>,
+{
+    fn from(check: Check<Shared<L>, Vec<u8>, E>) -> Self {
+        PolicyCheck(Box::new(check))
+    }
+}
+
 /// Builds a [`Policy`]; see [`Policy::builder`].
 pub struct PolicyBuilder<R: ?Sized> {
     checks: Vec<Box<dyn Evaluate<R>>>,
@@ -256,15 +400,10 @@ pub struct PolicyBuilder<R: ?Sized> {
 }
 
 impl<R: ?Sized> PolicyBuilder<R> {
-    /// Adds `check`, to be asked after the ones already added.
-    pub fn check<L, K, E>(mut self, check: Check<L, K, E>) -> Self
-    where
-        L: RateLimiter<K> + Send + Sync + 'static,
-        K: Borrow<E::Key> + Send + Sync + 'static,
-        E: KeyExtractor<R> + 'static,
-        E::Key: KeyRef<K>,
-    {
-        self.checks.push(Box::new(check));
+    /// Adds `check` (a [`Check`], on an in-process or a shared limiter), to be asked
+    /// after the ones already added.
+    pub fn check(mut self, check: impl Into<PolicyCheck<R>>) -> Self {
+        self.checks.push(check.into().0);
         self
     }
 
@@ -340,9 +479,11 @@ impl<R: ?Sized> PolicyBuilder<R> {
             Box::new(crate::observe::PolicyObserver::new(name))
         });
         let dry_run_checks = self.checks.iter().any(|check| check.is_dry_run());
+        let sharing = self.checks.iter().map(|check| check.sharing()).max();
         Ok(Policy {
             checks: self.checks.into_boxed_slice(),
             dry_run_checks,
+            sharing: sharing.unwrap_or(Sharing::Local),
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer,
         })

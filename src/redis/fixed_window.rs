@@ -3,7 +3,7 @@
 use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm, script};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::Decision;
 use ::redis::Script;
@@ -11,7 +11,8 @@ use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script("{'w', 'n'}", include_str!("fixed_window.lua")));
 
 /// The classic fixed window counter in Redis: at most `limit` per window, windows
 /// following each other from the Unix epoch (`[k·window, (k+1)·window)`), counted per

@@ -225,6 +225,7 @@ mod engine;
 mod failure;
 mod fixed_window;
 pub mod lease;
+mod shared;
 mod token_bucket;
 
 pub use breaker::{CircuitBreaker, CircuitState};

@@ -3,7 +3,7 @@
 use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm, script};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::{Decision, Quota};
 use ::redis::Script;
@@ -11,7 +11,8 @@ use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("token_bucket.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script("{'t', 'r'}", include_str!("token_bucket.lua")));
 
 /// A token bucket whose state lives in Redis, shared by every process that uses the
 /// same Redis, prefix and quota: five app servers admit the quota once, not five times.

@@ -16,6 +16,7 @@ mod fixed_window;
 mod foreign;
 mod keys;
 mod lease;
+mod policy;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;
