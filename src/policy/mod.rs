@@ -53,7 +53,10 @@
 //!   [`MissingKey::Reject`] ([`Outcome::MissingKey`]), ends the evaluation; the
 //!   checks before it give their costs back and the later ones are not asked.
 //! - **Precedence** when checks disagree: can-never-pass (first such check in order)
-//!   over [`Outcome::Overflow`] over [`Outcome::Denied`] over [`Outcome::Allowed`].
+//!   over [`Outcome::Overflow`] over [`Outcome::Denied`] over
+//!   [`Outcome::Unavailable`] (a shared check's failure policy denied) over
+//!   [`Outcome::Allowed`]. A denial with a wait outranks a fallback: it tells the
+//!   client something true about when to come back.
 //! - **The answer reports the most restrictive check** ([`Verdict::binding`]): for an
 //!   allowed request the check with the fewest units left, for a denied one the check
 //!   with the longest wait — which is what the HTTP `RateLimit` field shows.
@@ -68,7 +71,55 @@
 //! - No allocation: a policy asks its checks through one dynamic call each, with the
 //!   rest of the policy nested inside (so a key borrowed from the request lives until
 //!   its refund); a check's first request for a new key stores the key, as any
-//!   limiter does.
+//!   limiter does. A policy awaiting Redis allocates (each shared check's key, its
+//!   future, the list of answers), as a Redis check does anyway.
+//!
+//! # Shared checks
+//! A check on a limiter whose state lives in Redis — [`RedisTokenBucket`],
+//! [`RedisFixedWindow`], [`RedisLeasedTokenBucket`], or any [`SharedLimiter`] — is
+//! made with [`Check::shared`] (keys are bytes) and sits in one policy with in-process
+//! checks, under every rule above: all or nothing, every check asked, the precedence,
+//! dry run, metrics and events. Such a policy is asked with
+//! [`Policy::acquire_async`]:
+//! - **In-process checks only**: answered at once, synchronously, as by
+//!   [`Policy::acquire`]; nothing is boxed or allocated.
+//! - **Leased checks** (and in-process ones): first tried without waiting
+//!   ([`Policy::acquire_now`]); when every leased key holds its cost, the answer comes
+//!   from the leases, without a round trip, a lock or an allocation. A lease that is
+//!   short ends the try (what it took so far is given back) and the policy is asked
+//!   as below.
+//! - **Otherwise** every shared check is sent at once, concurrently, and awaited;
+//!   then every check is asked in order, the shared ones by their answers, exactly as
+//!   above. A shared check past a check that ended the evaluation was asked anyway,
+//!   and gives back what it took.
+//! - **Refunds.** What a refused request took from Redis goes back in one script
+//!   call per check, atomic, capped at the capacity (a fixed window gives back only
+//!   to the window that counted it); a leased check's refund goes back to its
+//!   process's lease (up to `max_lease`; tokens that find no room, or an expired
+//!   lease, are dropped and counted), and to Redis for a key that has no lease. The
+//!   refunds are awaited before the verdict returns. A refund that does not reach
+//!   Redis is lost and counted as the limiter's failure: the key holds less until it
+//!   refills, a restriction, never an admission.
+//! - **Fallbacks.** A shared check its limiter could not decide (Redis down or slow,
+//!   the circuit breaker open) is answered by its failure policy, and that is an
+//!   outcome of its own: the check is listed in [`Verdict::fell_back`], never the
+//!   [`binding`](Verdict::binding) check (it knows nothing of its key), and when the
+//!   policy denies, the request is refused with [`Outcome::Unavailable`] (no wait:
+//!   nobody knows when Redis answers again). The HTTP layer answers 503 without a
+//!   `RateLimit` field; metrics count `fallback_allowed` and `fallback_denied` per
+//!   check and `unavailable` per policy.
+//! - [`Policy::acquire`], which never waits, answers a shared check that needs a
+//!   round trip by its failure policy, as if Redis were down, without taking from any
+//!   key; use it only for policies of in-process checks ([`Policy::is_shared`] says).
+//!
+//! A fallback allowed by `FailurePolicy::Open` takes nothing that can be given back:
+//! a timed-out check may still run in Redis and take its cost (see
+//! [`crate::redis`]'s failures), so a request refused by a later check after such a
+//! fallback may have cost its Redis key a token — a restriction, never an admission.
+//!
+//! [`RedisTokenBucket`]: crate::redis::RedisTokenBucket
+//! [`RedisFixedWindow`]: crate::redis::RedisFixedWindow
+//! [`RedisLeasedTokenBucket`]: crate::redis::RedisLeasedTokenBucket
 //!
 //! # Dry run
 //! To see what a limit would do before enforcing it — nginx's `limit_req_dry_run`,

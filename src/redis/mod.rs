@@ -195,6 +195,15 @@
 //! and inventing a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
 //! since Redis keys are.
 //!
+//! What a [`Policy`](crate::policy::Policy) asks of them is
+//! [`SharedLimiter`](crate::policy::SharedLimiter), which all three implement: an
+//! async check answering a decision or a fallback, an answer without waiting when
+//! there is one at hand (the leased limiter's held tokens), and a refund — one script
+//! call, atomic, capped at the capacity, for the plain limiters; the lease, for the
+//! leased one. So a per-user limit in Redis, a per-IP limit in process and a
+//! fleet-wide leased limit sit in one policy, all or nothing (see
+//! [shared checks](crate::policy#shared-checks)).
+//!
 //! # Cost
 //! A check is one network round trip: tens of microseconds to a Redis on the same
 //! host, not nanoseconds (measured in `results/redis.md`). It also allocates (the key

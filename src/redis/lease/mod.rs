@@ -59,8 +59,10 @@
 //!   From a moment nothing is held — the key's first request, or a lifetime after its
 //!   last fetch everywhere — that is at most `C + R(a, b]`: the most the one bucket can
 //!   admit over the span. Exactly: every token a fetch took is served to one request,
-//!   still held, or expired — [`LeaseCounts`]: `leased = served_by_fetch +
-//!   served_locally + expired + held` — and the bucket lost the tokens the fetches
+//!   still held, or expired — [`LeaseCounts`]: `leased + refunded = served_by_fetch +
+//!   served_locally + expired + held`, where `refunded` counts tokens that a policy's
+//!   refused request took and gave back to the lease, to be served again (see
+//!   [shared checks](crate::policy#shared-checks)) — and the bucket lost the tokens the fetches
 //!   took; tested across five leased limiters and a plain one on connections of their
 //!   own (in one OS process), and on a cluster. That is for the fetches Redis
 //!   answered. A fetch sent whose answer is lost — it timed out, its connection
