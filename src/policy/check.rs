@@ -124,6 +124,32 @@ pub(super) enum Taken {
     NoKey,
 }
 
+/// The [`Evaluate`] methods that read and set a [`Check`]'s own settings, the same
+/// for every kind of limiter.
+macro_rules! check_settings {
+    () => {
+        fn describe(&self) -> (&str, Limit, u32) {
+            (&self.name, self.limit, self.cost)
+        }
+
+        fn is_dry_run(&self) -> bool {
+            self.dry_run
+        }
+
+        fn set_dry_run(&mut self) {
+            self.dry_run = true;
+        }
+
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        fn observe(&mut self, policy: &std::sync::Arc<str>) {
+            self.policy = Some(policy.clone());
+            self.observer = std::sync::OnceLock::new();
+        }
+    };
+}
+
+pub(super) use check_settings;
+
 /// A check with its types erased, so that checks on different limiters and key types
 /// share one list.
 pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
@@ -194,26 +220,10 @@ where
     E: KeyExtractor<R>,
     E::Key: KeyRef<K>,
 {
-    fn describe(&self) -> (&str, Limit, u32) {
-        (&self.name, self.limit, self.cost)
-    }
-
-    fn is_dry_run(&self) -> bool {
-        self.dry_run
-    }
-
-    fn set_dry_run(&mut self) {
-        self.dry_run = true;
-    }
+    check_settings!();
 
     fn limiter_address(&self) -> usize {
         Arc::as_ptr(&self.limiter).cast::<()>() as usize
-    }
-
-    #[cfg(any(feature = "metrics", feature = "tracing"))]
-    fn observe(&mut self, policy: &std::sync::Arc<str>) {
-        self.policy = Some(policy.clone());
-        self.observer = std::sync::OnceLock::new();
     }
 
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {

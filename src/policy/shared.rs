@@ -6,7 +6,7 @@
 //! says both, so a policy pays the round trip only when one is needed, and nothing
 //! when every check is in process.
 
-use super::check::{Check, Evaluate, MissingKey, Taken};
+use super::check::{Check, Evaluate, MissingKey, Taken, check_settings};
 use super::key::KeyExtractor;
 use super::limit::Limit;
 use crate::Decision;
@@ -135,26 +135,10 @@ where
     E: KeyExtractor<R>,
     E::Key: AsRef<[u8]>,
 {
-    fn describe(&self) -> (&str, Limit, u32) {
-        (&self.name, self.limit, self.cost)
-    }
-
-    fn is_dry_run(&self) -> bool {
-        self.dry_run
-    }
-
-    fn set_dry_run(&mut self) {
-        self.dry_run = true;
-    }
+    check_settings!();
 
     fn limiter_address(&self) -> usize {
         Arc::as_ptr(&self.limiter.0).cast::<()>() as usize
-    }
-
-    #[cfg(any(feature = "metrics", feature = "tracing"))]
-    fn observe(&mut self, policy: &std::sync::Arc<str>) {
-        self.policy = Some(policy.clone());
-        self.observer = std::sync::OnceLock::new();
     }
 
     fn sharing(&self) -> Sharing {

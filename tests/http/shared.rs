@@ -8,17 +8,23 @@ mod redis_server;
 
 use crate::server::{API_KEY, get, per_ip, serve};
 use http::StatusCode;
+use http::request::Parts;
 use redis_server::RedisServer;
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::http::{HeaderKey, RateLimitLayer};
-use turnstile::policy::{Check, Limit, Policy};
+use turnstile::policy::{Check, Limit, Policy, PolicyCheck};
 use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisTokenBucket};
 use turnstile::{ManualClock, Quota};
 
-/// A layer whose one policy is a per-user check in Redis (at `url`) under `quota`,
-/// then a per-IP check in process.
-fn layer(url: &str, quota: Quota, policy: FailurePolicy, clock: &ManualClock) -> RateLimitLayer {
+/// A per-user check in Redis (at `url`) under `quota`, answering `policy` when
+/// Redis does not.
+fn per_user(
+    url: &str,
+    quota: Quota,
+    policy: FailurePolicy,
+    clock: &ManualClock,
+) -> PolicyCheck<Parts> {
     let users = RedisTokenBucket::builder(quota, policy)
         .prefix(format!("http-shared:{:?}:", std::thread::current().id()))
         .client_clock(clock.clone())
@@ -27,13 +33,15 @@ fn layer(url: &str, quota: Quota, policy: FailurePolicy, clock: &ManualClock) ->
         .circuit_breaker(CircuitBreaker::off())
         .connect(url)
         .unwrap();
+    let key = HeaderKey::new(API_KEY);
+    Check::shared("per-user", Arc::new(users), Limit::steady(quota), key).into()
+}
+
+/// A layer whose one policy is the per-user check in Redis, then a per-IP check in
+/// process.
+fn layer(url: &str, quota: Quota, policy: FailurePolicy, clock: &ManualClock) -> RateLimitLayer {
     let policy = Policy::builder()
-        .check(Check::shared(
-            "per-user",
-            Arc::new(users),
-            Limit::steady(quota),
-            HeaderKey::new(API_KEY),
-        ))
+        .check(per_user(url, quota, policy, clock))
         .check(per_ip("per-ip", Quota::per_minute(300).unwrap(), clock))
         .build()
         .unwrap();
@@ -107,20 +115,13 @@ async fn a_failure_policy_refusal_is_503_without_retry_after_or_ratelimit_field(
 async fn the_status_of_a_failure_policy_refusal_is_configurable() {
     let mut redis = RedisServer::start();
     let quota = Quota::new(2, Duration::from_secs(10)).unwrap();
-    let users = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
-        .timeout(Duration::from_millis(200))
-        .circuit_breaker(CircuitBreaker::off())
-        .connect(redis.url().as_str())
-        .unwrap();
-    let policy = Policy::builder()
-        .check(Check::shared(
-            "per-user",
-            Arc::new(users),
-            Limit::steady(quota),
-            HeaderKey::new(API_KEY),
-        ))
-        .build()
-        .unwrap();
+    let check = per_user(
+        &redis.url(),
+        quota,
+        FailurePolicy::Closed,
+        &ManualClock::new(),
+    );
+    let policy = Policy::builder().check(check).build().unwrap();
     let layer = RateLimitLayer::builder(policy)
         .unavailable_status(StatusCode::TOO_MANY_REQUESTS)
         .build()

@@ -8,7 +8,9 @@ use crate::{fresh_prefix, manager};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
-use turnstile::policy::{Check, KeyExtractor, Limit, MissingKey, Outcome, Policy, SharedLimiter};
+use turnstile::policy::{
+    Check, KeyExtractor, Limit, MissingKey, Outcome, Policy, PolicyCheck, SharedLimiter,
+};
 use turnstile::redis::{
     CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket,
 };
@@ -49,38 +51,52 @@ fn redis_bucket(
     Arc::new(limiter)
 }
 
+/// A Redis token bucket on `server` under `quota` that fails closed.
+async fn closed_bucket(
+    server: &RedisServer,
+    quota: Quota,
+    clock: &ManualClock,
+) -> Arc<RedisTokenBucket> {
+    redis_bucket(manager(server).await, quota, FailurePolicy::Closed, clock)
+}
+
+/// `shared`, then a per-IP check in process.
+fn then_per_ip(
+    shared: impl Into<PolicyCheck<Request>>,
+    ips: &Arc<TokenBucket<u32, ManualClock>>,
+) -> Policy<Request> {
+    let per_ip = Check::new(
+        "per-ip",
+        ips.clone(),
+        Limit::steady(ips.quota()),
+        |r: &Request| Some(r.ip),
+    );
+    Policy::builder()
+        .check(shared)
+        .check(per_ip)
+        .build()
+        .unwrap()
+}
+
 /// A per-user check in Redis, then a per-IP check in process.
 fn two_checks(
     users: &Arc<RedisTokenBucket>,
     ips: &Arc<TokenBucket<u32, ManualClock>>,
 ) -> Policy<Request> {
-    Policy::builder()
-        .check(Check::shared(
-            "per-user",
-            users.clone(),
-            Limit::steady(users.quota()),
-            |r: &Request| Some(r.user.clone()),
-        ))
-        .check(Check::new(
-            "per-ip",
-            ips.clone(),
-            Limit::steady(ips.quota()),
-            |r: &Request| Some(r.ip),
-        ))
-        .build()
-        .unwrap()
+    let per_user = Check::shared(
+        "per-user",
+        users.clone(),
+        Limit::steady(users.quota()),
+        |r: &Request| Some(r.user.clone()),
+    );
+    then_per_ip(per_user, ips)
 }
 
 #[tokio::test]
 async fn a_refused_request_leaves_the_redis_key_and_the_in_process_key_as_it_found_them() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(3),
-        FailurePolicy::Closed,
-        &clock,
-    );
+    let users = closed_bucket(&server, per_day(3), &clock).await;
     let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()));
     let policy = two_checks(&users, &ips);
     assert!(policy.is_shared());
@@ -142,12 +158,7 @@ async fn the_wait_is_the_longest_of_the_redis_and_the_in_process_checks() {
 async fn refunds_in_redis_are_capped_at_the_capacity_and_a_window_gives_back_only_its_own() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let bucket = redis_bucket(
-        manager(&server).await,
-        per_day(5),
-        FailurePolicy::Closed,
-        &clock,
-    );
+    let bucket = closed_bucket(&server, per_day(5), &clock).await;
     assert!(bucket.acquire("k", 2).await.is_allowed());
     SharedLimiter::refund(&*bucket, b"k", 1).await;
     assert_eq!(bucket.peek("k").await.unwrap(), 4);
@@ -214,21 +225,13 @@ fn leased_then_per_ip(
     tenants: &Arc<RedisLeasedTokenBucket>,
     ips: &Arc<TokenBucket<u32, ManualClock>>,
 ) -> Policy<Request> {
-    Policy::builder()
-        .check(Check::shared(
-            "per-tenant",
-            tenants.clone(),
-            Limit::steady(tenants.quota()),
-            ByUser,
-        ))
-        .check(Check::new(
-            "per-ip",
-            ips.clone(),
-            Limit::steady(ips.quota()),
-            |r: &Request| Some(r.ip),
-        ))
-        .build()
-        .unwrap()
+    let per_tenant = Check::shared(
+        "per-tenant",
+        tenants.clone(),
+        Limit::steady(tenants.quota()),
+        ByUser,
+    );
+    then_per_ip(per_tenant, ips)
 }
 
 #[tokio::test]
@@ -363,12 +366,7 @@ async fn a_check_answered_by_its_failure_policy_is_an_outcome_of_its_own() {
 async fn asked_without_waiting_a_redis_check_is_answered_by_its_failure_policy() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(3),
-        FailurePolicy::Closed,
-        &clock,
-    );
+    let users = closed_bucket(&server, per_day(3), &clock).await;
     let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()));
     let policy = two_checks(&users, &ips);
     assert!(policy.acquire_now(&request("c", 1)).is_none());
@@ -384,12 +382,7 @@ async fn asked_without_waiting_a_redis_check_is_answered_by_its_failure_policy()
 async fn a_keyless_request_follows_the_shared_checks_missing_key_rule() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(2),
-        FailurePolicy::Closed,
-        &clock,
-    );
+    let users = closed_bucket(&server, per_day(2), &clock).await;
     let by_user = |r: &Request| (!r.user.is_empty()).then(|| r.user.clone());
     let check = || {
         Check::shared(
@@ -419,12 +412,7 @@ async fn a_keyless_request_follows_the_shared_checks_missing_key_rule() {
 async fn a_dry_run_redis_check_refuses_nothing_and_keeps_only_what_would_have_passed() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(1),
-        FailurePolicy::Closed,
-        &clock,
-    );
+    let users = closed_bucket(&server, per_day(1), &clock).await;
     let policy: Policy<Request> = Policy::builder()
         .check(
             Check::shared(
@@ -466,40 +454,28 @@ async fn admitted_concurrently(
     set.join_all().await.into_iter().sum()
 }
 
+/// 8 tasks of 40 requests for one user over 4 IPs, against a Redis limit of 100 for
+/// the user and an in-process one of `per_ip` per IP: the requests admitted, what
+/// Redis has left, and what the IPs gave.
+async fn contend(server: &RedisServer, per_ip: u32) -> (u32, u32, u32) {
+    let clock = ManualClock::new();
+    let users = closed_bucket(server, per_day(100), &clock).await;
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
+        per_day(per_ip),
+        clock.clone(),
+    ));
+    let admitted = admitted_concurrently(Arc::new(two_checks(&users, &ips)), 8, 40, 4).await;
+    let left = users.peek("hot").await.unwrap();
+    let taken_in_process = (0..4).map(|ip| per_ip - ips.peek(&ip)).sum();
+    (admitted, left, taken_in_process)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_admit_exactly_the_tightest_limit_and_refunds_return_exactly() {
     let server = RedisServer::start();
-    let clock = ManualClock::new();
-    // Redis holds 100 for the user; the in-process per-IP limit is wide.
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(100),
-        FailurePolicy::Closed,
-        &clock,
-    );
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
-        per_day(1000),
-        clock.clone(),
-    ));
-    let admitted = admitted_concurrently(Arc::new(two_checks(&users, &ips)), 8, 40, 4).await;
-    assert_eq!(admitted, 100);
-    assert_eq!(users.peek("hot").await.unwrap(), 0);
-    let taken_in_process: u32 = (0..4).map(|ip| 1000 - ips.peek(&ip)).sum();
-    assert_eq!(taken_in_process, 100);
-
-    // Now the in-process limit is the tight one: 15 per IP, 60 in all. Every token
-    // Redis gave a refused request comes back.
-    let users = redis_bucket(
-        manager(&server).await,
-        per_day(100),
-        FailurePolicy::Closed,
-        &clock,
-    );
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
-        per_day(15),
-        clock.clone(),
-    ));
-    let admitted = admitted_concurrently(Arc::new(two_checks(&users, &ips)), 8, 40, 4).await;
-    assert_eq!(admitted, 60);
-    assert_eq!(users.peek("hot").await.unwrap(), 40);
+    // Redis is the tight limit: exactly its 100, and the IPs gave exactly as many.
+    assert_eq!(contend(&server, 1000).await, (100, 0, 100));
+    // The IPs are: 15 each, 60 in all, and every token Redis gave a refused request
+    // came back.
+    assert_eq!(contend(&server, 15).await, (60, 40, 60));
 }
