@@ -173,6 +173,31 @@ macro_rules! blocking_twin {
             }
         }
 
+        impl $builder {
+            /// A blocking limiter with its own runtime, on a
+            /// [`SentinelConnection`](super::SentinelConnection) to the master
+            /// `sentinels` names, configured by [`connection_config`]: it follows the
+            /// master through failovers (see [`super::sentinel`]). Asks nothing yet.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($builder), "::build`], plus a runtime that \
+                cannot start.")]
+            #[cfg(feature = "redis-sentinel")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+            pub fn build_blocking_sentinel(
+                self,
+                sentinels: ::redis::sentinel::SentinelClient,
+            ) -> Result<$limiter<super::SentinelConnection>, ConfigError> {
+                self.validate()?;
+                let runtime = Arc::new(OwnedRuntime::start()?);
+                let config = connection_config(self.settings.timeout);
+                Ok($limiter {
+                    inner: self.build(super::SentinelConnection::new(sentinels, config))?,
+                    runtime,
+                })
+            }
+        }
+
         impl<C> $limiter<C>
         where
             C: ConnectionLike + Clone + Send + Sync + 'static,

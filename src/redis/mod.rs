@@ -126,10 +126,13 @@
 //! more. Give the cluster client a response timeout longer than the limiter's, so the
 //! check gives up first.
 //!
-//! **Sentinel** is not supported yet: a connection that follows the master on
-//! failover needs re-resolving the master through the sentinels after an error,
-//! which neither the `redis` crate's connection manager nor this crate does today.
-//! Use a Sentinel-aware proxy, or a cluster.
+//! **Sentinel** (feature `redis-sentinel`): [`SentinelConnection`] asks the sentinels
+//! for the master, and asks again after an error that says the master is gone or
+//! demoted, so checks follow a failover: the failure policy answers while it runs,
+//! and checks are decided again once a replica is promoted (measured in
+//! `results/redis.md`). Build with the builders' `connect_sentinel`, or
+//! `build_blocking_sentinel` for the blocking limiters. What a failover can forget,
+//! and the bound that follows, are in the [`sentinel`] module.
 //!
 //! # Failures
 //! Each check waits at most its timeout (default [`DEFAULT_TIMEOUT`], 50 ms, set per
@@ -234,6 +237,9 @@ mod engine;
 mod failure;
 mod fixed_window;
 pub mod lease;
+#[cfg(feature = "redis-sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+pub mod sentinel;
 mod shared;
 mod token_bucket;
 
@@ -246,4 +252,6 @@ pub use lease::{
     DEFAULT_LEASE_LIFETIME, LeaseCounts, LeaseState, RedisLeasedTokenBucket,
     RedisLeasedTokenBucketBuilder,
 };
+#[cfg(feature = "redis-sentinel")]
+pub use sentinel::SentinelConnection;
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};

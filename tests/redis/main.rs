@@ -17,6 +17,8 @@ mod foreign;
 mod keys;
 mod lease;
 mod policy;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;
