@@ -19,6 +19,8 @@ mod lease;
 mod policy;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel_set;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;
