@@ -18,7 +18,7 @@
 //! and   `curl http://127.0.0.1:3000/metrics`
 //!
 //! `--generous` keeps the same layer and checks but with quotas of a million per
-//! second (so every request passes: the cost of checking, not of refusing);
+//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing);
 //! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
 //! recorder (the limiters are named, but report to no one: the cost of the `metrics`
 //! feature alone). They exist for `results/http.md`.
@@ -154,8 +154,9 @@ struct Limits {
 impl Limits {
     fn quota(&self, per_minute: u32) -> Result<Quota, QuotaError> {
         if self.generous {
-            // One token per microsecond, bursts of 500: a million per second.
-            Quota::new(500, Duration::from_micros(1))
+            // One token per microsecond: a million per second, and as large a burst
+            // (a leased limiter's leases are up to 1/32 of it).
+            Quota::new(1_000_000, Duration::from_micros(1))
         } else {
             Quota::per_minute(per_minute)
         }

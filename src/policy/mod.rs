@@ -249,11 +249,13 @@ impl<R: ?Sized> Policy<R> {
         let mut fetched = join_all(fetches).await;
         let mut tally = Tally::new(self.dry_run_checks);
         settle_from(&self.checks, request, 0, &mut tally, &mut fetched);
+        // Only the refunds there are: an allowed request has none, and allocates none.
         let refunds = self
             .checks
             .iter()
             .zip(fetched)
-            .map(|(check, fetched)| fetched.and_then(|fetched| check.give_back(fetched)));
+            .filter_map(|(check, fetched)| check.give_back(fetched?))
+            .map(Some);
         join_all(refunds).await;
         self.observed(tally.verdict())
     }
