@@ -58,6 +58,9 @@ impl SentinelSet {
     }
 
     /// A client asking the sentinels for the master.
+    // `SentinelClient::build` takes a `String` without the `redis` crate's
+    // `tls-rustls` and an `impl AsRef<str>` with it: a `String` fits both.
+    #[allow(clippy::unnecessary_to_owned)]
     pub fn client(&self) -> SentinelClient {
         let urls: Vec<String> = self
             .sentinels
