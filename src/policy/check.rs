@@ -3,10 +3,11 @@
 
 use super::key::KeyExtractor;
 use super::limit::Limit;
-use super::shared::{Fetch, Fetched, Sharing};
 use crate::{Decision, KeyRef, RateLimiter};
 use std::borrow::Borrow;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 
 /// What a check does with a request in which its extractor finds no usable key.
@@ -287,3 +288,56 @@ where
         }
     }
 }
+
+/// A shared limiter's answer to one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The limiter decided, with the meaning every [`Decision`] has.
+    Decided(Decision),
+    /// The limiter gave no decision (its store down or slow, its circuit breaker
+    /// open) and its failure policy answered: the request is `allowed`, or not. The
+    /// limiter counts and reports why; a policy shows which checks were answered so
+    /// ([`Verdict::fell_back`](super::Verdict::fell_back)).
+    Fallback {
+        /// What the failure policy answered.
+        allowed: bool,
+    },
+}
+
+impl Answer {
+    /// Whether the answer allowed the request and took from the key: a decision
+    /// that allowed (a fallback took nothing anyone knows of).
+    pub(super) fn took(&self) -> bool {
+        matches!(self, Answer::Decided(decision) if decision.is_allowed())
+    }
+
+    pub(super) fn taken(self) -> Taken {
+        match self {
+            Answer::Decided(decision) => Taken::Decided(decision),
+            Answer::Fallback { allowed } => Taken::Fallback { allowed },
+        }
+    }
+}
+
+/// Where a check's limiter keeps its state, which says how a policy asks it. Ordered:
+/// a policy asks as its most demanding check needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Sharing {
+    /// In process: asked synchronously.
+    Local,
+    /// Shared, and often answering without waiting: tried without waiting first.
+    AnswersNow,
+    /// Shared, answering after a round trip.
+    Remote,
+}
+
+/// A shared check's answer, fetched ahead of the in-process checks: its key, the
+/// answer, and whether the request keeps what it took.
+pub(super) struct Fetched {
+    pub(super) key: Vec<u8>,
+    pub(super) answer: Answer,
+    pub(super) keep: bool,
+}
+
+/// A shared limiter's work in flight.
+pub(super) type Fetch<'a, T = Fetched> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -157,15 +157,14 @@ mod limit;
 mod shared;
 mod verdict;
 
-pub use check::{Check, MissingKey};
+pub use check::{Answer, Check, MissingKey};
 pub use key::KeyExtractor;
 pub use limit::Limit;
-pub use shared::{Answer, Shared, SharedLimiter};
+pub use shared::{Shared, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
 use crate::{KeyRef, RateLimiter};
-use check::Evaluate;
-use shared::{Fetch, Fetched, Sharing};
+use check::{Evaluate, Fetch, Fetched, Sharing};
 use std::borrow::Borrow;
 use std::fmt;
 use std::future::poll_fn;

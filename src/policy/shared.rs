@@ -6,43 +6,13 @@
 //! says both, so a policy pays the round trip only when one is needed, and nothing
 //! when every check is in process.
 
-use super::check::{Check, Evaluate, MissingKey, Taken, check_settings};
+use super::check::{
+    Answer, Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings,
+};
 use super::key::KeyExtractor;
 use super::limit::Limit;
-use crate::Decision;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-
-/// A shared limiter's answer to one check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
-    /// The limiter decided, with the meaning every [`Decision`] has.
-    Decided(Decision),
-    /// The limiter gave no decision (its store down or slow, its circuit breaker
-    /// open) and its failure policy answered: the request is `allowed`, or not. The
-    /// limiter counts and reports why; a policy shows which checks were answered so
-    /// ([`Verdict::fell_back`](super::Verdict::fell_back)).
-    Fallback {
-        /// What the failure policy answered.
-        allowed: bool,
-    },
-}
-
-impl Answer {
-    /// Whether the answer allowed the request and took from the key: a decision
-    /// that allowed (a fallback took nothing anyone knows of).
-    fn took(&self) -> bool {
-        matches!(self, Answer::Decided(decision) if decision.is_allowed())
-    }
-
-    fn taken(self) -> Taken {
-        match self {
-            Answer::Decided(decision) => Taken::Decided(decision),
-            Answer::Fallback { allowed } => Taken::Fallback { allowed },
-        }
-    }
-}
 
 /// The check contract of a limiter whose state lives outside the process, so that a
 /// [`Policy`](super::Policy) can ask it beside in-process limiters, all or nothing.
@@ -104,29 +74,6 @@ impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
         Check::with_limiter(name.into(), Arc::new(Shared(limiter)), limit, extractor)
     }
 }
-
-/// Where a check's limiter keeps its state, which says how a policy asks it. Ordered:
-/// a policy asks as its most demanding check needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Sharing {
-    /// In process: asked synchronously.
-    Local,
-    /// Shared, and often answering without waiting: tried without waiting first.
-    AnswersNow,
-    /// Shared, answering after a round trip.
-    Remote,
-}
-
-/// A shared check's answer, fetched ahead of the in-process checks: its key, the
-/// answer, and whether the request keeps what it took.
-pub(super) struct Fetched {
-    key: Vec<u8>,
-    answer: Answer,
-    keep: bool,
-}
-
-/// A shared limiter's work in flight.
-pub(super) type Fetch<'a, T = Fetched> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl<R, L, E> Evaluate<R> for Check<Shared<L>, Vec<u8>, E>
 where
