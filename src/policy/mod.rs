@@ -87,7 +87,8 @@
 //!   ([`Policy::acquire_now`]); when every leased key holds its cost, the answer comes
 //!   from the leases, without a round trip, a lock or an allocation. A lease that is
 //!   short ends the try (what it took so far is given back) and the policy is asked
-//!   as below.
+//!   as below. (The in-process checks before it were asked in the try and are asked
+//!   again: a named policy's metrics count their decisions twice for such a request.)
 //! - **Otherwise** every shared check is sent at once, concurrently, and awaited;
 //!   then every check is asked in order, the shared ones by their answers, exactly as
 //!   above. A shared check past a check that ended the evaluation was asked anyway,
