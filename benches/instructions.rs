@@ -7,7 +7,8 @@
 //! benchmark (turnstile, turnstile-recent, mutex-per-key, global-lock, governor, and
 //! the floors floor-stack, floor-cas, floor-clock, floor-lookup) or one of turnstile's
 //! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log) or a
-//! direct limiter (direct-turnstile, direct-turnstile-gcra, direct-governor); MIX is
+//! direct limiter (direct-turnstile, direct-turnstile-gcra, direct-governor) or `policy`
+//! (a policy of two token-bucket checks); MIX is
 //! allowed, denied, churn, zipf-allowed or zipf-denied. Keys are the uniform pattern
 //! (1,000 keys, all stored before counting), with churn a new key for every check,
 //! with zipf-* the zipf pattern (1,000,000 keys, all stored before counting: run with
@@ -19,6 +20,10 @@ use common::direct::with_direct;
 use common::{Contender, Mix, Pattern, Visit, prepopulate, with_algorithm, with_contender};
 use std::hint::black_box;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use turnstile::policy::{Check, Limit, Policy};
+use turnstile::{Quota, TokenBucket};
 
 /// The counted part: `checks` checks over the key sequence. Not inlined, so callgrind
 /// can switch counting on at its entry and off at its exit.
@@ -39,6 +44,51 @@ fn measured_churn<T: Contender>(contender: &T, checks: u64) -> u64 {
     (0..checks)
         .map(|i| u64::from(contender.check(black_box(base + i))))
         .sum()
+}
+
+/// A policy of two in-process token buckets (the request's key, and the key's
+/// neighbour on another limiter): what one `Policy::acquire` costs, both checks
+/// included. Allowed: the largest burst there is; denied: one token an hour.
+struct TwoChecks(Policy<u64>);
+
+impl TwoChecks {
+    fn new(mix: Mix) -> Self {
+        let quota = match mix {
+            Mix::Allowed => Quota::new(u32::MAX, Duration::from_secs(1)),
+            Mix::Denied => Quota::new(1, Duration::from_secs(3600)),
+        }
+        .expect("a valid quota");
+        let limiter = || {
+            Arc::new(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(1024)
+                    .build(),
+            )
+        };
+        let policy = Policy::builder()
+            .check(Check::new(
+                "first",
+                limiter(),
+                Limit::steady(quota),
+                |k: &u64| Some(*k),
+            ))
+            .check(Check::new(
+                "second",
+                limiter(),
+                Limit::steady(quota),
+                |k: &u64| Some(k ^ 1),
+            ))
+            .build()
+            .expect("a valid policy");
+        Self(policy)
+    }
+}
+
+impl Contender for TwoChecks {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0.acquire(&key).is_allowed()
+    }
 }
 
 /// Builds the contender, stores its keys, then runs the counted checks (with `churn`,
@@ -102,6 +152,7 @@ fn main() -> ExitCode {
             with_algorithm(name, mix, count)
         }
         direct if direct.starts_with("direct-") => with_direct(direct, mix, count),
+        "policy" => count.visit(move || TwoChecks::new(mix)),
         _ => with_contender(name, mix, pattern, count),
     };
     let mix = if churn { "churn" } else { mix.name() };

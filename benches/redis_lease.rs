@@ -446,9 +446,96 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    if std::env::var("ONLY").as_deref() == Ok("policy") {
+        in_a_policy(&runtime, &server);
+        return;
+    }
     throughput(&runtime, &server);
+    in_a_policy(&runtime, &server);
     latency(&runtime, &server);
     cold_latency(&runtime, &server);
     five_processes(&runtime, &server);
     outage(&runtime);
+}
+
+/// One hot key, one task: the bare leased limiter against the same limiter as the
+/// one check of a policy (`Policy::acquire_async`, answered from the lease), and as
+/// the first of two checks with an in-process token bucket; interleaved rounds.
+fn in_a_policy(runtime: &Runtime, server: &RedisServer) {
+    use turnstile::TokenBucket;
+    use turnstile::policy::{Check, Limit, Policy};
+    const CHECKS: u64 = 4_000_000;
+    let leased = runtime.block_on(limiters(server, "bench:policy")).leased;
+    let leased = Arc::new(leased);
+    let check = || {
+        Check::shared(
+            "leased",
+            Arc::clone(&leased),
+            Limit::steady(roomy()),
+            |key: &&'static str| Some(*key),
+        )
+    };
+    let alone: Arc<Policy<&'static str>> =
+        Arc::new(Policy::builder().check(check()).build().unwrap());
+    let local = Arc::new(TokenBucket::<&'static str>::new(roomy()));
+    let with_local: Arc<Policy<&'static str>> = Arc::new(
+        Policy::builder()
+            .check(check())
+            .check(Check::new(
+                "local",
+                local,
+                Limit::steady(roomy()),
+                |key: &&'static str| Some(*key),
+            ))
+            .build()
+            .unwrap(),
+    );
+    let (mut bare, mut one, mut two) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        for turn in 0..3 {
+            let sample = match (round + turn) % 3 {
+                0 => {
+                    let limiter = Arc::clone(&leased);
+                    let rate = rate(1, CHECKS, move |_| {
+                        let limiter = Arc::clone(&limiter);
+                        async move { limiter.try_acquire("hot").await }
+                    });
+                    (&mut bare, runtime.block_on(rate))
+                }
+                1 => {
+                    let policy = Arc::clone(&alone);
+                    let rate = rate(1, CHECKS, move |_| {
+                        let policy = Arc::clone(&policy);
+                        async move { policy.acquire_async(&"hot").await.is_allowed() }
+                    });
+                    (&mut one, runtime.block_on(rate))
+                }
+                _ => {
+                    let policy = Arc::clone(&with_local);
+                    let rate = rate(1, CHECKS, move |_| {
+                        let policy = Arc::clone(&policy);
+                        async move { policy.acquire_async(&"hot").await.is_allowed() }
+                    });
+                    (&mut two, runtime.block_on(rate))
+                }
+            };
+            sample.0.push(sample.1);
+        }
+    }
+    assert_eq!(
+        leased.failures(),
+        Default::default(),
+        "every fetch answered"
+    );
+    println!("\n| one hot key, 1 task | checks/s (median, range of {ROUNDS}) |");
+    println!("|---|---|");
+    println!("| bare leased limiter | {} |", per_second(summary(bare)));
+    println!(
+        "| policy of the leased check | {} |",
+        per_second(summary(one))
+    );
+    println!(
+        "| policy of the leased check and an in-process token bucket | {} |",
+        per_second(summary(two))
+    );
 }

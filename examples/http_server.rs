@@ -13,15 +13,26 @@
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
 //!
-//! Run:  `cargo run --release --example http_server --features tower,metrics [-- ADDR] [--generous | --no-limits] [--no-recorder]`
+//! Run:  `cargo run --release --example http_server --features tower,metrics,redis [-- ADDR] [--generous | --no-limits] [--no-recorder] [--redis URL [--leased] [--one-check] [--bare]]`
 //! Then: `curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/balance`
 //! and   `curl http://127.0.0.1:3000/metrics`
 //!
 //! `--generous` keeps the same layer and checks but with quotas of a million per
-//! second (so every request passes: the cost of checking, not of refusing);
+//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing);
 //! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
 //! recorder (the limiters are named, but report to no one: the cost of the `metrics`
 //! feature alone). They exist for `results/http.md`.
+//!
+//! **Shared mode**, for a fleet: `--redis URL` keeps every limit in Redis (one
+//! `RedisTokenBucket` per endpoint's per-user limit and one for the per-IP limit,
+//! fixed prefixes), so any number of these servers on one Redis admit each user and
+//! address its quota once between them; `--leased` with it leases the tokens
+//! (`RedisLeasedTokenBucket`) and serves them in process. The shared limits fail
+//! closed: while Redis is down a request is refused with 503 (no `RateLimit` field).
+//! For `results/http.md` also:
+//! `--one-check` (policies with the per-user check alone), and `--bare` (no layer:
+//! the `/balance` handler asks the per-user Redis limiter itself, 429 on a denial —
+//! what the layer is compared with).
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -34,7 +45,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::http::{HeaderKey, PeerIp, RateLimitLayer};
-use turnstile::policy::{Check, Limit, Policy};
+use turnstile::policy::{Check, KeyExtractor, Limit, Policy, PolicyCheck};
+use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
 use turnstile::{Quota, QuotaError, TokenBucket};
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -43,11 +55,18 @@ const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 async fn main() -> Result<(), Box<dyn Error>> {
     let mut addr: SocketAddr = "127.0.0.1:3000".parse()?;
     let (mut generous, mut no_limits, mut recorder) = (false, false, true);
-    for arg in std::env::args().skip(1) {
+    let mut store = Store::InProcess;
+    let (mut one_check, mut bare) = (false, false);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--generous" => generous = true,
             "--no-limits" => no_limits = true,
             "--no-recorder" => recorder = false,
+            "--redis" => store = Store::Redis(args.next().ok_or("--redis needs a URL")?),
+            "--leased" => store = store.leased()?,
+            "--one-check" => one_check = true,
+            "--bare" => bare = true,
             other => addr = other.parse()?,
         }
     }
@@ -58,15 +77,24 @@ async fn main() -> Result<(), Box<dyn Error>> {
         None
     };
 
-    let app = Router::new()
-        .route("/balance", get(|| async { "balance: 100.00 EUR\n" }))
+    let limits = Limits {
+        generous,
+        store,
+        one_check,
+    };
+    let app = if bare {
+        bare_balance(&limits)?
+    } else {
+        Router::new().route("/balance", get(|| async { "balance: 100.00 EUR\n" }))
+    };
+    let app = app
         .route("/transfer", post(|| async { "transfer accepted\n" }))
         .route("/login", post(|| async { "welcome\n" }))
         .fallback(|| async { "hello\n" });
-    let app = if no_limits {
+    let app = if no_limits || bare {
         app
     } else {
-        app.layer(rate_limits(generous)?)
+        app.layer(rate_limits(&limits)?)
     };
     // Added after the layer, so scrapes are not rate-limited.
     let app = match prometheus {
@@ -80,53 +108,197 @@ async fn main() -> Result<(), Box<dyn Error>> {
         (false, true) => "generous limits",
         (false, false) => "limits on",
     };
-    println!("listening on http://{} ({mode})", listener.local_addr()?);
+    let store = limits.store.describe();
+    println!(
+        "listening on http://{} ({mode}, {store})",
+        listener.local_addr()?
+    );
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app).await?;
     Ok(())
 }
 
-/// The endpoint table, keyed by user, and one per-IP limit shared by every endpoint.
-fn rate_limits(generous: bool) -> Result<RateLimitLayer, Box<dyn Error>> {
-    let quota = |per_minute: u32| -> Result<Quota, QuotaError> {
-        if generous {
-            // One token per microsecond, bursts of 500: a million per second.
-            Quota::new(500, Duration::from_micros(1))
+/// Where the limits live.
+enum Store {
+    InProcess,
+    /// Redis at this URL, a script call per check.
+    Redis(String),
+    /// Redis at this URL, tokens leased.
+    Leased(String),
+}
+
+impl Store {
+    fn leased(self) -> Result<Self, &'static str> {
+        match self {
+            Store::Redis(url) | Store::Leased(url) => Ok(Store::Leased(url)),
+            Store::InProcess => Err("--leased comes after --redis URL"),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Store::InProcess => "in process".into(),
+            Store::Redis(url) => format!("shared through Redis at {url}"),
+            Store::Leased(url) => format!("leased from Redis at {url}"),
+        }
+    }
+}
+
+/// How the server limits.
+struct Limits {
+    generous: bool,
+    store: Store,
+    one_check: bool,
+}
+
+impl Limits {
+    fn quota(&self, per_minute: u32) -> Result<Quota, QuotaError> {
+        if self.generous {
+            // One token per microsecond: a million per second, and as large a burst
+            // (a leased limiter's leases are up to 1/32 of it).
+            Quota::new(1_000_000, Duration::from_micros(1))
         } else {
             Quota::per_minute(per_minute)
         }
+    }
+
+    /// A check named `name` under `quota`, keyed by `key`, on a limiter in the store:
+    /// in process (`local` makes it), or in Redis under the prefix `turnstile:NAME:`.
+    fn check<E, K>(
+        &self,
+        name: &str,
+        quota: Quota,
+        key: E,
+        local: impl FnOnce() -> Arc<TokenBucket<K>>,
+    ) -> Result<PolicyCheck<Parts>, Box<dyn Error>>
+    where
+        E: KeyExtractor<Parts> + 'static,
+        E::Key: turnstile::KeyRef<K> + AsRef<[u8]>,
+        K: std::borrow::Borrow<E::Key> + std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    {
+        let limit = Limit::steady(quota);
+        let prefix = format!("turnstile:{name}:");
+        let check = match &self.store {
+            Store::InProcess => Check::new(name, local(), limit, key).into(),
+            Store::Redis(url) => {
+                let limiter = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
+                    .prefix(prefix)
+                    .name(name.to_owned())
+                    .connect(url.as_str())?;
+                Check::shared(name, Arc::new(limiter), limit, key).into()
+            }
+            Store::Leased(url) => {
+                let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+                    .prefix(prefix)
+                    .name(name.to_owned())
+                    .connect(url.as_str())?;
+                Check::shared(name, Arc::new(limiter), limit, key).into()
+            }
+        };
+        Ok(check)
+    }
+}
+
+/// The peer's address as a key of bytes, for Redis: `PeerIp`'s address (IPv4-mapped
+/// IPv6 as IPv4, IPv6 by its /64), as its octets.
+struct PeerIpBytes(PeerIp<ConnectInfo<SocketAddr>>);
+
+impl KeyExtractor<Parts> for PeerIpBytes {
+    type Key = IpBytes;
+
+    fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&IpBytes) -> T) -> Option<T> {
+        self.0.with_key(request, |ip| with(&IpBytes::of(*ip)))
+    }
+}
+
+/// An IP address's octets (4 or 16), as an in-process key and as Redis bytes alike.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct IpBytes {
+    octets: [u8; 16],
+    len: u8,
+}
+
+impl IpBytes {
+    fn of(ip: IpAddr) -> Self {
+        let mut octets = [0; 16];
+        let len = match ip {
+            IpAddr::V4(v4) => {
+                octets[..4].copy_from_slice(&v4.octets());
+                4
+            }
+            IpAddr::V6(v6) => {
+                octets = v6.octets();
+                16
+            }
+        };
+        Self { octets, len }
+    }
+}
+
+impl AsRef<[u8]> for IpBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.octets[..usize::from(self.len)]
+    }
+}
+
+/// `--bare`: a `/balance` whose handler asks the per-user Redis limiter itself (the
+/// comparison for the layer's cost), without the layer.
+fn bare_balance(limits: &Limits) -> Result<Router, Box<dyn Error>> {
+    let (Store::Redis(url) | Store::Leased(url)) = &limits.store else {
+        return Err("--bare needs --redis URL".into());
     };
-    let ip_quota = quota(300)?;
+    let limiter = RedisTokenBucket::builder(limits.quota(100)?, FailurePolicy::Closed)
+        .prefix("turnstile:balance:")
+        .connect(url.as_str())?;
+    let handler = move |headers: http::HeaderMap| {
+        let limiter = limiter.clone();
+        async move {
+            let Some(user) = headers.get(&API_KEY) else {
+                return (http::StatusCode::BAD_REQUEST, "no API key\n");
+            };
+            if limiter.acquire(user.as_bytes(), 1).await.is_allowed() {
+                (http::StatusCode::OK, "balance: 100.00 EUR\n")
+            } else {
+                (http::StatusCode::TOO_MANY_REQUESTS, "slow down\n")
+            }
+        }
+    };
+    Ok(Router::new().route("/balance", get(handler)))
+}
+
+/// The endpoint table, keyed by user, and one per-IP limit shared by every endpoint.
+fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
+    let ip_quota = limits.quota(300)?;
     // One limiter: an address's requests to every endpoint count together.
     let per_ip = Arc::new(
-        TokenBucket::<IpAddr>::builder(ip_quota)
+        TokenBucket::<IpBytes>::builder(ip_quota)
             .name("per-ip")
             .build(),
     );
+    let peer = || {
+        PeerIpBytes(PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| {
+            info.0
+        }))
+    };
 
     let endpoint = |name: &str, per_minute: u32| -> Result<Policy<Parts>, Box<dyn Error>> {
-        let user_quota = quota(per_minute)?;
-        let per_user = Arc::new(
-            TokenBucket::<String>::builder(user_quota)
-                .name(format!("{name}-per-user"))
-                .build(),
-        );
-        let policy = Policy::builder()
-            .check(Check::new(
-                name,
-                per_user,
-                Limit::steady(user_quota),
-                HeaderKey::new(API_KEY),
-            ))
-            .check(Check::new(
-                "per-ip",
-                Arc::clone(&per_ip),
-                Limit::steady(ip_quota),
-                PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
-            ))
-            .name(name)
-            .build()?;
-        Ok(policy)
+        let user_quota = limits.quota(per_minute)?;
+        let per_user = || {
+            Arc::new(
+                TokenBucket::<String>::builder(user_quota)
+                    .name(format!("{name}-per-user"))
+                    .build(),
+            )
+        };
+        let key = HeaderKey::new(API_KEY);
+        let mut policy = Policy::builder().check(limits.check(name, user_quota, key, per_user)?);
+        if !limits.one_check {
+            // One limit per address across endpoints: the one in-process limiter, or
+            // in Redis the one prefix.
+            let per_ip = limits.check("per-ip", ip_quota, peer(), || Arc::clone(&per_ip))?;
+            policy = policy.check(per_ip);
+        }
+        Ok(policy.name(name).build()?)
     };
 
     let layer = RateLimitLayer::builder(endpoint("default", 50)?)

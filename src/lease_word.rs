@@ -146,6 +146,30 @@ pub fn add(word: &AtomicU64, granted: u32, until: u64, now: u64) -> Added {
     }
 }
 
+/// Gives back up to `cost` tokens taken from the word (by a request that did not go
+/// ahead) at tick `now`, keeping the expiry, so the word holds at most `cap`: the
+/// tokens put back. An expired word takes none: they would not count.
+pub fn give_back(word: &AtomicU64, cost: u32, cap: u32, now: u64) -> u32 {
+    // Relaxed: see the module docs.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if now >= expiry(current) {
+            return 0;
+        }
+        let have = token_bits(current);
+        let back = cost.min(cap.min(MAX_HELD).saturating_sub(have));
+        if back == 0 {
+            return 0;
+        }
+        let new = pack(have + back, expiry(current));
+        // Relaxed: as above; on failure, retry from the word found.
+        match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return back,
+            Err(found) => current = found,
+        }
+    }
+}
+
 /// Zeroes the word if it expired by tick `now` holding tokens; the tokens dropped
 /// (0 if it had not expired or held none).
 pub fn drop_expired(word: &AtomicU64, now: u64) -> u32 {
@@ -182,6 +206,20 @@ mod tests {
         assert_eq!(take(&word, 0, 0), Ok(2));
         assert_eq!(take(&word, 2, 9), Ok(0));
         assert_eq!(word.load(Ordering::Relaxed), pack(0, 10));
+    }
+
+    #[test]
+    fn a_give_back_keeps_the_expiry_stays_under_the_cap_and_skips_expired_words() {
+        let word = AtomicU64::new(pack(2, 10));
+        assert_eq!(give_back(&word, 3, 8, 0), 3);
+        assert_eq!(word.load(Ordering::Relaxed), pack(5, 10));
+        // Room for 3 more under a cap of 8.
+        assert_eq!(give_back(&word, 5, 8, 0), 3);
+        assert_eq!(load(&word, 0), 8);
+        assert_eq!(give_back(&word, 1, 8, 0), 0);
+        // Expired: nothing goes back, the word is left to the sweep.
+        assert_eq!(give_back(&word, 1, 100, 10), 0);
+        assert_eq!(word.load(Ordering::Relaxed), pack(8, 10));
     }
 
     #[test]

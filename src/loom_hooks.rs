@@ -17,7 +17,7 @@ pub use crate::token_bucket::state::{TokenBucketRules, acquire, available, refun
 /// The leased Redis limiter's per-key word (`lease_word.rs`), for its model.
 pub mod lease {
     pub use crate::lease_word::{
-        Added, MAX_HELD, TICK_SHIFT, add, drop_expired, held, load, pack, take, tick,
+        Added, MAX_HELD, TICK_SHIFT, add, drop_expired, give_back, held, load, pack, take, tick,
     };
 }
 pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};

@@ -387,3 +387,86 @@ async fn a_layer_in_dry_run_registers_its_checks_as_dry_run_only() {
         1
     );
 }
+
+/// A shared limiter whose store never answers: its failure policy answers every
+/// check (what a Redis limiter does while Redis is down).
+struct Unreachable {
+    fails_open: bool,
+}
+
+impl turnstile::policy::SharedLimiter for Unreachable {
+    fn acquire(
+        &self,
+        _: &[u8],
+        _: u32,
+    ) -> impl std::future::Future<Output = turnstile::policy::Answer> + Send {
+        let allowed = self.fails_open;
+        async move { turnstile::policy::Answer::Fallback { allowed } }
+    }
+
+    async fn refund(&self, _: &[u8], _: u32) {}
+
+    fn fails_open(&self) -> bool {
+        self.fails_open
+    }
+}
+
+#[test]
+fn a_shared_checks_fallbacks_are_counted_per_check_and_an_unavailable_verdict_per_policy() {
+    use std::future::Future as _;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let quota = Quota::per_minute(10).unwrap();
+    let policy = |name: &str, fails_open: bool| -> Policy<Request> {
+        let store = Arc::new(Unreachable { fails_open });
+        let key = |r: &Request| r.user.map(|user| user.to_be_bytes());
+        metrics::with_local_recorder(&recorder, || {
+            Policy::builder()
+                .check(Check::shared("store", store, Limit::steady(quota), key))
+                .name(name.to_owned())
+                .build()
+                .unwrap()
+        })
+    };
+    let (open, closed) = (policy("open", true), policy("closed", false));
+    let alice = Request {
+        user: Some(1),
+        ip: 9,
+    };
+    for _ in 0..3 {
+        let (open, closed) = (&open, &closed);
+        let allowed = metrics::with_local_recorder(&recorder, || {
+            let waker = std::task::Waker::noop();
+            let mut context = std::task::Context::from_waker(waker);
+            let mut ask =
+                |policy: &Policy<Request>| match std::pin::pin!(policy.acquire_async(&alice))
+                    .poll(&mut context)
+                {
+                    std::task::Poll::Ready(verdict) => verdict,
+                    std::task::Poll::Pending => panic!("the double answers at once"),
+                };
+            (ask(open), ask(closed))
+        });
+        assert!(allowed.0.is_allowed());
+        assert_eq!(allowed.1.outcome(), turnstile::policy::Outcome::Unavailable);
+    }
+    let series = read(&snapshotter);
+    let check = |policy: &str, outcome: &str| {
+        counter(
+            &series,
+            &format!(
+                "turnstile_check_decisions_total{{check=store,dry_run=false,outcome={outcome},policy={policy}}}"
+            ),
+        )
+    };
+    assert_eq!(check("open", "fallback_allowed"), 3);
+    assert_eq!(check("closed", "fallback_denied"), 3);
+    let verdicts = |policy: &str, outcome: &str| {
+        counter(
+            &series,
+            &format!("turnstile_policy_verdicts_total{{outcome={outcome},policy={policy}}}"),
+        )
+    };
+    assert_eq!(verdicts("open", "allowed"), 3);
+    assert_eq!(verdicts("closed", "unavailable"), 3);
+}

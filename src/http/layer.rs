@@ -31,6 +31,7 @@ impl RateLimitLayer {
             statuses: Statuses {
                 missing_key: StatusCode::BAD_REQUEST,
                 exceeds_capacity: StatusCode::TOO_MANY_REQUESTS,
+                unavailable: StatusCode::SERVICE_UNAVAILABLE,
             },
             delay: None,
             dry_run: false,
@@ -99,6 +100,15 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The status for a request refused by a shared check's failure policy: its
+    /// store gave no decision and the policy is to deny ([`Outcome::Unavailable`](crate::policy::Outcome::Unavailable);
+    /// default 503 Service Unavailable, without `Retry-After` or a `RateLimit` field:
+    /// nobody knows when the store answers again, nor what its key has left).
+    pub fn unavailable_status(mut self, status: StatusCode) -> Self {
+        self.statuses.unavailable = status;
+        self
+    }
+
     /// Delay mode: a denied request waits, as [`Policy::until_ready`] does, if it can
     /// pass within `wait`, and is refused at once otherwise (like nginx's `burst` with
     /// `delay`); a `max_keys` overflow waits for its hint the same way. Waiting
@@ -133,7 +143,12 @@ impl RateLimitLayerBuilder {
                 return Err(ConfigError::Prefix(prefix.clone()));
             }
         }
-        for status in [self.statuses.missing_key, self.statuses.exceeds_capacity] {
+        let statuses = &self.statuses;
+        for status in [
+            statuses.missing_key,
+            statuses.exceeds_capacity,
+            statuses.unavailable,
+        ] {
             if !(status.is_client_error() || status.is_server_error()) {
                 return Err(ConfigError::Status(status));
             }

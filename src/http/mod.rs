@@ -41,12 +41,24 @@
 //! | overflow (a limiter's `max_keys` cap is full) | 503 Service Unavailable | the hint, rounded up, ≥ 1 |
 //! | cost exceeds what the key's quota can ever hold | 429 (configurable), no `Retry-After`: waiting does not help | — |
 //! | no usable key, under [`MissingKey::Reject`](crate::policy::MissingKey) | 400 Bad Request (configurable) | — |
+//! | a shared (Redis) check got no decision and its failure policy denies ([`Outcome::Unavailable`](crate::policy::Outcome::Unavailable)) | 503 Service Unavailable (configurable), no `RateLimit` field | — |
 //!
 //! - **`Retry-After` is rounded up, never down**: a client that waits exactly that long
 //!   gets through (if nothing else takes from its keys meanwhile), so a wait of
 //!   1.000000001 s is `Retry-After: 2`, and exactly 1 s is `1`. It is never 0.
 //! - Overflow is the server short of room to track clients, not the client over its
 //!   quota, hence 503 — the draft's "temporary reduced capacity" — with its hint.
+//! - **A shared check answered by its failure policy** (Redis down, slow, or its
+//!   circuit breaker open) knows nothing of its key: a refusal is 503 with the
+//!   `temporary-reduced-capacity` problem type and **no `Retry-After`** (nobody knows
+//!   when Redis answers again), and any response with such a check — refused, or
+//!   served by `FailurePolicy::Open` — carries **no `RateLimit` field**: the field
+//!   names the most restrictive check, and the unknown one may be it, so reporting
+//!   another check's `r` could tell the client it has quota it has not.
+//!   `RateLimit-Policy` stays: the quotas are known. A route whose policy has shared
+//!   checks is awaited ([`Policy::acquire_async`](crate::policy::Policy::acquire_async)),
+//!   in the response future, without blocking a thread; a policy of in-process checks
+//!   is asked in `call` as before, and a leased policy whose leases hold the cost too.
 //! - Refusals carry an RFC 9457 problem-details body (`application/problem+json`)
 //!   with the draft's problem types (`quota-exceeded`, `temporary-reduced-capacity`)
 //!   and `violated-policies`: the checks that refused.
@@ -118,8 +130,10 @@
 //! `turnstile::observe`); the example server exports them at `/metrics`.
 //!
 //! # Cost
-//! The checks themselves allocate nothing; the layer makes its `RateLimit` value and,
+//! In-process checks allocate nothing; the layer makes its `RateLimit` value and,
 //! for refusals, the body per response (the HTTP stack allocates per request anyway).
+//! A request whose policy awaits Redis also boxes its response future once, and the
+//! policy allocates what a Redis check allocates anyway (its key, its command).
 //! `results/http.md` measures the whole layer under a load generator.
 //!
 //! [draft-ietf-httpapi-ratelimit-headers-11]:

@@ -15,6 +15,7 @@ pub(crate) enum Refusal {
     Overflow(Duration),
     ExceedsCapacity,
     MissingKey,
+    Unavailable,
 }
 
 impl Refusal {
@@ -26,6 +27,7 @@ impl Refusal {
             Outcome::Overflow { retry_after } => Some(Refusal::Overflow(retry_after)),
             Outcome::ExceedsCapacity => Some(Refusal::ExceedsCapacity),
             Outcome::MissingKey => Some(Refusal::MissingKey),
+            Outcome::Unavailable => Some(Refusal::Unavailable),
         }
     }
 }
@@ -35,6 +37,7 @@ impl Refusal {
 pub(crate) struct Statuses {
     pub(crate) missing_key: StatusCode,
     pub(crate) exceeds_capacity: StatusCode,
+    pub(crate) unavailable: StatusCode,
 }
 
 /// The problem type the draft registers for a request over its quota, and for a
@@ -69,6 +72,12 @@ pub(crate) fn response<B: From<String>>(
             QUOTA_EXCEEDED,
             "Quota Exceeded",
             "the request costs more than the quota can ever allow; waiting does not help",
+        ),
+        Refusal::Unavailable => (
+            statuses.unavailable,
+            REDUCED_CAPACITY,
+            "Temporary Reduced Capacity",
+            "a shared rate limit could not be checked and its failure policy refuses",
         ),
         Refusal::MissingKey => (
             statuses.missing_key,

@@ -85,10 +85,20 @@ impl Route {
     /// checks would report enforced (every check of it is on trial; that is what an
     /// operator trying the layer wants to see).
     pub(crate) fn fields(&self, verdict: &Verdict) -> RateLimitFields {
-        let binding = if self.dry_run {
-            verdict.if_enforced().binding().or(verdict.binding())
+        let shown = if self.dry_run {
+            verdict.if_enforced()
         } else {
-            verdict.binding()
+            *verdict
+        };
+        // A check its failure policy answered knows nothing of its key, which may be
+        // the most restrictive: no `RateLimit` field rather than one that may
+        // overstate what is left.
+        let binding = if shown.has_fallbacks() {
+            None
+        } else if self.dry_run {
+            shown.binding().or(verdict.binding())
+        } else {
+            shown.binding()
         };
         RateLimitFields {
             policy: self.policy_field.clone(),

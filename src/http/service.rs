@@ -58,7 +58,18 @@ where
         let (mut parts, body) = request.into_parts();
         let index = self.routes.route_of(&parts);
         let route = self.routes.route(index);
-        let verdict = route.policy.acquire(&parts);
+        let Some(verdict) = route.policy.acquire_now(&parts) else {
+            // A shared check needs its store: the request waits for it in a future of
+            // its own, taking the service made ready (a clone stays behind).
+            let clone = self.inner.clone();
+            let inner = std::mem::replace(&mut self.inner, clone);
+            let future = shared(Arc::clone(&self.routes), index, parts, body, inner);
+            return ResponseFuture {
+                state: State::Delayed {
+                    future: Box::pin(future),
+                },
+            };
+        };
         let state = match (Refusal::of(verdict.outcome()), self.routes.delay) {
             (None, _) => State::Forwarded {
                 fields: Some(route.fields(&verdict)),
@@ -109,6 +120,37 @@ fn refuse<B: From<String>>(
     response
 }
 
+/// A request whose policy awaits a shared check: asks it, then forwards, delays or
+/// refuses the request as [`RateLimit::call`] does with an answer at hand. `inner` is
+/// ready.
+async fn shared<S, ReqBody, ResBody>(
+    routes: Arc<Routes>,
+    index: usize,
+    mut parts: Parts,
+    body: ReqBody,
+    mut inner: S,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<String>,
+{
+    let route = routes.route(index);
+    let verdict = route.policy.acquire_async(&parts).await;
+    match (Refusal::of(verdict.outcome()), routes.delay) {
+        (None, _) => {
+            hand_over(&route.policy, &mut parts, verdict);
+            let mut response = inner.call(Request::from_parts(parts, body)).await?;
+            route.fields(&verdict).add_to(response.headers_mut());
+            Ok(response)
+        }
+        (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => {
+            let request = Request::from_parts(parts, body);
+            delayed(Arc::clone(&routes), index, request, inner, verdict, wait).await
+        }
+        (Some(refusal), _) => Ok(refuse(&routes, index, refusal, &verdict)),
+    }
+}
+
 /// Delay mode: waits while the policy's answer is a wait that fits `wait`, then
 /// forwards the request, or refuses it.
 async fn delayed<S, ReqBody, ResBody>(
@@ -126,7 +168,7 @@ where
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let route = routes.route(index);
-    let again = || Attempt::of_verdict(route.policy.acquire(&parts));
+    let again = || async { Attempt::of_verdict(route.policy.acquire_async(&parts).await) };
     let (Ok(verdict) | Err(verdict)) =
         keep_trying(&wait, started, Attempt::of_verdict(first), again).await;
     match Refusal::of(verdict.outcome()) {

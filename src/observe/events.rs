@@ -50,6 +50,19 @@ pub(super) fn keyless(check: &str, policy: &str, dry_run: bool) {
     );
 }
 
+/// A check of `policy` on a shared limiter that gave no decision, answered by its
+/// failure policy (the limiter itself, if named, reports why).
+pub(super) fn check_fell_back(check: &str, policy: &str, allowed: bool, dry_run: bool) {
+    tracing::debug!(
+        target: "turnstile",
+        limiter = check,
+        policy,
+        outcome = if allowed { "fallback_allowed" } else { "fallback_denied" },
+        dry_run,
+        "answered by the failure policy"
+    );
+}
+
 /// A Redis check (or peek: `fallback` is `None`) for `key` that got no answer. At
 /// `warn`, but a check the open circuit breaker answered is at `debug`: the breaker's
 /// opening was the warning, and an outage would otherwise log every request.

@@ -224,6 +224,8 @@ pub(super) struct CheckMetrics {
     outcomes: Outcomes,
     missing_key: Counter,
     skipped: Counter,
+    fallback_allowed: Counter,
+    fallback_denied: Counter,
 }
 
 impl CheckMetrics {
@@ -243,12 +245,22 @@ impl CheckMetrics {
             outcomes: Outcomes::new(CHECK_DECISIONS, &labels, true),
             missing_key: counter("missing_key"),
             skipped: counter("skipped"),
+            fallback_allowed: counter("fallback_allowed"),
+            fallback_denied: counter("fallback_denied"),
         }
     }
 
     #[inline]
     pub(super) fn decided(&self, decision: &Decision) {
         self.outcomes.count(decision);
+    }
+
+    pub(super) fn fell_back(&self, allowed: bool) {
+        if allowed {
+            self.fallback_allowed.increment(1);
+        } else {
+            self.fallback_denied.increment(1);
+        }
     }
 
     pub(super) fn keyless(&self, refused: bool) {
@@ -267,6 +279,7 @@ pub(super) struct PolicyMetrics {
     overflow: Counter,
     exceeds_capacity: Counter,
     missing_key: Counter,
+    unavailable: Counter,
     dry_run_refusals: Counter,
 }
 
@@ -280,6 +293,7 @@ impl PolicyMetrics {
             overflow: counter("overflow"),
             exceeds_capacity: counter("exceeds_capacity"),
             missing_key: counter("missing_key"),
+            unavailable: counter("unavailable"),
             dry_run_refusals: counter!(DRY_RUN_REFUSALS, "policy" => policy.to_owned()),
         }
     }
@@ -291,6 +305,7 @@ impl PolicyMetrics {
             VerdictKind::Overflow => &self.overflow,
             VerdictKind::ExceedsCapacity => &self.exceeds_capacity,
             VerdictKind::MissingKey => &self.missing_key,
+            VerdictKind::Unavailable => &self.unavailable,
         }
         .increment(1);
         if refused_in_dry_run {

@@ -27,8 +27,8 @@
 //! | `turnstile_redis_circuit_open` | gauge | `limiter` | 1 while the circuit breaker is open, else 0 |
 //! | `turnstile_redis_circuit_trips_total` | counter | `limiter` | times the circuit breaker opened |
 //! | `turnstile_redis_replaced_total` | counter | `limiter` | checks that found another program's data at their key and replaced it |
-//! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow`, `missing_key`, `skipped`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
-//! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key` |
+//! | `turnstile_check_decisions_total` | counter | `policy`, `check`, `outcome`, `dry_run` | each check's decisions: `allowed`, `denied`, `exceeds_capacity`, `overflow`, `missing_key`, `skipped`, and for a shared check answered by its failure policy `fallback_allowed`, `fallback_denied`; `dry_run` is `true` for a check in [dry run](crate::policy#dry-run) |
+//! | `turnstile_policy_verdicts_total` | counter | `policy`, `outcome` | what the policy decided (its enforced checks): `allowed`, `denied`, `overflow`, `exceeds_capacity`, `missing_key`, `unavailable` (a shared check's failure policy denied) |
 //! | `turnstile_policy_dry_run_refusals_total` | counter | `policy` | requests that went ahead but that the dry-run checks would have refused |
 //!
 //! What is counted is what was decided, attempt by attempt:
@@ -109,6 +109,7 @@ pub(crate) enum VerdictKind {
     Overflow,
     ExceedsCapacity,
     MissingKey,
+    Unavailable,
 }
 
 /// What a named limiter reports, made when it is built.
@@ -251,6 +252,16 @@ impl CheckObserver {
             events::refused(&self.check, Some(&self.policy), key, decision, self.dry_run);
         }
         let _ = key;
+    }
+
+    /// The check's shared limiter gave no decision; its failure policy answered
+    /// `allowed` or not.
+    pub(crate) fn fell_back(&self, allowed: bool) {
+        #[cfg(feature = "metrics")]
+        self.metrics.fell_back(allowed);
+        #[cfg(feature = "tracing")]
+        events::check_fell_back(&self.check, &self.policy, allowed, self.dry_run);
+        let _ = allowed;
     }
 
     /// The request had no usable key; `refused` under `MissingKey::Reject`, else the

@@ -5,7 +5,9 @@ use super::key::KeyExtractor;
 use super::limit::Limit;
 use crate::{Decision, KeyRef, RateLimiter};
 use std::borrow::Borrow;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 
 /// What a check does with a request in which its extractor finds no usable key.
@@ -31,21 +33,21 @@ pub enum MissingKey<K> {
 /// (`Arc`): one per-IP limiter can sit in the policies of many routes.
 pub struct Check<L, K, E> {
     pub(super) name: String,
-    limiter: Arc<L>,
+    pub(super) limiter: Arc<L>,
     pub(super) limit: Limit,
-    extractor: E,
+    pub(super) extractor: E,
     pub(super) cost: u32,
-    missing: MissingKey<K>,
-    dry_run: bool,
+    pub(super) missing: MissingKey<K>,
+    pub(super) dry_run: bool,
     /// The name of the policy the check reports under, once it is in a named one.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
-    policy: Option<std::sync::Arc<str>>,
+    pub(super) policy: Option<std::sync::Arc<str>>,
     /// Its metrics and events, registered at its first decision: by then the check's
     /// mode is final (the HTTP layer may put a built policy in dry run), so no series
     /// is registered under a mode the check never runs in.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
-    observer: std::sync::OnceLock<crate::observe::CheckObserver>,
-    _key: PhantomData<fn(K)>,
+    pub(super) observer: std::sync::OnceLock<crate::observe::CheckObserver>,
+    pub(super) _key: PhantomData<fn(K)>,
 }
 
 impl<L, K, E> Check<L, K, E>
@@ -59,8 +61,15 @@ where
     /// `limit` says what the limiter's quota is, for the headers; give the quota the
     /// limiter was built with (a policy refuses a check whose cost exceeds it).
     pub fn new(name: impl Into<String>, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
+        Self::with_limiter(name.into(), limiter, limit, extractor)
+    }
+}
+
+impl<L, K, E> Check<L, K, E> {
+    /// A check on `limiter`, costing 1, refusing requests without a key.
+    pub(super) fn with_limiter(name: String, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
         Self {
-            name: name.into(),
+            name,
             limiter,
             limit,
             extractor,
@@ -105,11 +114,42 @@ where
 pub(super) enum Taken {
     /// The limiter's decision.
     Decided(Decision),
+    /// A shared limiter gave no decision; its failure policy answered.
+    Fallback { allowed: bool },
+    /// A shared limiter cannot answer without waiting (for Redis); `fails_open` is
+    /// its failure policy, for a caller that cannot wait.
+    Later { fails_open: bool },
     /// No key, and the check lets such requests through untouched.
     Skipped,
     /// No key, and the check refuses such requests.
     NoKey,
 }
+
+/// The [`Evaluate`] methods that read and set a [`Check`]'s own settings, the same
+/// for every kind of limiter.
+macro_rules! check_settings {
+    () => {
+        fn describe(&self) -> (&str, Limit, u32) {
+            (&self.name, self.limit, self.cost)
+        }
+
+        fn is_dry_run(&self) -> bool {
+            self.dry_run
+        }
+
+        fn set_dry_run(&mut self) {
+            self.dry_run = true;
+        }
+
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        fn observe(&mut self, policy: &std::sync::Arc<str>) {
+            self.policy = Some(policy.clone());
+            self.observer = std::sync::OnceLock::new();
+        }
+    };
+}
+
+pub(super) use check_settings;
 
 /// A check with its types erased, so that checks on different limiters and key types
 /// share one list.
@@ -132,6 +172,39 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     fn observe(&mut self, policy: &std::sync::Arc<str>);
 
+    /// Where the check's limiter keeps its state, which says how a policy asks it.
+    fn sharing(&self) -> Sharing {
+        Sharing::Local
+    }
+
+    /// A shared check's question to its limiter for `request`, to be awaited: the key
+    /// copied out of the request and the limiter's answer. `None` for an in-process
+    /// check, and for a request with no key (and no shared key to count it under).
+    fn fetch<'a>(&'a self, request: &R) -> Option<Fetch<'a>> {
+        let _ = request;
+        None
+    }
+
+    /// As [`take_then`](Evaluate::take_then), for a check a policy fetched first:
+    /// `fetched` holds the answer (`None`: not fetched, the request has no key), and
+    /// learns whether the request keeps what was taken. An in-process check takes now.
+    fn settle_then(
+        &self,
+        request: &R,
+        fetched: Option<&mut Fetched>,
+        rest: &mut dyn FnMut(Taken) -> bool,
+    ) {
+        let _ = fetched;
+        self.take_then(request, rest);
+    }
+
+    /// Gives back what a shared check's fetch took, for a request that does not keep
+    /// it; `None` when there is nothing to give back.
+    fn give_back<'a>(&'a self, fetched: Fetched) -> Option<Fetch<'a, ()>> {
+        let _ = fetched;
+        None
+    }
+
     /// Takes this check's cost for `request`, then asks `rest` whether to keep it:
     /// `rest` sees what was taken and answers whether the whole request goes ahead.
     /// When it answers no, an allowed take is given back to the same key. Nesting the
@@ -148,26 +221,10 @@ where
     E: KeyExtractor<R>,
     E::Key: KeyRef<K>,
 {
-    fn describe(&self) -> (&str, Limit, u32) {
-        (&self.name, self.limit, self.cost)
-    }
-
-    fn is_dry_run(&self) -> bool {
-        self.dry_run
-    }
-
-    fn set_dry_run(&mut self) {
-        self.dry_run = true;
-    }
+    check_settings!();
 
     fn limiter_address(&self) -> usize {
         Arc::as_ptr(&self.limiter).cast::<()>() as usize
-    }
-
-    #[cfg(any(feature = "metrics", feature = "tracing"))]
-    fn observe(&mut self, policy: &std::sync::Arc<str>) {
-        self.policy = Some(policy.clone());
-        self.observer = std::sync::OnceLock::new();
     }
 
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
@@ -198,21 +255,23 @@ where
     }
 }
 
-impl<L, K, E> Check<L, K, E>
-where
-    L: RateLimiter<K>,
-{
+impl<L, K, E> Check<L, K, E> {
     /// The check's reports, registered now if this is its first decision; `None`
     /// outside a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     #[inline]
-    fn observer(&self) -> Option<&crate::observe::CheckObserver> {
+    pub(super) fn observer(&self) -> Option<&crate::observe::CheckObserver> {
         let policy = self.policy.as_ref()?;
         Some(self.observer.get_or_init(|| {
             crate::observe::CheckObserver::new(policy.clone(), &self.name, self.dry_run)
         }))
     }
+}
 
+impl<L, K, E> Check<L, K, E>
+where
+    L: RateLimiter<K>,
+{
     fn take_from<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
     where
         K: Borrow<Q>,
@@ -229,3 +288,56 @@ where
         }
     }
 }
+
+/// A shared limiter's answer to one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The limiter decided, with the meaning every [`Decision`] has.
+    Decided(Decision),
+    /// The limiter gave no decision (its store down or slow, its circuit breaker
+    /// open) and its failure policy answered: the request is `allowed`, or not. The
+    /// limiter counts and reports why; a policy shows which checks were answered so
+    /// ([`Verdict::fell_back`](super::Verdict::fell_back)).
+    Fallback {
+        /// What the failure policy answered.
+        allowed: bool,
+    },
+}
+
+impl Answer {
+    /// Whether the answer allowed the request and took from the key: a decision
+    /// that allowed (a fallback took nothing anyone knows of).
+    pub(super) fn took(&self) -> bool {
+        matches!(self, Answer::Decided(decision) if decision.is_allowed())
+    }
+
+    pub(super) fn taken(self) -> Taken {
+        match self {
+            Answer::Decided(decision) => Taken::Decided(decision),
+            Answer::Fallback { allowed } => Taken::Fallback { allowed },
+        }
+    }
+}
+
+/// Where a check's limiter keeps its state, which says how a policy asks it. Ordered:
+/// a policy asks as its most demanding check needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Sharing {
+    /// In process: asked synchronously.
+    Local,
+    /// Shared, and often answering without waiting: tried without waiting first.
+    AnswersNow,
+    /// Shared, answering after a round trip.
+    Remote,
+}
+
+/// A shared check's answer, fetched ahead of the in-process checks: its key, the
+/// answer, and whether the request keeps what it took.
+pub(super) struct Fetched {
+    pub(super) key: Vec<u8>,
+    pub(super) answer: Answer,
+    pub(super) keep: bool,
+}
+
+/// A shared limiter's work in flight.
+pub(super) type Fetch<'a, T = Fetched> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -53,7 +53,10 @@
 //!   [`MissingKey::Reject`] ([`Outcome::MissingKey`]), ends the evaluation; the
 //!   checks before it give their costs back and the later ones are not asked.
 //! - **Precedence** when checks disagree: can-never-pass (first such check in order)
-//!   over [`Outcome::Overflow`] over [`Outcome::Denied`] over [`Outcome::Allowed`].
+//!   over [`Outcome::Overflow`] over [`Outcome::Denied`] over
+//!   [`Outcome::Unavailable`] (a shared check's failure policy denied) over
+//!   [`Outcome::Allowed`]. A denial with a wait outranks a fallback: it tells the
+//!   client something true about when to come back.
 //! - **The answer reports the most restrictive check** ([`Verdict::binding`]): for an
 //!   allowed request the check with the fewest units left, for a denied one the check
 //!   with the longest wait — which is what the HTTP `RateLimit` field shows.
@@ -68,7 +71,56 @@
 //! - No allocation: a policy asks its checks through one dynamic call each, with the
 //!   rest of the policy nested inside (so a key borrowed from the request lives until
 //!   its refund); a check's first request for a new key stores the key, as any
-//!   limiter does.
+//!   limiter does. A policy awaiting Redis allocates (each shared check's key, its
+//!   future, the list of answers), as a Redis check does anyway.
+//!
+//! # Shared checks
+//! A check on a limiter whose state lives in Redis — [`RedisTokenBucket`],
+//! [`RedisFixedWindow`], [`RedisLeasedTokenBucket`], or any [`SharedLimiter`] — is
+//! made with [`Check::shared`] (keys are bytes) and sits in one policy with in-process
+//! checks, under every rule above: all or nothing, every check asked, the precedence,
+//! dry run, metrics and events. Such a policy is asked with
+//! [`Policy::acquire_async`]:
+//! - **In-process checks only**: answered at once, synchronously, as by
+//!   [`Policy::acquire`]; nothing is boxed or allocated.
+//! - **Leased checks** (and in-process ones): first tried without waiting
+//!   ([`Policy::acquire_now`]); when every leased key holds its cost, the answer comes
+//!   from the leases, without a round trip, a lock or an allocation. A lease that is
+//!   short ends the try (what it took so far is given back) and the policy is asked
+//!   as below. (The in-process checks before it were asked in the try and are asked
+//!   again: a named policy's metrics count their decisions twice for such a request.)
+//! - **Otherwise** every shared check is sent at once, concurrently, and awaited;
+//!   then every check is asked in order, the shared ones by their answers, exactly as
+//!   above. A shared check past a check that ended the evaluation was asked anyway,
+//!   and gives back what it took.
+//! - **Refunds.** What a refused request took from Redis goes back in one script
+//!   call per check, atomic, capped at the capacity (a fixed window gives back only
+//!   to the window that counted it); a leased check's refund goes back to its
+//!   process's lease (up to `max_lease`; tokens that find no room, or an expired
+//!   lease, are dropped and counted), and to Redis for a key that has no lease. The
+//!   refunds are awaited before the verdict returns. A refund that does not reach
+//!   Redis is lost and counted as the limiter's failure: the key holds less until it
+//!   refills, a restriction, never an admission.
+//! - **Fallbacks.** A shared check its limiter could not decide (Redis down or slow,
+//!   the circuit breaker open) is answered by its failure policy, and that is an
+//!   outcome of its own: the check is listed in [`Verdict::fell_back`], never the
+//!   [`binding`](Verdict::binding) check (it knows nothing of its key), and when the
+//!   policy denies, the request is refused with [`Outcome::Unavailable`] (no wait:
+//!   nobody knows when Redis answers again). The HTTP layer answers 503 without a
+//!   `RateLimit` field; metrics count `fallback_allowed` and `fallback_denied` per
+//!   check and `unavailable` per policy.
+//! - [`Policy::acquire`], which never waits, answers a shared check that needs a
+//!   round trip by its failure policy, as if Redis were down, without taking from any
+//!   key; use it only for policies of in-process checks ([`Policy::is_shared`] says).
+//!
+//! A fallback allowed by `FailurePolicy::Open` takes nothing that can be given back:
+//! a timed-out check may still run in Redis and take its cost (see
+//! [`crate::redis`]'s failures), so a request refused by a later check after such a
+//! fallback may have cost its Redis key a token — a restriction, never an admission.
+//!
+//! [`RedisTokenBucket`]: crate::redis::RedisTokenBucket
+//! [`RedisFixedWindow`]: crate::redis::RedisFixedWindow
+//! [`RedisLeasedTokenBucket`]: crate::redis::RedisLeasedTokenBucket
 //!
 //! # Dry run
 //! To see what a limit would do before enforcing it — nginx's `limit_req_dry_run`,
@@ -103,17 +155,21 @@
 mod check;
 mod key;
 mod limit;
+mod shared;
 mod verdict;
 
-pub use check::{Check, MissingKey};
+pub use check::{Answer, Check, MissingKey};
 pub use key::KeyExtractor;
 pub use limit::Limit;
+pub use shared::{Shared, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
 use crate::{KeyRef, RateLimiter};
-use check::Evaluate;
+use check::{Evaluate, Fetch, Fetched, Sharing};
 use std::borrow::Borrow;
 use std::fmt;
+use std::future::poll_fn;
+use std::task::Poll;
 use verdict::{Passed, Tally};
 
 /// The checks a request of type `R` must pass, taken all or nothing (see the
@@ -122,6 +178,8 @@ pub struct Policy<R: ?Sized> {
     checks: Box<[Box<dyn Evaluate<R>>]>,
     /// Whether any check runs in dry run: only then does a request keep two tallies.
     dry_run_checks: bool,
+    /// How the policy is asked: as its most demanding check needs.
+    sharing: Sharing,
     /// Metrics and events, for a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     observer: Option<Box<crate::observe::PolicyObserver>>,
@@ -143,16 +201,74 @@ impl<R: ?Sized> Policy<R> {
         Self {
             checks: Box::new([]),
             dry_run_checks: false,
+            sharing: Sharing::Local,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: None,
         }
     }
 
-    /// Asks every check for `request`, all or nothing.
+    /// Asks every check for `request`, all or nothing, without waiting.
+    ///
+    /// For a policy of in-process checks, the whole answer. A shared check (Redis)
+    /// that cannot answer without a round trip is answered by its failure policy
+    /// here, as if its store were down (and reported in [`Verdict::fell_back`]):
+    /// ask a policy with shared checks ([`Policy::is_shared`]) with
+    /// [`Policy::acquire_async`].
     pub fn acquire(&self, request: &R) -> Verdict {
         let mut tally = Tally::new(self.dry_run_checks);
         take_from(&self.checks, request, 0, &mut tally);
-        let verdict = tally.verdict();
+        self.observed(tally.verdict())
+    }
+
+    /// The verdict without waiting, if every check can give its answer so: always for
+    /// a policy of in-process checks (it is [`Policy::acquire`]'s), and for a policy
+    /// whose shared checks answer at once (a leased limiter holding tokens for the
+    /// key). `None`, with nothing taken, when a shared check needs its store.
+    pub fn acquire_now(&self, request: &R) -> Option<Verdict> {
+        match self.sharing {
+            Sharing::Local => Some(self.acquire(request)),
+            Sharing::AnswersNow => {
+                let mut tally = Tally::attempt(self.dry_run_checks);
+                take_from(&self.checks, request, 0, &mut tally);
+                (!tally.later).then(|| self.observed(tally.verdict()))
+            }
+            Sharing::Remote => None,
+        }
+    }
+
+    /// Asks every check for `request`, all or nothing, awaiting the shared checks'
+    /// stores (see [shared checks](self#shared-checks)). A policy of in-process
+    /// checks answers at once, as [`Policy::acquire`].
+    pub async fn acquire_async(&self, request: &R) -> Verdict {
+        if let Some(verdict) = self.acquire_now(request) {
+            return verdict;
+        }
+        // The shared checks first, all at once; then every check in order, the shared
+        // ones by what they answered; then the refunds of what is not kept.
+        let fetches = self.checks.iter().map(|check| check.fetch(request));
+        let mut fetched = join_all(fetches).await;
+        let mut tally = Tally::new(self.dry_run_checks);
+        settle_from(&self.checks, request, 0, &mut tally, &mut fetched);
+        // Only the refunds there are: an allowed request has none, and allocates none.
+        let refunds = self
+            .checks
+            .iter()
+            .zip(fetched)
+            .filter_map(|(check, fetched)| check.give_back(fetched?))
+            .map(Some);
+        join_all(refunds).await;
+        self.observed(tally.verdict())
+    }
+
+    /// Whether any check is on a shared limiter ([`Check::shared`]): then
+    /// [`Policy::acquire_async`] is the way to ask.
+    pub fn is_shared(&self) -> bool {
+        self.sharing != Sharing::Local
+    }
+
+    /// `verdict`, reported for a named policy.
+    #[inline]
+    fn observed(&self, verdict: Verdict) -> Verdict {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
             use crate::observe::VerdictKind;
@@ -162,6 +278,7 @@ impl<R: ?Sized> Policy<R> {
                 Outcome::Overflow { .. } => VerdictKind::Overflow,
                 Outcome::ExceedsCapacity => VerdictKind::ExceedsCapacity,
                 Outcome::MissingKey => VerdictKind::MissingKey,
+                Outcome::Unavailable => VerdictKind::Unavailable,
             };
             let refused_in_dry_run = verdict.is_allowed() && !verdict.if_enforced().is_allowed();
             observer.verdict(kind, refused_in_dry_run);
@@ -247,6 +364,86 @@ fn take_from<R: ?Sized>(
     passed
 }
 
+/// As [`take_from`], for a policy whose shared checks were fetched first: `fetched[0]`
+/// is what check `index` fetched, if anything.
+fn settle_from<R: ?Sized>(
+    checks: &[Box<dyn Evaluate<R>>],
+    request: &R,
+    index: usize,
+    tally: &mut Tally,
+    fetched: &mut [Option<Fetched>],
+) -> Passed {
+    let (Some(check), Some((here, later))) = (checks.get(index), fetched.split_first_mut()) else {
+        return tally.passed();
+    };
+    let dry_run = check.is_dry_run();
+    let mut passed = Passed::NEITHER;
+    check.settle_then(request, here.as_mut(), &mut |taken| {
+        if tally.record(index, taken, dry_run) {
+            passed = settle_from(checks, request, index + 1, tally, later);
+        }
+        if dry_run { passed.all } else { passed.enforced }
+    });
+    passed
+}
+
+/// Every future in `futures`, awaited at once; their outputs in order (`None` where
+/// there was no future).
+async fn join_all<'a, T>(futures: impl Iterator<Item = Option<Fetch<'a, T>>>) -> Vec<Option<T>> {
+    let mut pending: Vec<Option<Fetch<'a, T>>> = futures.collect();
+    let mut done: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, output) in pending.iter_mut().zip(done.iter_mut()) {
+            let Some(running) = future else { continue };
+            match running.as_mut().poll(cx) {
+                Poll::Ready(value) => {
+                    *output = Some(value);
+                    *future = None;
+                }
+                Poll::Pending => waiting = true,
+            }
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    done
+}
+
+/// A check ready to join a policy: any [`Check`] on an in-process limiter
+/// ([`Check::new`]) or on a shared one ([`Check::shared`]), converted by
+/// [`PolicyBuilder::check`].
+pub struct PolicyCheck<R: ?Sized>(Box<dyn Evaluate<R>>);
+
+impl<R, L, K, E> From<Check<L, K, E>> for PolicyCheck<R>
+where
+    R: ?Sized,
+    L: RateLimiter<K> + Send + Sync + 'static,
+    K: Borrow<E::Key> + Send + Sync + 'static,
+    E: KeyExtractor<R> + 'static,
+    E::Key: KeyRef<K>,
+{
+    fn from(check: Check<L, K, E>) -> Self {
+        PolicyCheck(Box::new(check))
+    }
+}
+
+impl<R, L, E> From<Check<Shared<L>, Vec<u8>, E>> for PolicyCheck<R>
+where
+    R: ?Sized,
+    L: SharedLimiter,
+    E: KeyExtractor<R> + 'static,
+    E::Key: AsRef<[u8]>,
+{
+    fn from(check: Check<Shared<L>, Vec<u8>, E>) -> Self {
+        PolicyCheck(Box::new(check))
+    }
+}
+
 /// Builds a [`Policy`]; see [`Policy::builder`].
 pub struct PolicyBuilder<R: ?Sized> {
     checks: Vec<Box<dyn Evaluate<R>>>,
@@ -256,15 +453,10 @@ pub struct PolicyBuilder<R: ?Sized> {
 }
 
 impl<R: ?Sized> PolicyBuilder<R> {
-    /// Adds `check`, to be asked after the ones already added.
-    pub fn check<L, K, E>(mut self, check: Check<L, K, E>) -> Self
-    where
-        L: RateLimiter<K> + Send + Sync + 'static,
-        K: Borrow<E::Key> + Send + Sync + 'static,
-        E: KeyExtractor<R> + 'static,
-        E::Key: KeyRef<K>,
-    {
-        self.checks.push(Box::new(check));
+    /// Adds `check` (a [`Check`], on an in-process or a shared limiter), to be asked
+    /// after the ones already added.
+    pub fn check(mut self, check: impl Into<PolicyCheck<R>>) -> Self {
+        self.checks.push(check.into().0);
         self
     }
 
@@ -340,9 +532,11 @@ impl<R: ?Sized> PolicyBuilder<R> {
             Box::new(crate::observe::PolicyObserver::new(name))
         });
         let dry_run_checks = self.checks.iter().any(|check| check.is_dry_run());
+        let sharing = self.checks.iter().map(|check| check.sharing()).max();
         Ok(Policy {
             checks: self.checks.into_boxed_slice(),
             dry_run_checks,
+            sharing: sharing.unwrap_or(Sharing::Local),
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer,
         })

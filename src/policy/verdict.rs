@@ -27,6 +27,8 @@ struct View {
     kind: Kind,
     binding: Option<Binding>,
     refused: u64,
+    /// The checks their limiter's failure policy answered (Redis gave no decision).
+    fell_back: u64,
 }
 
 /// An [`Outcome`] without its wait.
@@ -37,6 +39,7 @@ enum Kind {
     Overflow,
     ExceedsCapacity,
     MissingKey,
+    Unavailable,
 }
 
 impl View {
@@ -58,6 +61,7 @@ impl View {
             },
             Kind::ExceedsCapacity => Outcome::ExceedsCapacity,
             Kind::MissingKey => Outcome::MissingKey,
+            Kind::Unavailable => Outcome::Unavailable,
         }
     }
 }
@@ -87,6 +91,13 @@ pub enum Outcome {
     /// A check that rejects keyless requests found no usable key. Nothing was
     /// taken; later checks were not asked.
     MissingKey,
+    /// A shared check's limiter could not decide (Redis down or slow, its circuit
+    /// breaker open) and its [`FailurePolicy`](crate::redis::FailurePolicy) is to
+    /// deny; no other check denied with a wait. Nothing that was decided was kept.
+    /// There is no wait to report: nobody knows when the store answers again.
+    /// [`Verdict::fell_back`] names the checks answered this way (also when their
+    /// policy allowed).
+    Unavailable,
 }
 
 /// The check whose state the response headers report: for an allowed request, the
@@ -122,7 +133,10 @@ impl Verdict {
             Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
                 Some(retry_after)
             }
-            Outcome::Allowed | Outcome::ExceedsCapacity | Outcome::MissingKey => None,
+            Outcome::Allowed
+            | Outcome::ExceedsCapacity
+            | Outcome::MissingKey
+            | Outcome::Unavailable => None,
         }
     }
 
@@ -142,6 +156,19 @@ impl Verdict {
     /// The positions of the checks that refused the request, in policy order.
     pub fn refused(&self) -> impl Iterator<Item = usize> + use<> {
         positions(self.enforced.refused)
+    }
+
+    /// The positions of the checks that their limiter's failure policy answered (no
+    /// decision from Redis), allowed or denied, in policy order. Such a check knows
+    /// nothing of its key: it is never the [`binding`](Verdict::binding) check.
+    pub fn fell_back(&self) -> impl Iterator<Item = usize> + use<> {
+        positions(self.enforced.fell_back)
+    }
+
+    /// Whether any check was answered by its failure policy ([`Verdict::fell_back`]).
+    #[inline]
+    pub fn has_fallbacks(&self) -> bool {
+        self.enforced.fell_back != 0
     }
 
     /// The verdict had every dry-run check been enforced: its outcome, binding and
@@ -173,6 +200,12 @@ pub(super) struct Tally {
     /// Every check's reports; `None` for a policy without dry-run checks, where they
     /// are the enforced ones (so such a policy tallies once).
     all: Option<Part>,
+    /// What a shared check that cannot answer without waiting does: ends this
+    /// attempt (`true`: the policy asks again, awaiting), or is answered by its
+    /// failure policy (`false`: a caller that cannot wait).
+    later_ends: bool,
+    /// A shared check could not answer without waiting, and ended the attempt.
+    pub(super) later: bool,
 }
 
 impl Tally {
@@ -182,6 +215,18 @@ impl Tally {
         Self {
             enforced: Part::default(),
             all: dry_run_checks.then(Part::default),
+            later_ends: false,
+            later: false,
+        }
+    }
+
+    /// An empty tally for an attempt that ends at the first shared check that cannot
+    /// answer without waiting ([`Tally::later`]).
+    #[inline]
+    pub(super) fn attempt(dry_run_checks: bool) -> Self {
+        Self {
+            later_ends: true,
+            ..Self::new(dry_run_checks)
         }
     }
 
@@ -191,6 +236,17 @@ impl Tally {
     /// still asked).
     #[inline(always)]
     pub(super) fn record(&mut self, check: usize, taken: Taken, dry_run: bool) -> bool {
+        let taken = match taken {
+            Taken::Later { fails_open } if self.later_ends => {
+                let _ = fails_open;
+                self.later = true;
+                return false;
+            }
+            Taken::Later { fails_open } => Taken::Fallback {
+                allowed: fails_open,
+            },
+            taken => taken,
+        };
         let Some(all) = &mut self.all else {
             return self.enforced.record(check, taken);
         };
@@ -210,6 +266,9 @@ impl Tally {
     /// and whether it would were every check enforced.
     #[inline]
     pub(super) fn passed(&self) -> Passed {
+        if self.later {
+            return Passed::NEITHER;
+        }
         let enforced = self.enforced.refused == 0;
         Passed {
             enforced,
@@ -251,9 +310,12 @@ struct Part {
     /// wait).
     longest_wait: Option<Binding>,
     overflow: bool,
+    /// A check's failure policy denied.
+    unavailable: bool,
     /// A check that ended the evaluation: the request can never pass.
     never: Option<(Kind, Option<Binding>)>,
     refused: u64,
+    fell_back: u64,
 }
 
 impl Part {
@@ -264,6 +326,16 @@ impl Part {
         let binding = |decision| Binding { check, decision };
         match taken {
             Taken::Skipped => true,
+            Taken::Fallback { allowed } => {
+                self.fell_back |= 1 << check;
+                if !allowed {
+                    self.refuse(check);
+                    self.unavailable = true;
+                }
+                true
+            }
+            // Turned into a fallback or an ended attempt by the tally.
+            Taken::Later { .. } => false,
             Taken::NoKey => {
                 self.refuse(check);
                 self.never.get_or_insert((Kind::MissingKey, None));
@@ -315,6 +387,8 @@ impl Part {
                 Kind::Denied
             };
             (kind, Some(binding))
+        } else if self.unavailable {
+            (Kind::Unavailable, None)
         } else {
             (Kind::Allowed, self.tightest)
         };
@@ -322,6 +396,7 @@ impl Part {
             kind,
             binding,
             refused: self.refused,
+            fell_back: self.fell_back,
         }
     }
 }

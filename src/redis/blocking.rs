@@ -114,69 +114,133 @@ pub struct RedisTokenBucket<C = ConnectionManager> {
     runtime: Arc<OwnedRuntime>,
 }
 
-impl RedisTokenBucketBuilder {
-    /// A blocking limiter with its own runtime and a [`ConnectionManager`] for
-    /// `client`, configured by [`connection_config`]. Redis need not be up yet.
-    ///
-    /// # Errors
-    /// As [`RedisTokenBucketBuilder::build`], plus a runtime that cannot start or a
-    /// client the connection manager refuses.
-    pub fn build_blocking(self, client: ::redis::Client) -> Result<RedisTokenBucket, ConfigError> {
-        let config = connection_config(self.settings.timeout);
-        self.build_blocking_with_config(client, config)
-    }
+/// What both blocking twins share: their builders' `build_blocking` methods, and
+/// the checks, each the async limiter's on the twin's own runtime.
+macro_rules! blocking_twin {
+    ($limiter:ident, $builder:ident) => {
+        impl $builder {
+            #[doc = concat!("A blocking limiter with its own runtime and a [`ConnectionManager`] \
+                for `client`, configured by [`connection_config`]. Redis need not be up yet.\n\n\
+                # Errors\n\
+                As [`", stringify!($builder), "::build`], plus a runtime that cannot start or a \
+                client the connection manager refuses.")]
+            pub fn build_blocking(self, client: ::redis::Client) -> Result<$limiter, ConfigError> {
+                let config = connection_config(self.settings.timeout);
+                self.build_blocking_with_config(client, config)
+            }
 
-    /// As [`RedisTokenBucketBuilder::build_blocking`], with your own connection
-    /// manager settings.
-    ///
-    /// # Errors
-    /// As [`RedisTokenBucketBuilder::build_blocking`].
-    pub fn build_blocking_with_config(
-        self,
-        client: ::redis::Client,
-        config: ConnectionManagerConfig,
-    ) -> Result<RedisTokenBucket, ConfigError> {
-        self.validate()?;
-        let (runtime, conn) = connect(client, config)?;
-        Ok(RedisTokenBucket {
-            inner: self.build(conn)?,
-            runtime,
-        })
-    }
+            #[doc = concat!("As [`", stringify!($builder), "::build_blocking`], with your own \
+                connection manager settings.\n\n\
+                # Errors\n\
+                As [`", stringify!($builder), "::build_blocking`].")]
+            pub fn build_blocking_with_config(
+                self,
+                client: ::redis::Client,
+                config: ConnectionManagerConfig,
+            ) -> Result<$limiter, ConfigError> {
+                self.validate()?;
+                let (runtime, conn) = connect(client, config)?;
+                Ok($limiter {
+                    inner: self.build(conn)?,
+                    runtime,
+                })
+            }
+
+            /// A blocking limiter with its own runtime, on Redis Cluster: a connection
+            /// to the cluster `client` names, made now (within the check's timeout, at
+            /// least one second), which routes each check to its key's node and follows
+            /// the cluster's slot map as it changes. Build it with
+            /// `circuit_breaker(CircuitBreaker::off())` and a client whose response
+            /// timeout is longer than the check's: see
+            /// [Keys and Redis Cluster](super#keys-and-redis-cluster).
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($builder), "::build`], plus a runtime that \
+                cannot start or no node answering ([`ConfigError::Connection`]).")]
+            #[cfg(feature = "redis-cluster")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+            pub fn build_blocking_cluster(
+                self,
+                client: ::redis::cluster::ClusterClient,
+            ) -> Result<$limiter<::redis::cluster_async::ClusterConnection>, ConfigError> {
+                self.validate()?;
+                let wait = self.settings.timeout.max(Duration::from_secs(1));
+                let (runtime, conn) = connect_cluster(client, wait)?;
+                Ok($limiter {
+                    inner: self.build(conn)?,
+                    runtime,
+                })
+            }
+        }
+
+        impl $builder {
+            /// A blocking limiter with its own runtime, on a
+            /// [`SentinelConnection`](super::SentinelConnection) to the master
+            /// `sentinels` names, configured by [`connection_config`]: it follows the
+            /// master through failovers (see [`super::sentinel`]). Asks nothing yet.
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($builder), "::build`], plus a runtime that \
+                cannot start.")]
+            #[cfg(feature = "redis-sentinel")]
+            #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+            pub fn build_blocking_sentinel(
+                self,
+                sentinels: ::redis::sentinel::SentinelClient,
+            ) -> Result<$limiter<super::SentinelConnection>, ConfigError> {
+                self.validate()?;
+                let runtime = Arc::new(OwnedRuntime::start()?);
+                let config = connection_config(self.settings.timeout);
+                Ok($limiter {
+                    inner: self.build(super::SentinelConnection::new(sentinels, config))?,
+                    runtime,
+                })
+            }
+        }
+
+        impl<C> $limiter<C>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            #[doc = concat!("As [`super::", stringify!($limiter), "::acquire`], blocking for \
+                at most the timeout.")]
+            pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+                acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
+            }
+
+            /// `acquire(key, 1).is_allowed()`, the failure policy included.
+            pub fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+                self.acquire(key, 1).is_allowed()
+            }
+
+            #[doc = concat!("As [`super::", stringify!($limiter), "::peek`], blocking for at \
+                most the timeout.\n\n\
+                # Errors\n\
+                As [`super::", stringify!($limiter), "::peek`].")]
+            pub fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+                peek(&self.runtime, &self.inner.limiter, key.as_ref())
+            }
+
+            /// How often Redis gave no decision.
+            pub fn failures(&self) -> FailureCounts {
+                self.inner.failures()
+            }
+
+            /// Where the limiter's circuit breaker stands (shared with its clones).
+            pub fn circuit(&self) -> super::CircuitState {
+                self.inner.circuit()
+            }
+        }
+    };
 }
+
+blocking_twin!(RedisTokenBucket, RedisTokenBucketBuilder);
+blocking_twin!(RedisFixedWindow, RedisFixedWindowBuilder);
 
 impl<C> RedisTokenBucket<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// As [`super::RedisTokenBucket::acquire`], blocking for at most the timeout.
-    pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
-        acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
-    }
-
-    /// `acquire(key, 1).is_allowed()`, the failure policy included.
-    pub fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-        self.acquire(key, 1).is_allowed()
-    }
-
-    /// As [`super::RedisTokenBucket::peek`], blocking for at most the timeout.
-    ///
-    /// # Errors
-    /// As [`super::RedisTokenBucket::peek`].
-    pub fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-        peek(&self.runtime, &self.inner.limiter, key.as_ref())
-    }
-
-    /// How often Redis gave no decision.
-    pub fn failures(&self) -> FailureCounts {
-        self.inner.failures()
-    }
-
-    /// Where the limiter's circuit breaker stands (shared with its clones).
-    pub fn circuit(&self) -> super::CircuitState {
-        self.inner.circuit()
-    }
-
     /// The quota every key gets.
     pub fn quota(&self) -> Quota {
         self.inner.quota()
@@ -208,54 +272,6 @@ fn connect_cluster(
     }
 }
 
-#[cfg(feature = "redis-cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-impl RedisTokenBucketBuilder {
-    /// A blocking limiter with its own runtime, on Redis Cluster: a connection to the
-    /// cluster `client` names, made now (within the check's timeout, at least one
-    /// second), which routes each check to its key's node and follows the cluster's
-    /// slot map as it changes. Build it with `circuit_breaker(CircuitBreaker::off())`
-    /// and a client whose response timeout is longer than the check's: see
-    /// [Keys and Redis Cluster](super#keys-and-redis-cluster).
-    ///
-    /// # Errors
-    /// As [`RedisTokenBucketBuilder::build`], plus a runtime that cannot start or no
-    /// node answering ([`ConfigError::Connection`]).
-    pub fn build_blocking_cluster(
-        self,
-        client: ::redis::cluster::ClusterClient,
-    ) -> Result<RedisTokenBucket<::redis::cluster_async::ClusterConnection>, ConfigError> {
-        self.validate()?;
-        let wait = self.settings.timeout.max(Duration::from_secs(1));
-        let (runtime, conn) = connect_cluster(client, wait)?;
-        Ok(RedisTokenBucket {
-            inner: self.build(conn)?,
-            runtime,
-        })
-    }
-}
-
-#[cfg(feature = "redis-cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-impl RedisFixedWindowBuilder {
-    /// As [`RedisTokenBucketBuilder::build_blocking_cluster`].
-    ///
-    /// # Errors
-    /// As [`RedisTokenBucketBuilder::build_blocking_cluster`].
-    pub fn build_blocking_cluster(
-        self,
-        client: ::redis::cluster::ClusterClient,
-    ) -> Result<RedisFixedWindow<::redis::cluster_async::ClusterConnection>, ConfigError> {
-        self.validate()?;
-        let wait = self.settings.timeout.max(Duration::from_secs(1));
-        let (runtime, conn) = connect_cluster(client, wait)?;
-        Ok(RedisFixedWindow {
-            inner: self.build(conn)?,
-            runtime,
-        })
-    }
-}
-
 /// The blocking twin of [`super::RedisFixedWindow`], made by
 /// [`RedisFixedWindowBuilder::build_blocking`].
 #[derive(Clone, Debug)]
@@ -264,69 +280,10 @@ pub struct RedisFixedWindow<C = ConnectionManager> {
     runtime: Arc<OwnedRuntime>,
 }
 
-impl RedisFixedWindowBuilder {
-    /// A blocking limiter with its own runtime and connection manager (see
-    /// [`RedisTokenBucketBuilder::build_blocking`]).
-    ///
-    /// # Errors
-    /// As [`RedisFixedWindowBuilder::build`], plus a runtime that cannot start or a
-    /// client the connection manager refuses.
-    pub fn build_blocking(self, client: ::redis::Client) -> Result<RedisFixedWindow, ConfigError> {
-        let config = connection_config(self.settings.timeout);
-        self.build_blocking_with_config(client, config)
-    }
-
-    /// As [`RedisFixedWindowBuilder::build_blocking`], with your own connection
-    /// manager settings.
-    ///
-    /// # Errors
-    /// As [`RedisFixedWindowBuilder::build_blocking`].
-    pub fn build_blocking_with_config(
-        self,
-        client: ::redis::Client,
-        config: ConnectionManagerConfig,
-    ) -> Result<RedisFixedWindow, ConfigError> {
-        self.validate()?;
-        let (runtime, conn) = connect(client, config)?;
-        Ok(RedisFixedWindow {
-            inner: self.build(conn)?,
-            runtime,
-        })
-    }
-}
-
 impl<C> RedisFixedWindow<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// As [`super::RedisFixedWindow::acquire`], blocking for at most the timeout.
-    pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
-        acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
-    }
-
-    /// `acquire(key, 1).is_allowed()`, the failure policy included.
-    pub fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-        self.acquire(key, 1).is_allowed()
-    }
-
-    /// As [`super::RedisFixedWindow::peek`], blocking for at most the timeout.
-    ///
-    /// # Errors
-    /// As [`super::RedisTokenBucket::peek`].
-    pub fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-        peek(&self.runtime, &self.inner.limiter, key.as_ref())
-    }
-
-    /// How often Redis gave no decision.
-    pub fn failures(&self) -> FailureCounts {
-        self.inner.failures()
-    }
-
-    /// Where the limiter's circuit breaker stands (shared with its clones).
-    pub fn circuit(&self) -> super::CircuitState {
-        self.inner.circuit()
-    }
-
     /// Requests admitted per window.
     pub fn limit(&self) -> u32 {
         self.inner.limit()

@@ -99,6 +99,25 @@ macro_rules! connect_methods {
             let conn = crate::redis::connect::lazy_manager(client, self.settings.timeout)?;
             self.build(conn)
         }
+
+        /// The limiter, on a [`SentinelConnection`](crate::redis::SentinelConnection)
+        /// to the master `sentinels` names, with
+        /// [`connection_config`](crate::redis::connection_config): it follows the
+        /// master through failovers (see [`crate::redis::sentinel`]). Returns at once,
+        /// without asking the sentinels.
+        ///
+        /// # Errors
+        /// What [`build`](Self::build) refuses.
+        #[cfg(feature = "redis-sentinel")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+        pub fn connect_sentinel(
+            self,
+            sentinels: ::redis::sentinel::SentinelClient,
+        ) -> Result<$limiter<crate::redis::SentinelConnection>, ConfigError> {
+            self.settings.checked()?;
+            let config = crate::redis::connection_config(self.settings.timeout);
+            self.build(crate::redis::SentinelConnection::new(sentinels, config))
+        }
     };
 }
 pub(crate) use connect_methods;

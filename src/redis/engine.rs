@@ -15,6 +15,78 @@ use std::time::Duration;
 /// The cost argument that asks a script how much is left, writing nothing.
 const PEEK: i64 = -1;
 
+/// What every limiter script does first: read the arguments and the key's state.
+const PREAMBLE: &str = include_str!("preamble.lua");
+
+/// A limiter's script: the preamble, told the names of the two hash fields of the
+/// algorithm's state (a Lua table, `{'t', 'r'}`), then the algorithm's `body`.
+pub(crate) fn script(fields: &str, body: &str) -> Script {
+    Script::new(&format!("local FIELDS = {fields}\n{PREAMBLE}{body}"))
+}
+
+/// The checks both script limiters offer, on their `limiter: ScriptLimiter<C>`, for
+/// an `impl<C> … where C: ConnectionLike + Clone + Send + Sync + 'static` block.
+macro_rules! script_checks {
+    () => {
+        /// Asks for `cost` for `key` (any bytes; the prefix is prepended), all or
+        /// nothing, in one round trip: one script call.
+        ///
+        /// A key's first request finds its whole allowance; a denial changes nothing;
+        /// a cost of zero is always allowed. When Redis does not answer within the
+        /// timeout, or answers with an error, the failure policy answers
+        /// ([`Outcome::Fallback`]) and the failure is counted (`failures`); the check
+        /// never waits longer than the timeout.
+        pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+            let check = self.limiter.check(key.as_ref(), cost);
+            self.limiter.settle(key.as_ref(), check.await)
+        }
+
+        /// Asks for one for `key`: `acquire(key, 1).await.is_allowed()`, the failure
+        /// policy included.
+        pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
+            self.acquire(key, 1).await.is_allowed()
+        }
+
+        /// What `key` has left now, without taking any or writing anything (an
+        /// unknown key has its whole allowance).
+        ///
+        /// # Errors
+        /// Redis did not answer within the timeout, or answered with an error. There
+        /// is nothing to allow or deny, so the failure policy does not apply; the
+        /// failure is counted in [`FailureCounts::timeouts`] or
+        /// [`FailureCounts::errors`].
+        pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
+            let left = self.limiter.left(key.as_ref());
+            left.await
+                .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
+        }
+
+        /// How often Redis gave no decision, since this limiter (or the one it was
+        /// cloned from) was built.
+        pub fn failures(&self) -> FailureCounts {
+            self.limiter.failures()
+        }
+
+        /// Where the limiter's circuit breaker stands (shared with its clones).
+        pub fn circuit(&self) -> CircuitState {
+            self.limiter.circuit()
+        }
+    };
+}
+
+pub(crate) use script_checks;
+
+/// What a script is asked beyond a check (its ARGV[6]).
+#[derive(Clone, Copy, Debug)]
+enum Extra {
+    /// A plain check or peek.
+    Nothing,
+    /// A lease: take up to this many.
+    UpTo(u32),
+    /// Give the cost back.
+    Refund,
+}
+
 /// A check's reply: Redis's decision, and whether the script found something other
 /// than the limiter's own state at the key and replaced it.
 #[derive(Clone, Copy, Debug)]
@@ -122,7 +194,7 @@ where
         key: &[u8],
         cost: u32,
     ) -> impl Future<Output = Result<Checked, CheckError>> + Send + use<C> {
-        let run = self.run(key, i64::from(cost), None);
+        let run = self.run(key, i64::from(cost), Extra::Nothing);
         let engine = Arc::clone(&self.engine);
         async move {
             read_reply(&run.await?, |numbers| {
@@ -139,14 +211,25 @@ where
         &self,
         key: &[u8],
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
-        let run = self.run(key, PEEK, None);
-        async move {
-            match run.await? {
-                Value::Int(n) => u32::try_from(n).ok(),
-                _ => None,
-            }
-            .ok_or_else(|| CheckError::UnexpectedReply("a peek reply out of range".into()))
-        }
+        let run = self.run(key, PEEK, Extra::Nothing);
+        async move { count_reply(run.await?, "a peek reply out of range") }
+    }
+
+    /// Gives back `cost` to `key`, capped at the capacity (a refused request's take),
+    /// in one script call; what the key has left after it. Failures are not yet
+    /// counted: see [`ScriptLimiter::count_error`].
+    pub(crate) fn give_back(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
+        let run = self.run(key, i64::from(cost), Extra::Refund);
+        async move { count_reply(run.await?, "a refund reply out of range") }
+    }
+
+    /// Whether the failure policy allows.
+    pub(crate) fn fails_open(&self) -> bool {
+        self.engine.policy == FailurePolicy::Open
     }
 
     /// A lease of `key`'s bucket: the check of `cost`, exactly as [`check`](Self::check),
@@ -158,7 +241,7 @@ where
         cost: u32,
         up_to: u32,
     ) -> impl Future<Output = Result<Leased, CheckError>> + Send + use<C> {
-        let run = self.run(key, i64::from(cost), Some(up_to));
+        let run = self.run(key, i64::from(cost), Extra::UpTo(up_to));
         let engine = Arc::clone(&self.engine);
         async move {
             read_reply(&run.await?, |numbers| {
@@ -191,14 +274,14 @@ where
     }
 
     /// One `EVALSHA` of the algorithm's script for `key`, within the timeout, with
-    /// `up_to` as ARGV[6] for a lease. The script is loaded and retried when Redis does
+    /// `extra` as ARGV[6]. The script is loaded and retried when Redis does
     /// not know it (`NOSCRIPT`: a restarted server, a `SCRIPT FLUSH`, a new cluster
     /// node).
     fn run(
         &self,
         key: &[u8],
         cost: i64,
-        up_to: Option<u32>,
+        extra: Extra,
     ) -> impl Future<Output = Result<Value, CheckError>> + Send + use<C> {
         let engine = &self.engine;
         let mut full_key = Vec::with_capacity(engine.prefix.len() + key.len());
@@ -212,8 +295,14 @@ where
             None => invocation.arg(""),
         };
         invocation.arg(if engine.expire_idle_keys { "1" } else { "0" });
-        if let Some(up_to) = up_to {
-            invocation.arg(up_to);
+        match extra {
+            Extra::Nothing => {}
+            Extra::UpTo(up_to) => {
+                invocation.arg(up_to);
+            }
+            Extra::Refund => {
+                invocation.arg("refund");
+            }
         }
         let timeout = engine.timeout;
         let mut conn = self.conn.clone();
@@ -367,6 +456,15 @@ fn replaced_flag(numbers: &[i64]) -> Option<(bool, &[i64])> {
         1 => Some((true, rest)),
         _ => None,
     }
+}
+
+/// A reply that is one count (a peek's, a refund's), or the error saying it is not.
+fn count_reply(reply: Value, what: &str) -> Result<u32, CheckError> {
+    match reply {
+        Value::Int(n) => u32::try_from(n).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| CheckError::UnexpectedReply(what.into()))
 }
 
 fn integers(reply: &Value) -> Option<Vec<i64>> {

@@ -3,7 +3,7 @@
 use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::Decision;
 use ::redis::Script;
@@ -11,7 +11,8 @@ use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script("{'w', 'n'}", include_str!("fixed_window.lua")));
 
 /// The classic fixed window counter in Redis: at most `limit` per window, windows
 /// following each other from the Unix epoch (`[k·window, (k+1)·window)`), counted per
@@ -108,38 +109,7 @@ impl<C> RedisFixedWindow<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// Asks for `cost` requests' worth for `key` in the current window, all or nothing,
-    /// in one round trip. Failures as in
-    /// [`RedisTokenBucket::acquire`](super::RedisTokenBucket::acquire).
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
-        let check = self.limiter.check(key.as_ref(), cost);
-        self.limiter.settle(key.as_ref(), check.await)
-    }
-
-    /// `acquire(key, 1).await.is_allowed()`, the failure policy included.
-    pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-        self.acquire(key, 1).await.is_allowed()
-    }
-
-    /// What `key` has left in the current window, without counting anything.
-    ///
-    /// # Errors
-    /// As [`RedisTokenBucket::peek`](super::RedisTokenBucket::peek).
-    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-        let left = self.limiter.left(key.as_ref());
-        left.await
-            .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
-    }
-
-    /// How often Redis gave no decision.
-    pub fn failures(&self) -> FailureCounts {
-        self.limiter.failures()
-    }
-
-    /// Where the limiter's circuit breaker stands (shared with its clones).
-    pub fn circuit(&self) -> CircuitState {
-        self.limiter.circuit()
-    }
+    script_checks!();
 
     /// Requests admitted per window.
     pub fn limit(&self) -> u32 {

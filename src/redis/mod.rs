@@ -126,10 +126,13 @@
 //! more. Give the cluster client a response timeout longer than the limiter's, so the
 //! check gives up first.
 //!
-//! **Sentinel** is not supported yet: a connection that follows the master on
-//! failover needs re-resolving the master through the sentinels after an error,
-//! which neither the `redis` crate's connection manager nor this crate does today.
-//! Use a Sentinel-aware proxy, or a cluster.
+//! **Sentinel** (feature `redis-sentinel`): [`SentinelConnection`] asks the sentinels
+//! for the master, and asks again after an error that says the master is gone or
+//! demoted, so checks follow a failover: the failure policy answers while it runs,
+//! and checks are decided again once a replica is promoted (measured in
+//! `results/redis.md`). Build with the builders' `connect_sentinel`, or
+//! `build_blocking_sentinel` for the blocking limiters. What a failover can forget,
+//! and the bound that follows, are in the [`sentinel`] module.
 //!
 //! # Failures
 //! Each check waits at most its timeout (default [`DEFAULT_TIMEOUT`], 50 ms, set per
@@ -195,6 +198,15 @@
 //! and inventing a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
 //! since Redis keys are.
 //!
+//! What a [`Policy`](crate::policy::Policy) asks of them is
+//! [`SharedLimiter`](crate::policy::SharedLimiter), which all three implement: an
+//! async check answering a decision or a fallback, an answer without waiting when
+//! there is one at hand (the leased limiter's held tokens), and a refund — one script
+//! call, atomic, capped at the capacity, for the plain limiters; the lease, for the
+//! leased one. So a per-user limit in Redis, a per-IP limit in process and a
+//! fleet-wide leased limit sit in one policy, all or nothing (see
+//! [shared checks](crate::policy#shared-checks)).
+//!
 //! # Cost
 //! A check is one network round trip: tens of microseconds to a Redis on the same
 //! host, not nanoseconds (measured in `results/redis.md`). It also allocates (the key
@@ -225,6 +237,10 @@ mod engine;
 mod failure;
 mod fixed_window;
 pub mod lease;
+#[cfg(feature = "redis-sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+pub mod sentinel;
+mod shared;
 mod token_bucket;
 
 pub use breaker::{CircuitBreaker, CircuitState};
@@ -236,4 +252,6 @@ pub use lease::{
     DEFAULT_LEASE_LIFETIME, LeaseCounts, LeaseState, RedisLeasedTokenBucket,
     RedisLeasedTokenBucketBuilder,
 };
+#[cfg(feature = "redis-sentinel")]
+pub use sentinel::SentinelConnection;
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};

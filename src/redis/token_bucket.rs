@@ -3,7 +3,7 @@
 use super::breaker::CircuitState;
 use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm};
+use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
 use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
 use crate::{Decision, Quota};
 use ::redis::Script;
@@ -11,7 +11,8 @@ use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("token_bucket.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script("{'t', 'r'}", include_str!("token_bucket.lua")));
 
 /// A token bucket whose state lives in Redis, shared by every process that uses the
 /// same Redis, prefix and quota: five app servers admit the quota once, not five times.
@@ -123,48 +124,7 @@ impl<C> RedisTokenBucket<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// Asks for `cost` tokens for `key` (any bytes; the prefix is prepended), all or
-    /// nothing, in one round trip.
-    ///
-    /// A key's first request finds it full; a denial changes nothing; a cost of zero
-    /// is always allowed. When Redis does not answer within the timeout, or answers
-    /// with an error, the failure policy answers ([`Outcome::Fallback`]) and the
-    /// failure is counted ([`RedisTokenBucket::failures`]); the check never waits
-    /// longer than the timeout.
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
-        let check = self.limiter.check(key.as_ref(), cost);
-        self.limiter.settle(key.as_ref(), check.await)
-    }
-
-    /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure
-    /// policy included.
-    pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-        self.acquire(key, 1).await.is_allowed()
-    }
-
-    /// Tokens `key` has now, without taking any or writing anything (an unknown key is
-    /// full).
-    ///
-    /// # Errors
-    /// Redis did not answer within the timeout, or answered with an error. There is
-    /// nothing to allow or deny, so the failure policy does not apply; the failure is
-    /// counted in [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
-    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-        let left = self.limiter.left(key.as_ref());
-        left.await
-            .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
-    }
-
-    /// How often Redis gave no decision, since this limiter (or the one it was cloned
-    /// from) was built.
-    pub fn failures(&self) -> FailureCounts {
-        self.limiter.failures()
-    }
-
-    /// Where the limiter's circuit breaker stands (shared with its clones).
-    pub fn circuit(&self) -> CircuitState {
-        self.limiter.circuit()
-    }
+    script_checks!();
 
     /// The quota every key gets.
     pub fn quota(&self) -> Quota {

@@ -137,7 +137,10 @@ impl Attempt<Verdict> {
             Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
                 Attempt::RetryIn(retry_after, verdict)
             }
-            Outcome::ExceedsCapacity | Outcome::MissingKey => Attempt::Never(verdict),
+            // No wait is known to help a store that gave no answer.
+            Outcome::ExceedsCapacity | Outcome::MissingKey | Outcome::Unavailable => {
+                Attempt::Never(verdict)
+            }
         }
     }
 }
@@ -145,12 +148,15 @@ impl Attempt<Verdict> {
 /// Sleeps and asks `again` until it answers ready, or until the next wait would go
 /// past `wait.max()` since `started`, or it answers never. `first` is the answer
 /// already in hand.
-pub(crate) async fn keep_trying<T>(
+pub(crate) async fn keep_trying<T, F>(
     wait: &Wait,
     started: Instant,
     first: Attempt<T>,
-    mut again: impl FnMut() -> Attempt<T>,
-) -> Result<T, T> {
+    mut again: impl FnMut() -> F,
+) -> Result<T, T>
+where
+    F: std::future::Future<Output = Attempt<T>>,
+{
     let mut attempt = first;
     loop {
         match attempt {
@@ -162,7 +168,7 @@ pub(crate) async fn keep_trying<T>(
                     return Err(answer);
                 };
                 tokio::time::sleep(sleep).await;
-                attempt = again();
+                attempt = again().await;
             }
         }
     }
@@ -185,17 +191,21 @@ where
 {
     let started = Instant::now();
     let attempt = || Attempt::of_decision(limiter.acquire(key, cost));
-    keep_trying(wait, started, attempt(), attempt).await
+    let again = || std::future::ready(attempt());
+    keep_trying(wait, started, attempt(), again).await
 }
 
 impl<R: ?Sized> Policy<R> {
     /// Asks the policy for `request`, sleeping through denials while the wait fits
     /// `wait`: `Ok` with the allowing verdict, or `Err` with the refusal. Each attempt
-    /// is all or nothing; see [`until_ready`] for the waiting semantics.
+    /// is all or nothing ([`Policy::acquire_async`]: shared checks are awaited); see
+    /// [`until_ready`] for the waiting semantics. A request refused by a shared
+    /// check's failure policy ([`Outcome::Unavailable`](crate::policy::Outcome)) is
+    /// refused at once: no wait is known to help.
     pub async fn until_ready(&self, request: &R, wait: &Wait) -> Result<Verdict, Verdict> {
         let started = Instant::now();
-        let attempt = || Attempt::of_verdict(self.acquire(request));
-        keep_trying(wait, started, attempt(), attempt).await
+        let attempt = || async { Attempt::of_verdict(self.acquire_async(request).await) };
+        keep_trying(wait, started, attempt().await, attempt).await
     }
 }
 

@@ -112,3 +112,53 @@ async fn delayed_requests_queue_for_tokens_and_jitter_only_adds() {
         "refused at {refused:?}"
     );
 }
+
+/// A store of its own behind the shared-check contract: an in-process token bucket
+/// on tokio's clock that answers only after yielding, as a remote store does, so the
+/// layer takes its awaiting path.
+struct Remote(turnstile::TokenBucket<Vec<u8>, TokioClock>);
+
+impl turnstile::policy::SharedLimiter for Remote {
+    async fn acquire(&self, key: &[u8], cost: u32) -> turnstile::policy::Answer {
+        tokio::task::yield_now().await;
+        turnstile::policy::Answer::Decided(turnstile::RateLimiter::acquire(&self.0, key, cost))
+    }
+
+    async fn refund(&self, key: &[u8], cost: u32) {
+        turnstile::RateLimiter::refund(&self.0, key, cost);
+    }
+
+    fn fails_open(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_awaiting_a_shared_check_is_delayed_by_its_exact_wait_too() {
+    let clock = TokioClock::new();
+    let quota = Quota::new(1, Duration::from_millis(500)).unwrap();
+    let store = std::sync::Arc::new(Remote(turnstile::TokenBucket::with_clock(quota, clock)));
+    let key = turnstile::http::HeaderKey::new(crate::server::API_KEY);
+    let check = turnstile::policy::Check::shared(
+        "per-user",
+        store,
+        turnstile::policy::Limit::steady(quota),
+        key,
+    );
+    let policy = Policy::builder().check(check).build().unwrap();
+    assert!(policy.is_shared());
+    let layer = RateLimitLayer::builder(policy)
+        .delay(Wait::up_to(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let server = serve(layer).await;
+    let start = Instant::now();
+    assert_eq!(
+        get(server, 1, "/", Some("alice")).await.status,
+        StatusCode::OK
+    );
+    let reply = get(server, 1, "/", Some("alice")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    assert_eq!(reply.header("ratelimit"), Some(r#""per-user";r=0;t=1"#));
+}

@@ -9,4 +9,6 @@ mod dry_run;
 mod fields;
 mod routes;
 mod server;
+#[cfg(feature = "redis")]
+mod shared;
 mod syntax;

@@ -16,6 +16,11 @@ mod fixed_window;
 mod foreign;
 mod keys;
 mod lease;
+mod policy;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel_set;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;

@@ -188,7 +188,7 @@ fn free_port() -> u16 {
 }
 
 /// Whether a server on `port` answers `PING` with `+PONG`.
-fn ping(port: u16) -> bool {
+pub fn ping(port: u16) -> bool {
     let attempt = || -> std::io::Result<bool> {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
         stream.set_read_timeout(Some(Duration::from_secs(1)))?;

@@ -332,9 +332,13 @@ async fn a_flushed_script_is_loaded_again() {
         .query_async(&mut inspect)
         .await
         .unwrap();
-    let sha = ::redis::Script::new(include_str!("../../src/redis/token_bucket.lua"))
-        .get_hash()
-        .to_owned();
+    // The script as src/redis/engine.rs composes it: the fields, the preamble, the body.
+    let text = format!(
+        "local FIELDS = {{'t', 'r'}}\n{}{}",
+        include_str!("../../src/redis/preamble.lua"),
+        include_str!("../../src/redis/token_bucket.lua")
+    );
+    let sha = ::redis::Script::new(&text).get_hash().to_owned();
     let mut exists = ::redis::cmd("SCRIPT");
     exists.arg("EXISTS").arg(&sha);
     let loaded: Vec<bool> = exists.query_async(&mut inspect).await.unwrap();

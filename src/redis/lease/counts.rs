@@ -10,7 +10,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// fetches in flight.
 ///
 /// Every token taken from Redis is accounted for exactly: at any moment,
-/// `leased = served_by_fetch + served_locally + expired + held`, where `held` is what
+/// `leased + refunded = served_by_fetch + served_locally + expired + held`, where
+/// `refunded` is what refused requests of a policy gave back to the leases and `held` is what
 /// the process's leases still hold ([`RedisLeasedTokenBucket::held`](super::RedisLeasedTokenBucket::held)
 /// per key) and `served_locally` the tokens requests took from leases without a round
 /// trip ([`LeaseCounts::served_locally`] computes it for a set of keys whose held
@@ -28,7 +29,13 @@ pub struct LeaseCounts {
     pub served_by_fetch: u64,
     /// Tokens that stopped counting unused at their lease's expiry. They are not
     /// returned to Redis (see the [module docs](super#expiry-tokens-stop-counting)).
+    /// Tokens a policy's refused request gave back to a lease that had expired, or
+    /// that had no room under `max_lease` for them, are counted here too: dropped.
     pub expired: u64,
+    /// Tokens a refused request of a [`Policy`](crate::policy::Policy) gave back to
+    /// the key's lease, where later requests take them (a refund that found no room
+    /// is in `expired`).
+    pub refunded: u64,
     /// Requests denied without a round trip, from a denial Redis gave for the key.
     pub denied_locally: u64,
     /// Times a key's lease size doubled.
@@ -51,7 +58,7 @@ impl LeaseCounts {
     /// A `held` read after these counts (a fetch landing in between) can exceed what
     /// they allow; the answer then saturates at 0.
     pub fn served_locally(&self, held: u64) -> u64 {
-        self.leased
+        (self.leased + self.refunded)
             .saturating_sub(self.served_by_fetch)
             .saturating_sub(self.expired)
             .saturating_sub(held)
@@ -66,6 +73,7 @@ pub(super) struct LeaseCounters {
     leased: AtomicU64,
     served_by_fetch: AtomicU64,
     expired: AtomicU64,
+    refunded: AtomicU64,
     denied_locally: AtomicU64,
     grew: AtomicU64,
     shrank: AtomicU64,
@@ -102,6 +110,13 @@ impl LeaseCounters {
         bump(&self.expired, u64::from(tokens));
     }
 
+    /// `cost` given back by a refused request: `back` of it into the lease, the rest
+    /// dropped.
+    pub(super) fn refunded(&self, cost: u32, back: u32) {
+        bump(&self.refunded, u64::from(back));
+        bump(&self.expired, u64::from(cost - back));
+    }
+
     /// A request denied from a remembered denial.
     pub(super) fn denied_locally(&self) {
         bump(&self.denied_locally, 1);
@@ -126,6 +141,7 @@ impl LeaseCounters {
             leased: read(&self.leased),
             served_by_fetch: read(&self.served_by_fetch),
             expired: read(&self.expired),
+            refunded: read(&self.refunded),
             denied_locally: read(&self.denied_locally),
             grew: read(&self.grew),
             shrank: read(&self.shrank),

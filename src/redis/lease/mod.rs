@@ -59,8 +59,10 @@
 //!   From a moment nothing is held — the key's first request, or a lifetime after its
 //!   last fetch everywhere — that is at most `C + R(a, b]`: the most the one bucket can
 //!   admit over the span. Exactly: every token a fetch took is served to one request,
-//!   still held, or expired — [`LeaseCounts`]: `leased = served_by_fetch +
-//!   served_locally + expired + held` — and the bucket lost the tokens the fetches
+//!   still held, or expired — [`LeaseCounts`]: `leased + refunded = served_by_fetch +
+//!   served_locally + expired + held`, where `refunded` counts tokens that a policy's
+//!   refused request took and gave back to the lease, to be served again (see
+//!   [shared checks](crate::policy#shared-checks)) — and the bucket lost the tokens the fetches
 //!   took; tested across five leased limiters and a plain one on connections of their
 //!   own (in one OS process), and on a cluster. That is for the fetches Redis
 //!   answered. A fetch sent whose answer is lost — it timed out, its connection
@@ -269,29 +271,60 @@ where
     /// one it waited for answered with too few tokens): at most twice the timeout.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
         let key = key.as_ref();
+        if let Some(decision) = self.decide_now(key, cost) {
+            return Outcome::Decided(decision);
+        }
+        self.inner.acquire_slow(key, cost).await
+    }
+
+    /// The decisions a check makes without Redis: a cost above the capacity, a cost
+    /// of zero, and a cost the key's lease holds (taken). `None`: Redis is needed.
+    #[inline]
+    pub(crate) fn decide_now(&self, key: &[u8], cost: u32) -> Option<Decision> {
         let inner = &self.inner;
         let now = inner.now();
         let capacity = inner.quota.capacity();
         if cost > capacity {
             let remaining = inner.leases.with(key, |lease| held(lease, now));
-            return Outcome::Decided(Decision::ExceedsCapacity {
+            return Some(Decision::ExceedsCapacity {
                 remaining: remaining.unwrap_or(0),
                 capacity,
             });
         }
         if cost == 0 {
             let remaining = inner.leases.with(key, |lease| held(lease, now));
-            return Outcome::Decided(Decision::Allowed {
+            return Some(Decision::Allowed {
                 remaining: remaining.unwrap_or(0),
             });
         }
         let taken = inner
             .leases
             .with(key, |lease| inner.take(lease, key, cost, now));
-        if let Some(Ok(remaining)) = taken {
-            return Outcome::Decided(Decision::Allowed { remaining });
+        match taken {
+            Some(Ok(remaining)) => Some(Decision::Allowed { remaining }),
+            _ => None,
         }
-        inner.acquire_slow(key, cost).await
+    }
+
+    /// Gives back `cost` that a refused request took for `key` to the key's lease,
+    /// up to `max_lease` (the rest, or all of it when the lease has expired, is
+    /// dropped and counted as expired); `false` when the key has no lease entry, so
+    /// the tokens go back to Redis.
+    pub(crate) fn give_back_locally(&self, key: &[u8], cost: u32) -> bool {
+        let inner = &self.inner;
+        let now = tick(inner.now());
+        inner
+            .leases
+            .with(key, |lease| {
+                let back = lease_word::give_back(&lease.word, cost, inner.max_lease, now);
+                inner.counters.refunded(cost, back);
+            })
+            .is_some()
+    }
+
+    /// The connection to Redis, for a refund of tokens no lease holds.
+    pub(crate) fn script_limiter(&self) -> &ScriptLimiter<C> {
+        &self.inner.limiter
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure

@@ -1,0 +1,201 @@
+//! Checks on limiters whose state lives outside the process — the Redis limiters, or
+//! a store of yours — asked by a policy beside its in-process checks.
+//!
+//! A shared limiter answers in one of two ways: at once, without I/O, when it can (a
+//! leased limiter's held tokens), or after a round trip to its store. The contract
+//! says both, so a policy pays the round trip only when one is needed, and nothing
+//! when every check is in process.
+
+use super::check::{
+    Answer, Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings,
+};
+use super::key::KeyExtractor;
+use super::limit::Limit;
+use std::future::Future;
+use std::sync::Arc;
+
+/// The check contract of a limiter whose state lives outside the process, so that a
+/// [`Policy`](super::Policy) can ask it beside in-process limiters, all or nothing.
+///
+/// Keys are bytes, as Redis keys are. Implemented by
+/// [`RedisTokenBucket`](crate::redis::RedisTokenBucket),
+/// [`RedisFixedWindow`](crate::redis::RedisFixedWindow) and
+/// [`RedisLeasedTokenBucket`](crate::redis::RedisLeasedTokenBucket); in-process
+/// limiters implement [`RateLimiter`](crate::RateLimiter), the synchronous contract,
+/// and a policy asks them through it.
+pub trait SharedLimiter: Send + Sync + 'static {
+    /// Asks for `cost` for `key` without waiting: the answer when the limiter has one
+    /// at hand (a leased limiter's held tokens), `None` when only its store can
+    /// answer. The default has none.
+    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<Answer> {
+        let _ = (key, cost);
+        None
+    }
+
+    /// Asks for `cost` for `key`, all or nothing, as the limiter's own `acquire`
+    /// does, waiting for its store at most the limiter's timeout.
+    fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send;
+
+    /// Gives back `cost` that [`acquire_now`](SharedLimiter::acquire_now) took for
+    /// `key` and the request did not keep (a later check refused it), without waiting.
+    /// The default does nothing, for a limiter whose `acquire_now` never takes.
+    fn refund_now(&self, key: &[u8], cost: u32) {
+        let _ = (key, cost);
+    }
+
+    /// Gives back `cost` that [`acquire`](SharedLimiter::acquire) took for `key` and
+    /// the request did not keep, capped at the capacity, in one atomic step on the
+    /// store. A refund that does not reach the store is lost: the key holds less than
+    /// it should until it refills (a restriction, never an admission).
+    fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send;
+
+    /// Whether the failure policy allows: the answer to a caller that cannot wait for
+    /// the store ([`Policy::acquire`](super::Policy::acquire)).
+    fn fails_open(&self) -> bool;
+
+    /// Whether [`acquire_now`](SharedLimiter::acquire_now) often answers, so a policy
+    /// tries every check without waiting before it awaits. The default: no.
+    fn answers_now(&self) -> bool {
+        false
+    }
+}
+
+/// A shared limiter in a [`Check`]: made by [`Check::shared`].
+pub struct Shared<L>(Arc<L>);
+
+impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
+    /// A check on a shared `limiter` (say, a Redis limiter): as [`Check::new`], with
+    /// keys given to the limiter as bytes (`E::Key: AsRef<[u8]>`: a `String`, a
+    /// `&str`, a `Vec<u8>`), and [`MissingKey::Shared`] naming a key of bytes.
+    ///
+    /// A policy with shared checks is asked with
+    /// [`Policy::acquire_async`](super::Policy::acquire_async).
+    pub fn shared(name: impl Into<String>, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
+        Check::with_limiter(name.into(), Arc::new(Shared(limiter)), limit, extractor)
+    }
+}
+
+impl<R, L, E> Evaluate<R> for Check<Shared<L>, Vec<u8>, E>
+where
+    R: ?Sized,
+    L: SharedLimiter,
+    E: KeyExtractor<R>,
+    E::Key: AsRef<[u8]>,
+{
+    check_settings!();
+
+    fn limiter_address(&self) -> usize {
+        Arc::as_ptr(&self.limiter.0).cast::<()>() as usize
+    }
+
+    fn sharing(&self) -> Sharing {
+        if self.limiter.0.answers_now() {
+            Sharing::AnswersNow
+        } else {
+            Sharing::Remote
+        }
+    }
+
+    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+        let found = self
+            .extractor
+            .with_key(request, |key| self.take_now(key.as_ref(), &mut *rest));
+        if found.is_some() {
+            return;
+        }
+        match &self.missing {
+            MissingKey::Shared(key) => self.take_now(key, rest),
+            MissingKey::Reject | MissingKey::Skip => self.keyless(rest),
+        }
+    }
+
+    fn fetch<'a>(&'a self, request: &R) -> Option<Fetch<'a>> {
+        let key = match self
+            .extractor
+            .with_key(request, |key| key.as_ref().to_vec())
+        {
+            Some(key) => key,
+            None => match &self.missing {
+                MissingKey::Shared(key) => key.clone(),
+                MissingKey::Reject | MissingKey::Skip => return None,
+            },
+        };
+        Some(Box::pin(async move {
+            let answer = self.limiter.0.acquire(&key, self.cost).await;
+            Fetched {
+                key,
+                answer,
+                keep: false,
+            }
+        }))
+    }
+
+    fn settle_then(
+        &self,
+        _request: &R,
+        fetched: Option<&mut Fetched>,
+        rest: &mut dyn FnMut(Taken) -> bool,
+    ) {
+        // Not fetched: the request has no key, and the check has no shared one.
+        let Some(fetched) = fetched else {
+            return self.keyless(rest);
+        };
+        self.report(&fetched.key, fetched.answer);
+        fetched.keep = rest(fetched.answer.taken());
+    }
+
+    fn give_back<'a>(&'a self, fetched: Fetched) -> Option<Fetch<'a, ()>> {
+        if fetched.keep || self.cost == 0 || !fetched.answer.took() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            self.limiter.0.refund(&fetched.key, self.cost).await;
+        }))
+    }
+}
+
+impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
+    /// The limiter's answer without waiting, then the rest of the policy; what was
+    /// taken and not kept goes back at once. No answer at hand ends here: the policy
+    /// awaits, or answers by the failure policy.
+    fn take_now(&self, key: &[u8], rest: &mut dyn FnMut(Taken) -> bool) {
+        let limiter = &self.limiter.0;
+        let Some(answer) = limiter.acquire_now(key, self.cost) else {
+            rest(Taken::Later {
+                fails_open: limiter.fails_open(),
+            });
+            return;
+        };
+        self.report(key, answer);
+        let keep = rest(answer.taken());
+        if answer.took() && !keep && self.cost > 0 {
+            limiter.refund_now(key, self.cost);
+        }
+    }
+
+    /// A request with no key, for a check without a shared one.
+    fn keyless(&self, rest: &mut dyn FnMut(Taken) -> bool) {
+        let refused = matches!(self.missing, MissingKey::Reject);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = self.observer() {
+            observer.keyless(refused);
+        }
+        rest(if refused {
+            Taken::NoKey
+        } else {
+            Taken::Skipped
+        });
+    }
+
+    /// Reports the answer for `key` (a named policy's metrics and events).
+    fn report(&self, key: &[u8], answer: Answer) {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = self.observer() {
+            match answer {
+                Answer::Decided(decision) => observer.decided(key, &decision),
+                Answer::Fallback { allowed } => observer.fell_back(allowed),
+            }
+        }
+        let _ = (key, answer);
+    }
+}

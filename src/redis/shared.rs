@@ -1,0 +1,101 @@
+//! The Redis limiters as checks of a [`Policy`](crate::policy::Policy): the
+//! [`SharedLimiter`] contract, with refunds as one atomic script each.
+
+use super::engine::ScriptLimiter;
+use super::failure::Outcome;
+use super::{RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket};
+use crate::policy::{Answer, SharedLimiter};
+use ::redis::aio::ConnectionLike;
+use std::future::Future;
+
+/// A policy's answer from a Redis outcome (the error stays with the limiter, which
+/// counted and reported it).
+fn answer(outcome: Outcome) -> Answer {
+    match outcome {
+        Outcome::Decided(decision) => Answer::Decided(decision),
+        Outcome::Fallback { allowed, .. } => Answer::Fallback { allowed },
+    }
+}
+
+impl<C> ScriptLimiter<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Gives back `cost` to `key` in Redis, counting (and reporting) a failure: a lost
+    /// refund restricts the key until it refills, never admits more.
+    fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send {
+        let give_back = self.give_back(key, cost);
+        async move {
+            if let Err(error) = give_back.await {
+                self.count_error(key, &error);
+            }
+        }
+    }
+}
+
+/// The contract for a limiter that is a script call per check.
+macro_rules! scripted_shared_limiter {
+    ($limiter:ident) => {
+        impl<C> SharedLimiter for $limiter<C>
+        where
+            C: ConnectionLike + Clone + Send + Sync + 'static,
+        {
+            fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send {
+                let outcome = $limiter::acquire(self, key, cost);
+                async move { answer(outcome.await) }
+            }
+
+            fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send {
+                self.limiter.refund(key, cost)
+            }
+
+            fn fails_open(&self) -> bool {
+                self.limiter.fails_open()
+            }
+        }
+    };
+}
+
+scripted_shared_limiter!(RedisTokenBucket);
+scripted_shared_limiter!(RedisFixedWindow);
+
+/// A leased check answers from its lease without waiting when the lease holds the
+/// cost, and gives refunds back to the lease; only a key without a lease entry is
+/// refunded in Redis.
+impl<C> SharedLimiter for RedisLeasedTokenBucket<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<Answer> {
+        self.decide_now(key, cost).map(Answer::Decided)
+    }
+
+    fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send {
+        let outcome = RedisLeasedTokenBucket::acquire(self, key, cost);
+        async move { answer(outcome.await) }
+    }
+
+    fn refund_now(&self, key: &[u8], cost: u32) {
+        // `acquire_now` takes only from a lease, so the entry is there (unless a sweep
+        // removed it meanwhile: the tokens are then dropped, an under-admission).
+        self.give_back_locally(key, cost);
+    }
+
+    fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send {
+        let local = self.give_back_locally(key, cost);
+        async move {
+            if !local {
+                self.script_limiter().refund(key, cost).await;
+            }
+        }
+    }
+
+    fn fails_open(&self) -> bool {
+        self.script_limiter().fails_open()
+    }
+
+    fn answers_now(&self) -> bool {
+        true
+    }
+}
