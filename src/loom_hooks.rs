@@ -131,6 +131,11 @@ impl SweepSignal {
         Self(crate::keyed::Signal::default())
     }
 
+    /// The thread that waits on the signal, set before the first request.
+    pub fn set_waiter(&self, waiter: loom::thread::Thread) {
+        self.0.set_waiter(waiter);
+    }
+
     /// A request asks for a sweep.
     pub fn request(&self) {
         self.0.request();

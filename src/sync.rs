@@ -7,14 +7,14 @@
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(turnstile_loom))]
-pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(not(turnstile_loom))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(turnstile_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::thread::yield_now;
 
@@ -45,9 +45,9 @@ pub mod mutants {
         /// and raises the watermark with no fence after it (no handshake with new
         /// keys' insertions either): nothing orders the raise before the retire.
         UnorderedRetire,
-        /// The sweeper thread waits before it looks at the request flag, so a request
-        /// made before it waited is lost.
-        WaitFirst,
+        /// A request for a sweep unparks the sweeper thread before it sets what it
+        /// wants, so a thread that wakes, finds nothing and parks again misses it.
+        WakeFirst,
         /// A peek, a refund or a request at the key cap takes a miss of the lock-free
         /// lookup as "no state", though that lookup can miss a key whose entry a move
         /// is replacing.

@@ -109,9 +109,9 @@ fn mutant_11_retiring_unordered_is_rejected() {
     });
 }
 
-/// The sweeper thread's handshake: a request for a sweep made while the thread is
-/// busy or not yet waiting is not lost — the thread takes it and sweeps, and a stop
-/// then ends it.
+/// The sweeper thread's handshake, with no lock: a request for a sweep made while the
+/// thread is busy or not yet parked is not lost — the thread takes it and sweeps, and
+/// a stop then ends it.
 fn a_sweep_request_is_never_lost() {
     use loom::sync::atomic::{AtomicU32, Ordering};
     use turnstile::loom_hooks::SweepSignal;
@@ -127,6 +127,7 @@ fn a_sweep_request_is_never_lost() {
             }
         })
     };
+    signal.set_waiter(thread.thread().clone());
     signal.request();
     // The request is seen: wait for the sweep it asked for, then stop the thread.
     while swept.load(Ordering::SeqCst) == 0 {
@@ -147,10 +148,10 @@ fn model_12_a_sweep_request_is_never_lost() {
 
 #[test]
 #[should_panic(expected = "Model exceeded maximum number of branches")]
-fn mutant_12_waiting_before_looking_is_rejected() {
+fn mutant_12_waking_before_asking_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
-    check("12 mutant: wait first", Some(3), || {
-        with_mutant(Mutant::WaitFirst, a_sweep_request_is_never_lost)
+    check("12 mutant: wake first", Some(3), || {
+        with_mutant(Mutant::WakeFirst, a_sweep_request_is_never_lost)
     });
 }
 

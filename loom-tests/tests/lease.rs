@@ -1,14 +1,14 @@
 //! The leased Redis limiter's per-key word (`src/lease_word.rs`), model-checked: the
 //! tokens a fetch adds are each served once, or reported expired, or still held —
-//! never served twice, never revived after their expiry — while requests take and the
-//! one fetch in flight adds. Each model also runs against a mutant loom must reject.
+//! never served twice, never revived after their expiry — while requests take, the
+//! one fetch in flight adds and a refused policy's refund gives back. Each model also runs against a mutant loom must reject.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use loom_tests::check;
-use turnstile::loom_hooks::lease::{add, drop_expired, held, load, pack, take};
+use turnstile::loom_hooks::lease::{add, drop_expired, give_back, held, load, pack, take};
 
 /// The tick the models' first lease expires at, and the later one a fetch gives.
 const EXPIRY: u64 = 10;
@@ -139,5 +139,56 @@ fn take_ignoring_expiry(word: &AtomicU64, cost: u32, _now: u64) -> Result<u32, u
 fn mutant_2_take_ignoring_the_expiry_is_rejected() {
     check("lease 2 mutant: take ignoring expiry", Some(3), || {
         expired_tokens_are_never_served(take_ignoring_expiry)
+    });
+}
+
+/// How a refund gives back to a word: turnstile's loop, or a mutant.
+type GiveBack = fn(&AtomicU64, u32, u32, u64) -> u32;
+
+/// Mutant: a refund that reads the word, then stores the sum — a take in between is
+/// undone, and its token served again.
+fn give_back_by_plain_store(word: &AtomicU64, cost: u32, cap: u32, now: u64) -> u32 {
+    // Relaxed: as in `take_check_then_store`.
+    let current = word.load(Ordering::Relaxed);
+    let have = held(current, now);
+    let back = cost.min(cap.saturating_sub(have));
+    // Relaxed: as above.
+    word.store(pack(have + back, EXPIRY), Ordering::Relaxed);
+    back
+}
+
+/// Model 3: a lease of one token, a request taking it, and a refund of a token an
+/// earlier request took and did not use (cap 2), racing: every token is served once or
+/// held, never both, and the word never holds more than the cap.
+fn a_refund_racing_a_take_serves_each_token_once(give_back: GiveBack) {
+    let word = Arc::new(AtomicU64::new(pack(1, EXPIRY)));
+    let request = {
+        let word = word.clone();
+        thread::spawn(move || u32::from(take(&word, 1, 0).is_ok()))
+    };
+    let back = give_back(&word, 1, 2, 0);
+    let served = request.join().unwrap();
+    let left = load(&word, 0);
+    assert!(left <= 2, "refund: {left} held, above the cap of 2");
+    assert_eq!(
+        served + left,
+        1 + back,
+        "refund: {served} served and {left} held of {} tokens",
+        1 + back
+    );
+}
+
+#[test]
+fn model_3_a_refund_racing_a_take_serves_each_token_once() {
+    check("lease 3 take/refund", None, || {
+        a_refund_racing_a_take_serves_each_token_once(give_back)
+    });
+}
+
+#[test]
+#[should_panic(expected = "refund:")]
+fn mutant_3_refund_by_plain_store_is_rejected() {
+    check("lease 3 mutant: refund by plain store", None, || {
+        a_refund_racing_a_take_serves_each_token_once(give_back_by_plain_store)
     });
 }

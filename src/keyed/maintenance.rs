@@ -17,46 +17,51 @@
 //! either — while the thread keeps up: smaller tables, and a table that fills faster
 //! than the thread can grow it, still grow on requests.
 //!
-//! The handshake: a request sets what it wants under the mutex and notifies; the
-//! thread checks under the same mutex before it waits, so a request made before it
-//! waits is seen, not lost (loom model 12, with a mutant that waits first).
+//! The handshake takes no lock, so no request waits for the thread: a request sets
+//! what it wants in one word and unparks the thread; the thread takes the whole word
+//! (swapping in nothing) before it parks, and parks only when it took nothing. A
+//! request made before the thread parks is seen by that swap, or its unpark makes the
+//! park return at once (a park token is never lost), so no request is lost (loom model
+//! 12, with a mutant that unparks before it sets what it wants).
 
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
 use std::io;
+use std::sync::OnceLock;
+
+#[cfg(turnstile_loom)]
+use loom::thread::{Thread as Waiter, park};
+/// The thread that waits on a signal: std's, or loom's under loom.
+#[cfg(not(turnstile_loom))]
+use std::thread::{Thread as Waiter, park};
+
+/// `Signal::wants` bit: a sweep is due.
+const SWEEP: usize = 1;
+/// `Signal::wants` bit: the store would like its next stretch of memory prepared.
+const PREPARE: usize = 2;
 
 /// What requests and the thread share.
 #[derive(Default)]
 pub(crate) struct Signal {
-    /// What is wanted and not begun yet.
-    requested: Mutex<Wants>,
-    wake: Condvar,
+    /// What is wanted and not begun yet: [`SWEEP`] and [`PREPARE`] bits.
+    wants: AtomicUsize,
+    /// The thread to unpark, set once before any request can need it.
+    waiter: OnceLock<Waiter>,
     /// The limiter is being dropped: end now.
     stopping: AtomicBool,
-    /// The thread is running (started, and not ended by the limiter's drop or a
-    /// panic): read without a lock by insertions that find it behind.
-    running: AtomicBool,
+    /// The thread has ended (the limiter dropped, or a sweep panicked).
+    ended: AtomicBool,
 }
 
-/// Marks the thread running while it lives, and not running once it ends, also by a
-/// panic in a sweep.
+/// Marks the thread ended once it ends, also by a panic in a sweep.
 #[cfg(not(turnstile_loom))]
-struct Running(Arc<Signal>);
+struct Ending(Arc<Signal>);
 
 #[cfg(not(turnstile_loom))]
-impl Running {
-    fn new(signal: Arc<Signal>) -> Self {
-        // Relaxed: a hint for insertions (help the sweep, or sweep themselves); a
-        // stale answer costs one insertion's choice, never a decision.
-        signal.running.store(true, Ordering::Relaxed);
-        Self(signal)
-    }
-}
-
-#[cfg(not(turnstile_loom))]
-impl Drop for Running {
+impl Drop for Ending {
     fn drop(&mut self) {
-        // Relaxed: as in `new`.
-        self.0.running.store(false, Ordering::Relaxed);
+        // Relaxed: a hint for insertions (ask the thread, or sweep themselves); a
+        // stale answer costs one insertion's choice, never a decision.
+        self.0.ended.store(true, Ordering::Relaxed);
     }
 }
 
@@ -69,73 +74,84 @@ pub(crate) struct Wants {
     pub(crate) prepare: bool,
 }
 
-impl Wants {
-    fn any(self) -> bool {
-        self.sweep || self.prepare
-    }
-}
-
 impl Signal {
-    fn requested(&self) -> MutexGuard<'_, Wants> {
-        self.requested
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The thread that waits on this signal: set once, before the first request that
+    /// needs to wake it.
+    pub(crate) fn set_waiter(&self, waiter: Waiter) {
+        let _ = self.waiter.set(waiter);
+    }
+
+    /// Sets `want` and wakes the thread.
+    fn ask(&self, want: usize) {
+        #[cfg(turnstile_loom)]
+        if crate::sync::mutants::active(crate::sync::mutants::Mutant::WakeFirst) {
+            self.wake();
+            // Release: as below.
+            self.wants.fetch_or(want, Ordering::Release);
+            return;
+        }
+        // Release: what the requester did before (the store's state it asks about)
+        // happens before the thread's Acquire swap that takes the bit.
+        self.wants.fetch_or(want, Ordering::Release);
+        self.wake();
+    }
+
+    /// Unparks the thread, if it has started: a park that follows returns at once.
+    fn wake(&self) {
+        if let Some(waiter) = self.waiter.get() {
+            waiter.unpark();
+        }
     }
 
     /// Asks for a sweep.
     pub(crate) fn request(&self) {
-        self.requested().sweep = true;
-        self.wake.notify_one();
+        self.ask(SWEEP);
     }
 
     /// Asks for the store's next stretch of memory to be prepared.
     pub(crate) fn request_preparation(&self) {
-        self.requested().prepare = true;
-        self.wake.notify_one();
+        self.ask(PREPARE);
     }
 
     /// Waits for a request, and takes it (everything asked for since the last);
     /// `None` once the limiter is being dropped.
     pub(crate) fn wait(&self) -> Option<Wants> {
-        let mut requested = self.requested();
-        #[cfg(turnstile_loom)]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::WaitFirst) {
-            requested = self
-                .wake
-                .wait(requested)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            if self.stopping() {
+                return None;
+            }
+            // Acquire: pairs with the requests' Release (`ask`).
+            let wants = self.wants.swap(0, Ordering::Acquire);
+            if wants != 0 {
+                return Some(Wants {
+                    sweep: wants & SWEEP != 0,
+                    prepare: wants & PREPARE != 0,
+                });
+            }
+            // Parks only when it took nothing: a request since the swap unparks it.
+            park();
         }
-        while !requested.any() && !self.stopping() {
-            requested = self
-                .wake
-                .wait(requested)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        let wants = std::mem::take(&mut *requested);
-        (!self.stopping()).then_some(wants)
     }
 
     /// Whether a sweep has been asked for and not begun: a long preparation gives way
     /// to it. (No thread under loom: unused there.)
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     pub(crate) fn sweep_requested(&self) -> bool {
-        self.requested().sweep
+        // Relaxed: a hint to cut a preparation short; the bit is taken by the swap.
+        self.wants.load(Ordering::Relaxed) & SWEEP != 0
     }
 
     /// Whether the limiter is being dropped, so that a running sweep can stop early.
     pub(crate) fn stopping(&self) -> bool {
-        // Relaxed: a hint to end a sweep early; the handshake itself is under the
-        // mutex (`stop` takes it before notifying).
-        self.stopping.load(Ordering::Relaxed)
+        // Acquire: pairs with `stop`'s Release, so a thread woken by the stop sees it.
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// Tells the thread to end.
     pub(crate) fn stop(&self) {
-        // Relaxed: see `stopping`; taking the mutex below orders it before the waiter's
-        // next check.
-        self.stopping.store(true, Ordering::Relaxed);
-        drop(self.requested());
-        self.wake.notify_all();
+        // Release: see `stopping`; the unpark after it wakes a parked thread to look.
+        self.stopping.store(true, Ordering::Release);
+        self.wake();
     }
 }
 
@@ -194,11 +210,24 @@ type Thread = ();
 /// Starts the thread.
 type Start = Box<dyn FnOnce(Arc<Signal>) -> io::Result<Thread> + Send>;
 
+/// `Maintenance::state`: no thread yet (or none ever, for manual sweeps).
+const NOT_STARTED: usize = 0;
+/// `Maintenance::state`: one request is starting the thread.
+const STARTING: usize = 1;
+/// `Maintenance::state`: the thread runs (or has ended: `Signal::ended`).
+const STARTED: usize = 2;
+/// `Maintenance::state`: there is no thread to ask (manual, or the OS refused one).
+const NO_THREAD: usize = 3;
+
 /// A limiter's sweeper thread, not started until it is first needed.
 pub(crate) struct Maintenance {
     signal: Arc<Signal>,
-    /// How to start the thread; taken when it starts. `None` when sweeps are manual.
+    /// Whether the thread is started; moved on by compare-and-set, so that exactly one
+    /// request starts it and no request waits for another.
+    state: AtomicUsize,
+    /// How to start the thread; taken, once, by the request that starts it.
     start: Mutex<Option<Start>>,
+    /// The thread, for `stop` to join; set once by the request that started it.
     thread: Mutex<Option<Thread>>,
 }
 
@@ -207,6 +236,7 @@ impl Maintenance {
     pub(crate) fn manual() -> Self {
         Self {
             signal: Arc::default(),
+            state: AtomicUsize::new(NO_THREAD),
             start: Mutex::new(None),
             thread: Mutex::new(None),
         }
@@ -220,11 +250,12 @@ impl Maintenance {
             std::thread::Builder::new()
                 .name("turnstile-sweeper".into())
                 .spawn(move || {
-                    let _running = Running::new(Arc::clone(&signal));
+                    let _ending = Ending(Arc::clone(&signal));
                     while signal.wait().is_some_and(&mut work) {}
                 })
         });
         Self {
+            state: AtomicUsize::new(NOT_STARTED),
             start: Mutex::new(Some(start)),
             ..Self::manual()
         }
@@ -243,30 +274,54 @@ impl Maintenance {
         self.ask(Signal::request_preparation)
     }
 
-    /// Starts the thread if it has not been, then makes the request `ask`.
+    /// Starts the thread if it has not been, then makes the request `ask`. No lock is
+    /// taken but by the one request that starts the thread (for the start and the
+    /// handle, which nobody else takes meanwhile): a request that finds the thread
+    /// starting leaves its request for the thread to find when it first looks.
     fn ask(&self, ask: fn(&Signal)) -> bool {
-        let mut thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        #[cfg(not(turnstile_loom))]
-        if thread.as_ref().is_some_and(|t| t.is_finished()) {
-            return false; // ended by a panic in a sweep: nobody to ask any more
-        }
-        if thread.is_none() {
-            let start = self
-                .start
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .take();
-            match start.map(|start| start(Arc::clone(&self.signal))) {
-                Some(Ok(started)) => *thread = Some(started),
-                Some(Err(_)) | None => return false,
+        // Acquire: a thread seen started has its waiter set (Release below).
+        match self.state.load(Ordering::Acquire) {
+            STARTED if !self.signal.ended.load(Ordering::Relaxed) => {}
+            // Ended by a panic in a sweep (or the limiter is going): nobody to ask.
+            STARTED | NO_THREAD => return false,
+            STARTING => {}
+            _ => {
+                // Relaxed on failure: another request won, and its state is read next.
+                let won = self
+                    .state
+                    .compare_exchange(NOT_STARTED, STARTING, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok();
+                if won && !self.start_thread() {
+                    return false;
+                }
+                if !won && self.state.load(Ordering::Acquire) == NO_THREAD {
+                    return false;
+                }
             }
         }
-        drop(thread);
         ask(&self.signal);
         true
+    }
+
+    /// Starts the thread, for the one request that moved `state` to `STARTING`;
+    /// whether it started.
+    fn start_thread(&self) -> bool {
+        let start = lock(&self.start).take();
+        match start.map(|start| start(Arc::clone(&self.signal))) {
+            Some(Ok(started)) => {
+                #[cfg(not(turnstile_loom))]
+                self.signal.set_waiter(started.thread().clone());
+                *lock(&self.thread) = Some(started);
+                // Release: the waiter is set before anyone sees the thread started.
+                self.state.store(STARTED, Ordering::Release);
+                true
+            }
+            Some(Err(_)) | None => {
+                // Release: as above (there is no waiter to see).
+                self.state.store(NO_THREAD, Ordering::Release);
+                false
+            }
+        }
     }
 
     /// Whether the limiter is being dropped.
@@ -276,8 +331,8 @@ impl Maintenance {
 
     /// Whether the thread is running, asked without a lock.
     pub(crate) fn running(&self) -> bool {
-        // Relaxed: see `Running::new`.
-        self.signal.running.load(Ordering::Relaxed)
+        // Relaxed: see `Ending`.
+        self.state.load(Ordering::Relaxed) == STARTED && !self.signal.ended.load(Ordering::Relaxed)
     }
 
     /// Whether a sweep has been asked for and not begun.
@@ -289,11 +344,7 @@ impl Maintenance {
     /// Stops the thread and waits for it.
     pub(crate) fn stop(&self) {
         self.signal.stop();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        let thread = lock(&self.thread).take();
         #[cfg(not(turnstile_loom))]
         if let Some(thread) = thread {
             // A panic on the thread was a sweep's; the limiter is going anyway.
@@ -302,6 +353,13 @@ impl Maintenance {
         #[cfg(turnstile_loom)]
         let _ = thread;
     }
+}
+
+/// `mutex`'s guard, even if a thread panicked holding it: each holder leaves it whole.
+fn lock<T>(mutex: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
