@@ -95,8 +95,15 @@ impl GcraRules {
     /// (there is no record of when that was), possibly below zero: it counts as none.
     #[inline]
     fn tokens(&self, tat: u64, t: u64) -> u64 {
-        let debt = tat.saturating_sub(t).min(self.full_refill);
-        (self.full_refill - debt) / self.interval
+        self.room(tat, t) / self.interval
+    }
+
+    /// The debt, in nanoseconds, a key with TAT `tat` can still take on at reading `t`
+    /// (already clamped): `full_refill` less what it owes, none when it owes a full
+    /// refill or more.
+    #[inline(always)]
+    fn room(&self, tat: u64, t: u64) -> u64 {
+        self.full_refill - tat.saturating_sub(t).min(self.full_refill)
     }
 }
 
@@ -164,6 +171,36 @@ pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Deci
     (word.max(t) + cost * layout.interval.get(), decision)
 }
 
+/// [`acquire`]'s verdict and word without its decision: the TAT to store if a
+/// request for `cost` at `now` is allowed, `None` if it is not (denied, or a cost
+/// above the capacity). For a caller that asks only whether (the direct limiter's
+/// `try_acquire`).
+///
+/// It compares nanoseconds, `cost × interval` against the debt the key can still take
+/// on, as governor's GCRA does; `acquire` counts whole tokens first, a division by the
+/// interval that its comparison waits for. The property tests hold it to `acquire`,
+/// verdict and word, on every input.
+#[inline]
+pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
+    let t = now.min(layout.end);
+    let cost = u64::from(cost);
+    if cost > layout.capacity {
+        return None;
+    }
+    // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
+    // whole tokens iff `cost ≤ room / interval`, iff `weight ≤ room`.
+    let weight = cost * layout.interval.get();
+    if weight > layout.room(word, t) {
+        return None;
+    }
+    // As in `acquire`: at most `end + full_refill = u64::MAX − 1`; a zero cost
+    // changes nothing.
+    Some(match cost {
+        0 => word,
+        _ => word.max(t) + weight,
+    })
+}
+
 /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
 /// never before the reading — a full bucket holds no more. The word to store.
 #[inline]
@@ -211,6 +248,36 @@ mod tests {
             let from = rules.forgettable_from(word);
             for at in readings(from, random) {
                 prop_assert_eq!(rules.forgettable(word, at), word <= at.min(rules.end));
+            }
+        }
+    }
+
+    proptest! {
+        /// `admit` is `acquire`'s verdict and word, from any TAT requests leave, at
+        /// any reading (lagging ones and the limiter's end included), for any cost.
+        #[test]
+        fn admit_is_acquires_verdict_and_word(
+            quota in any_quota(),
+            earlier in proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            now in any::<u64>(),
+            near in 0..3u64,
+            cost in prop_oneof![0..=20u32, any::<u32>()],
+        ) {
+            let Ok(rules) = GcraRules::new(&quota) else { return Ok(()) };
+            let word = earlier.iter().fold(rules.fresh(), |word, &(at, cost)| {
+                acquire(&rules, word, at, cost).0
+            });
+            // Readings on and just around the instant the key holds `cost`.
+            let owed = (rules.capacity.saturating_sub(u64::from(cost)))
+                .saturating_mul(rules.interval.get());
+            let ready = word.saturating_sub(owed);
+            for at in [now, ready.saturating_add(near).saturating_sub(1), word] {
+                let (new, decision) = acquire(&rules, word, at, cost);
+                prop_assert_eq!(
+                    admit(&rules, word, at, cost),
+                    decision.is_allowed().then_some(new),
+                    "word {} at {} for {}", word, at, cost
+                );
             }
         }
     }
