@@ -95,15 +95,8 @@ impl GcraRules {
     /// (there is no record of when that was), possibly below zero: it counts as none.
     #[inline]
     fn tokens(&self, tat: u64, t: u64) -> u64 {
-        self.room(tat, t) / self.interval
-    }
-
-    /// The debt, in nanoseconds, a key with TAT `tat` can still take on at reading `t`
-    /// (already clamped): `full_refill` less what it owes, none when it owes a full
-    /// refill or more.
-    #[inline(always)]
-    fn room(&self, tat: u64, t: u64) -> u64 {
-        self.full_refill - tat.saturating_sub(t).min(self.full_refill)
+        let debt = tat.saturating_sub(t).min(self.full_refill);
+        (self.full_refill - debt) / self.interval
     }
 }
 
@@ -176,10 +169,13 @@ pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Deci
 /// above the capacity). For a caller that asks only whether (the direct limiter's
 /// `try_acquire`).
 ///
-/// It compares nanoseconds, `cost × interval` against the debt the key can still take
-/// on, as governor's GCRA does; `acquire` counts whole tokens first, a division by the
-/// interval that its comparison waits for. The property tests hold it to `acquire`,
-/// verdict and word, on every input.
+/// It compares instants, as governor's GCRA does: the TAT against the latest one at
+/// which the key still holds `cost`, `t + (capacity − cost) × interval`, a bound that
+/// depends on the reading alone. `acquire` counts whole tokens first, a division by
+/// the interval that its comparison waits for. Under a stream of admissions the TAT
+/// each check reads is the one the check before wrote, so what stands between the two
+/// is one comparison, a maximum and an addition. The property tests hold it to
+/// `acquire`, verdict and word, on every input.
 #[inline]
 pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
     let t = now.min(layout.end);
@@ -187,18 +183,19 @@ pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> 
     if cost > layout.capacity {
         return None;
     }
+    if cost == 0 {
+        // Allowed, and changes nothing, whatever the key owes.
+        return Some(word);
+    }
     // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
-    // whole tokens iff `cost ≤ room / interval`, iff `weight ≤ room`.
+    // whole tokens iff it owes at most `full_refill − weight`; the bound is at most
+    // `end + full_refill = u64::MAX − 1`, and so is the new TAT.
     let weight = cost * layout.interval.get();
-    if weight > layout.room(word, t) {
+    let latest = t + (layout.full_refill - weight);
+    if word > latest {
         return None;
     }
-    // As in `acquire`: at most `end + full_refill = u64::MAX − 1`; a zero cost
-    // changes nothing.
-    Some(match cost {
-        0 => word,
-        _ => word.max(t) + weight,
-    })
+    Some(word.max(t) + weight)
 }
 
 /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
