@@ -1,8 +1,11 @@
 //! Direct (unkeyed) limiters: one state for the whole process — throttling the calls
 //! to an outside API, a global cap in front of a database — with no map: a check is
 //! one clock reading and one compare-and-set on one word, by the same word protocol
-//! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter among
-//! them).
+//! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter's
+//! `acquire` among them). `try_acquire` runs the same Relaxed compare-and-set loop
+//! around a step that answers only whether (the token bucket's and GCRA's `admit`,
+//! property-tested against `acquire`), so it computes no `remaining` and no
+//! `retry_after`, and decides without dividing.
 //!
 //! ```
 //! use turnstile::{DirectTokenBucket, Quota};
