@@ -1,8 +1,11 @@
 //! Direct (unkeyed) limiters: one state for the whole process — throttling the calls
 //! to an outside API, a global cap in front of a database — with no map: a check is
 //! one clock reading and one compare-and-set on one word, by the same word protocol
-//! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter among
-//! them).
+//! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter's
+//! `acquire` among them). `try_acquire` runs the same Relaxed compare-and-set loop
+//! around a step that answers only whether (the token bucket's and GCRA's `admit`,
+//! property-tested against `acquire`), so it computes no `remaining` and no
+//! `retry_after`, and decides without dividing.
 //!
 //! ```
 //! use turnstile::{DirectTokenBucket, Quota};
@@ -24,9 +27,12 @@ use crate::algorithm::{Algorithm, Blocked};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
 use crate::gcra::GcraRules;
+use crate::gcra::state as gcra;
 use crate::sliding_window::SlidingWindowRules;
-use crate::sync::yield_now;
+use crate::sync::{AtomicU64, Ordering, yield_now};
 use crate::token_bucket::TokenBucketRules;
+use crate::token_bucket::state as token_bucket;
+use crate::word::{MOVED, RETIRED, WordAlgorithm};
 use crate::{Decision, KeyRef, Quota, QuotaError, RateLimiter};
 use std::borrow::Borrow;
 use std::fmt;
@@ -38,10 +44,18 @@ use std::fmt;
 /// others). Lock-free and allocation-free.
 pub struct DirectLimiter<A: Algorithm<()>, C = QuantaClock> {
     algorithm: A,
-    state: A::State,
+    state: OwnLine<A::State>,
     epoch: Epoch<C>,
     quota: Quota,
 }
+
+/// A value alone on its cache line (and the line next to it, which some cores fetch
+/// in pairs). The state is the one thing a direct limiter writes, from every thread;
+/// beside it, each admission elsewhere would also evict the clock's scale and the
+/// rules that every check reads first, so a check would wait for a miss before it
+/// could even read the time.
+#[repr(align(128))]
+struct OwnLine<T>(T);
 
 /// A direct token bucket: the [`TokenBucket`](crate::TokenBucket)'s semantics for one
 /// state.
@@ -59,7 +73,7 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     /// The limiter running `algorithm` under `quota`, its epoch (the refill grid's or
     /// the windows' origin) now.
     fn assemble(algorithm: A, quota: Quota, clock: C) -> Self {
-        let state = algorithm.create(&());
+        let state = OwnLine(algorithm.create(&()));
         Self {
             algorithm,
             state,
@@ -73,7 +87,7 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     pub fn acquire(&self, cost: u32) -> Decision {
         let now = self.epoch.elapsed();
         loop {
-            match self.algorithm.acquire(&self.state, now, cost) {
+            match self.algorithm.acquire(&self.state.0, now, cost) {
                 Ok(decision) => return decision,
                 // The single-word algorithms block a state only while it is retired or
                 // moved, which a direct limiter never does (it forgets nothing and has
@@ -83,17 +97,11 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
         }
     }
 
-    /// Asks for one unit: `acquire(1).is_allowed()`.
-    #[inline]
-    pub fn try_acquire(&self) -> bool {
-        self.acquire(1).is_allowed()
-    }
-
     /// What the limiter has now, taking nothing.
     pub fn peek(&self) -> u32 {
         let now = self.epoch.elapsed();
         loop {
-            match self.algorithm.available(&self.state, now) {
+            match self.algorithm.available(&self.state.0, now) {
                 Ok(available) => return available,
                 Err(blocked) => unblocked(blocked),
             }
@@ -105,7 +113,7 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     pub fn refund(&self, cost: u32) {
         let now = self.epoch.elapsed();
         loop {
-            match self.algorithm.refund(&self.state, now, cost) {
+            match self.algorithm.refund(&self.state.0, now, cost) {
                 Ok(()) => return,
                 Err(blocked) => unblocked(blocked),
             }
@@ -120,13 +128,112 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     /// The raw state, for loom models.
     #[cfg(turnstile_loom)]
     pub(crate) fn state(&self) -> &A::State {
-        &self.state
+        &self.state.0
     }
 
     /// The algorithm, for loom models.
     #[cfg(turnstile_loom)]
     pub(crate) fn algorithm(&self) -> &A {
         &self.algorithm
+    }
+}
+
+impl<A: DirectStep, C: Clock> DirectLimiter<A, C> {
+    /// Asks for one unit: `acquire(1).is_allowed()`, and the same step — without
+    /// the parts of a [`Decision`] nobody reads (the token bucket and GCRA decide
+    /// without dividing, and compute no `remaining` and no `retry_after`).
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        let now = self.epoch.elapsed();
+        match self.algorithm.admit_one(&self.state.0, now) {
+            Ok(allowed) => allowed,
+            // Never, for a direct limiter (see `acquire`); the full path handles it.
+            Err(_) => self.try_acquire_blocked(),
+        }
+    }
+
+    /// `try_acquire` on a blocked state, by the full path; out of line, so that the
+    /// hot path stays small enough to inline into its caller.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_blocked(&self) -> bool {
+        self.acquire(1).is_allowed()
+    }
+}
+
+/// How a direct limiter's algorithm answers [`DirectLimiter::try_acquire`]: its
+/// step, asked only whether. Implemented by the four algorithms a direct limiter
+/// runs, and by nothing outside this crate (it cannot be named from outside).
+pub trait DirectStep: Algorithm<()> {
+    /// One request for one unit at `now`: whether it was allowed.
+    fn admit_one(&self, state: &Self::State, now: u64) -> Result<bool, Blocked>;
+}
+
+impl DirectStep for TokenBucketRules {
+    #[inline(always)]
+    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
+        admit_word::<Self>(word, |current| token_bucket::admit(self, current, now, 1))
+    }
+}
+
+impl DirectStep for GcraRules {
+    #[inline(always)]
+    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
+        admit_word::<Self>(word, |current| gcra::admit(self, current, now, 1))
+    }
+}
+
+impl DirectStep for FixedWindowRules {
+    #[inline]
+    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
+        Algorithm::<()>::acquire(self, word, now, 1).map(|decision| decision.is_allowed())
+    }
+}
+
+impl DirectStep for SlidingWindowRules {
+    #[inline]
+    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
+        Algorithm::<()>::acquire(self, word, now, 1).map(|decision| decision.is_allowed())
+    }
+}
+
+/// `admit` applied to `word` by compare-and-set until it sticks: the keyed limiters'
+/// word protocol (`word.rs`'s `update`), for a step that answers only whether.
+///
+/// Relaxed throughout, as there: the word guards no other memory — it *is* the state
+/// — and exact counting needs only what every atomic read-modify-write gives at any
+/// ordering (one modification order for the word; a successful CAS replaces exactly
+/// the value it compared against). A marker word (retired or moving, which no direct
+/// limiter's word ever is) comes back as `Err` before any step, and the caller takes
+/// the full path, which handles it (and takes the Acquire fence a retired word asks
+/// for).
+#[inline(always)]
+fn admit_word<W: WordAlgorithm>(
+    word: &AtomicU64,
+    admit: impl Fn(u64) -> Option<u64>,
+) -> Result<bool, Blocked> {
+    let lowest_marker = if W::RESERVES_MOVED { MOVED } else { RETIRED };
+    // Relaxed: see above; a stale value only makes the CAS fail and retry.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if current >= lowest_marker {
+            return Err(match current {
+                RETIRED => Blocked::Retired,
+                _ => Blocked::Moving,
+            });
+        }
+        let Some(new) = admit(current) else {
+            // Denied: nothing written, so the line stays shared between cores.
+            return Ok(false);
+        };
+        if new == current {
+            return Ok(true);
+        }
+        // Relaxed on success and failure: see above.
+        match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok(true),
+            Err(actual) => current = actual,
+        }
     }
 }
 
@@ -242,5 +349,45 @@ impl<C: Clock> DirectSlidingWindowCounter<C> {
             quota,
             clock,
         ))
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use std::time::Duration;
+
+    /// Two twins on one clock, one asked by `try_acquire`, the other by `acquire(1)`,
+    /// through drain, refill and idle: the same answers and the same tokens left.
+    fn twins_agree<A: DirectStep, C: Clock>(
+        quick: &DirectLimiter<A, C>,
+        full: &DirectLimiter<A, C>,
+        clock: &ManualClock,
+    ) {
+        let steps_ms = [0, 0, 0, 0, 0, 250, 999, 1, 0, 3_000, 0, 0, 0, 0, 0, 0, 500];
+        for (i, &step) in steps_ms.iter().enumerate() {
+            clock.advance(Duration::from_millis(step));
+            assert_eq!(
+                quick.try_acquire(),
+                full.acquire(1).is_allowed(),
+                "request {i}"
+            );
+            assert_eq!(quick.peek(), full.peek(), "after request {i}");
+        }
+    }
+
+    #[test]
+    fn try_acquire_answers_as_acquire_one_on_every_algorithm() {
+        let quota = Quota::new(3, Duration::from_millis(500)).unwrap();
+        let clock = ManualClock::new();
+        let twins = || DirectTokenBucket::with_clock(quota, clock.clone());
+        twins_agree(&twins(), &twins(), &clock);
+        let twins = || DirectGcra::with_clock(quota, clock.clone()).unwrap();
+        twins_agree(&twins(), &twins(), &clock);
+        let twins = || DirectFixedWindow::with_clock(quota, clock.clone());
+        twins_agree(&twins(), &twins(), &clock);
+        let twins = || DirectSlidingWindowCounter::with_clock(quota, clock.clone()).unwrap();
+        twins_agree(&twins(), &twins(), &clock);
     }
 }

@@ -164,6 +164,40 @@ pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Deci
     (word.max(t) + cost * layout.interval.get(), decision)
 }
 
+/// [`acquire`]'s verdict and word without its decision: the TAT to store if a
+/// request for `cost` at `now` is allowed, `None` if it is not (denied, or a cost
+/// above the capacity). For a caller that asks only whether (the direct limiter's
+/// `try_acquire`).
+///
+/// It compares instants, as governor's GCRA does: the TAT against the latest one at
+/// which the key still holds `cost`, `t + (capacity − cost) × interval`, a bound that
+/// depends on the reading alone. `acquire` counts whole tokens first, a division by
+/// the interval that its comparison waits for. Under a stream of admissions the TAT
+/// each check reads is the one the check before wrote, so what stands between the two
+/// is one comparison, a maximum and an addition. The property tests hold it to
+/// `acquire`, verdict and word, on every input.
+#[inline]
+pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
+    let t = now.min(layout.end);
+    let cost = u64::from(cost);
+    if cost > layout.capacity {
+        return None;
+    }
+    if cost == 0 {
+        // Allowed, and changes nothing, whatever the key owes.
+        return Some(word);
+    }
+    // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
+    // whole tokens iff it owes at most `full_refill − weight`; the bound is at most
+    // `end + full_refill = u64::MAX − 1`, and so is the new TAT.
+    let weight = cost * layout.interval.get();
+    let latest = t + (layout.full_refill - weight);
+    if word > latest {
+        return None;
+    }
+    Some(word.max(t) + weight)
+}
+
 /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
 /// never before the reading — a full bucket holds no more. The word to store.
 #[inline]
@@ -211,6 +245,36 @@ mod tests {
             let from = rules.forgettable_from(word);
             for at in readings(from, random) {
                 prop_assert_eq!(rules.forgettable(word, at), word <= at.min(rules.end));
+            }
+        }
+    }
+
+    proptest! {
+        /// `admit` is `acquire`'s verdict and word, from any TAT requests leave, at
+        /// any reading (lagging ones and the limiter's end included), for any cost.
+        #[test]
+        fn admit_is_acquires_verdict_and_word(
+            quota in any_quota(),
+            earlier in proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            now in any::<u64>(),
+            near in 0..3u64,
+            cost in prop_oneof![0..=20u32, any::<u32>()],
+        ) {
+            let Ok(rules) = GcraRules::new(&quota) else { return Ok(()) };
+            let word = earlier.iter().fold(rules.fresh(), |word, &(at, cost)| {
+                acquire(&rules, word, at, cost).0
+            });
+            // Readings on and just around the instant the key holds `cost`.
+            let owed = (rules.capacity.saturating_sub(u64::from(cost)))
+                .saturating_mul(rules.interval.get());
+            let ready = word.saturating_sub(owed);
+            for at in [now, ready.saturating_add(near).saturating_sub(1), word] {
+                let (new, decision) = acquire(&rules, word, at, cost);
+                prop_assert_eq!(
+                    admit(&rules, word, at, cost),
+                    decision.is_allowed().then_some(new),
+                    "word {} at {} for {}", word, at, cost
+                );
             }
         }
     }

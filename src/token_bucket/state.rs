@@ -91,6 +91,14 @@ impl TokenBucketRules {
         }
     }
 
+    /// Whether the grid index of the reading `now` is at least `point`, without
+    /// dividing: `point × interval ≤ now`, and the grid reaching `point`. No overflow:
+    /// the product is taken only for `point ≤ last_index ≤ u64::MAX / interval`.
+    #[inline(always)]
+    fn reached(&self, point: u64, now: u64) -> bool {
+        point <= self.last_index && point * self.interval.get() <= now
+    }
+
     /// The tokens a bucket full at `full_at` is missing at grid index `index`: 0 when
     /// it is full, more than the capacity when the reading lags far behind the word.
     #[inline(always)]
@@ -168,6 +176,52 @@ pub fn acquire(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> (u64
     }
 }
 
+/// [`acquire`]'s verdict and word without its decision: the word to store if a
+/// request for `cost` at `now` is allowed, `None` if it is not (denied, or a cost
+/// above the capacity). For a caller that asks only whether (the direct limiter's
+/// `try_acquire`).
+///
+/// It decides without dividing: "the reading's grid index is at least `p`" is
+/// `p × interval ≤ now` ([`TokenBucketRules::reached`]), one multiplication, where
+/// `acquire` divides the reading by the interval (a 64-bit `div`) and compares only
+/// once the quotient is there. The grid index is divided out only for the word of an
+/// admission into a bucket already full at the reading. The property tests hold it
+/// to `acquire`, verdict and word, on every input.
+#[inline]
+pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option<u64> {
+    let cost = u64::from(cost);
+    if cost > rules.capacity {
+        return None;
+    }
+    // The first grid index at which the bucket holds `cost` tokens: where the tokens
+    // missing are down to `capacity − cost` (for a cost of 0, every index).
+    let ready = match cost {
+        0 => 0,
+        _ => word.saturating_sub(rules.capacity - cost),
+    };
+    if !rules.reached(ready, now) {
+        return None;
+    }
+    // `max(full_at, g) + cost`, `g` divided out only when it is the larger (a bucket
+    // full at the reading: index `full_at + 1` reached; no wrap, the word is below the
+    // markers). At most `last_index + capacity`: never a marker.
+    Some(if rules.reached(word + 1, now) {
+        refilled(rules, now, cost)
+    } else {
+        word + cost
+    })
+}
+
+/// The word an admission of `cost` into a bucket full at `now` stores: `g + cost`.
+/// Out of line and cold: inlined, the compiler divides on every admission and picks
+/// between the two words afterwards, which puts the division back on the way to the
+/// compare-and-set (12 more instructions a check, callgrind).
+#[cold]
+#[inline(never)]
+fn refilled(rules: &TokenBucketRules, now: u64, cost: u64) -> u64 {
+    rules.index(now) + cost
+}
+
 /// Tokens available at `now`, without taking any.
 #[inline]
 pub fn available(rules: &TokenBucketRules, word: u64, now: u64) -> u32 {
@@ -227,6 +281,40 @@ mod tests {
             let from = rules.forgettable_from(word);
             for at in readings(from, random) {
                 prop_assert_eq!(rules.forgettable(word, at), word <= rules.index(at));
+            }
+        }
+    }
+
+    proptest! {
+        /// `admit` is `acquire`'s verdict and word, from any word requests leave, at
+        /// any reading (lagging ones included), for any cost.
+        #[test]
+        fn admit_is_acquires_verdict_and_word(
+            quota in any_quota(),
+            earlier in proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            now in any::<u64>(),
+            near in 0..3u64,
+            cost in prop_oneof![0..=20u32, any::<u32>()],
+        ) {
+            let rules = TokenBucketRules::new(&quota);
+            let word = earlier.iter().fold(rules.full(), |word, &(at, cost)| {
+                acquire(&rules, word, at, cost).0
+            });
+            // Readings on and just around the grid points that decide: where the
+            // bucket holds `cost`, and where it is full again.
+            let interval = rules.interval.get();
+            let ready = word.saturating_sub(rules.capacity.saturating_sub(u64::from(cost)));
+            for at in [
+                now,
+                ready.saturating_mul(interval).saturating_add(near).saturating_sub(1),
+                word.saturating_add(1).saturating_mul(interval).saturating_add(near).saturating_sub(1),
+            ] {
+                let (new, decision) = acquire(&rules, word, at, cost);
+                prop_assert_eq!(
+                    admit(&rules, word, at, cost),
+                    decision.is_allowed().then_some(new),
+                    "word {} at {} for {}", word, at, cost
+                );
             }
         }
     }
