@@ -234,6 +234,17 @@ fn admit_word<W: WordAlgorithm>(
             Ok(_) => return Ok(true),
             Err(actual) => current = actual,
         }
+        #[cfg(turnstile_loom)]
+        if crate::sync::mutants::active(crate::sync::mutants::Mutant::TryWithStaleValue) {
+            // The mutant: retry with the value computed from the word it lost to.
+            // Relaxed: as above.
+            if word
+                .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(true);
+            }
+        }
     }
 }
 

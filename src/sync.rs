@@ -52,6 +52,9 @@ pub mod mutants {
         /// lookup as "no state", though that lookup can miss a key whose entry a move
         /// is replacing.
         TrustFirstMiss,
+        /// The direct limiter's `try_acquire` retries a failed compare-and-set with the
+        /// value it computed from the word it lost to.
+        TryWithStaleValue,
         /// A new key's first request reads the watermark before it registers its
         /// insertion, so a sweep that forgets the key in between does not wait for it.
         EarlyReading,

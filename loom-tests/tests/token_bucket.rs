@@ -66,6 +66,33 @@ impl Bucket for Direct {
     }
 }
 
+/// The same direct token bucket asked through `try_acquire`: its own verdict step
+/// (`admit`, no division, no `Decision`) in its own compare-and-set loop. Costs other
+/// than 1 (the models' setup) go through `acquire`.
+struct DirectTry(DirectTokenBucket<ManualClock>);
+
+impl Bucket for DirectTry {
+    fn acquire(&self, cost: u32) -> Decision {
+        if cost != 1 {
+            return self.0.acquire(cost);
+        }
+        // The models count admissions only: the other fields are not read.
+        match self.0.try_acquire() {
+            true => Decision::Allowed { remaining: 0 },
+            false => Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::ZERO,
+            },
+        }
+    }
+    fn peek(&self) -> u32 {
+        self.0.peek()
+    }
+    fn word(&self) -> (u64, TokenBucketRules) {
+        direct_word(&self.0)
+    }
+}
+
 fn direct(capacity: u32, clock: &ManualClock) -> Direct {
     Direct(DirectTokenBucket::with_clock(
         quota(capacity),
@@ -232,6 +259,42 @@ fn model_2d_a_direct_limiter_racing_with_refill() {
     check("2d direct take racing with refill", Some(4), || {
         refill_race_loses_and_invents_nothing(|clock| direct(3, clock))
     });
+}
+
+/// `try_acquire`'s own loop: models 1 and 2 hold for it too.
+#[test]
+fn model_1t_try_acquire_on_a_frozen_clock_admits_exactly_capacity() {
+    check("1t direct try_acquire, frozen clock", Some(4), || {
+        frozen_clock_admits_exactly_capacity(|clock| {
+            DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()))
+        })
+    });
+}
+
+#[test]
+fn model_2t_try_acquire_racing_with_refill() {
+    check("2t direct try_acquire racing with refill", Some(4), || {
+        refill_race_loses_and_invents_nothing(|clock| {
+            DirectTry(DirectTokenBucket::with_clock(quota(3), clock.clone()))
+        })
+    });
+}
+
+#[test]
+#[should_panic(expected = "frozen clock:")]
+fn mutant_1t_try_acquire_retrying_a_stale_value_is_rejected() {
+    use turnstile::loom_hooks::{Mutant as Broken, with_mutant};
+    check(
+        "1t mutant: try_acquire retries a stale value",
+        Some(4),
+        || {
+            with_mutant(Broken::TryWithStaleValue, || {
+                frozen_clock_admits_exactly_capacity(|clock| {
+                    DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()))
+                })
+            })
+        },
+    );
 }
 
 /// Mutant 2: the refill written with a plain store before the take's CAS — it can
