@@ -37,10 +37,11 @@ use std::sync::Arc;
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
 /// are also `Clone`, as governor's are: a new key's entry owns a copy, and moving a
 /// key to a new quota replaces its entry with one that does too. States live in
-/// papaya, a lock-free map, by default: no request takes a lock, and a thread
-/// stalled anywhere in a request (descheduled, or inside the key's `Hash`, `Eq` or
-/// `Clone`) keeps no other thread's request waiting; [`Builder::word_store`] trades
-/// that for memory and churn speed. A key type's `Hash` and `Drop` must not panic:
+/// papaya, a lock-free map, by default: looking up, inserting and removing keys take
+/// no lock, and a thread stalled inside the key's `Hash`, `Eq` or `Clone` keeps no
+/// other thread's request waiting (a request can wait only for a key being moved to
+/// a new quota, or inside papaya for an entry a resize is copying);
+/// [`Builder::word_store`] trades that for memory and churn speed. A key type's `Hash` and `Drop` must not panic:
 /// the maps guarantee their own consistency only then. A panicking `Eq` or `Clone`,
 /// resolver or clock reaches its caller and leaves the key usable (a move it
 /// interrupts thaws the key).
@@ -116,13 +117,13 @@ where
     /// its 8-byte word side by side in a table of its own (no allocation per key):
     /// 23 heap bytes per `u64` key against papaya's 54, a new key's request in 796
     /// instructions against 1,083, sweeps about 20× faster, and a 10M-distinct-key
-    /// stream held to 14–19 MB where papaya's map outgrows its sweeper thread
+    /// stream held to 14–22 MB (five runs) where papaya's map outgrows its sweeper thread
     /// (results/ANALYSIS.md, "papaya by default"; 2-core EPYC VM). The price is locks:
     /// insertions, removals, sweeps and table growth take one of 1,024 segment locks,
     /// so a thread stalled while it holds one (descheduled, or inside the key's `Eq`,
     /// `Hash` or `Clone`) keeps every insertion into that segment waiting — on
-    /// papaya no request ever waits for another thread. Lookups of stored keys take
-    /// no lock on either store. Per-key limiters built from this builder
+    /// papaya no request waits for such a thread (`tests/stall.rs`). Lookups of
+    /// stored keys take no lock on either store. Per-key limiters built from this builder
     /// ([`build_per_key`](Builder::build_per_key)) keep papaya: their states are not
     /// single words.
     pub fn word_store(mut self) -> Self {

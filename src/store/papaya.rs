@@ -147,7 +147,9 @@ where
     }
 
     fn retain(&self, mut keep: impl FnMut(&V) -> bool, mut pause: impl FnMut()) {
-        // Two passes, so that no guard spans the removals. papaya's own `retain`
+        // Two passes, so that no guard spans the removals (the asking pass still holds
+        // one: papaya's iterator cannot be resumed under a new guard, so what is
+        // retired elsewhere meanwhile waits for the pass to end). papaya's own `retain`
         // removes under the one guard its pass holds, and every entry removed while a
         // guard is held waits for it to be freed: the whole pass's removals at once
         // (the 10M-key stream reached 75–85 MB so). Here the first pass only asks, under
