@@ -554,3 +554,90 @@ fn a_background_sweeper_does_not_keep_its_limiter_alive() {
     );
     drop(sweeper);
 }
+
+/// A key whose `Eq` panics while its first request is being inserted (after the
+/// insertion registered with the sweeps, before it published): the panic reaches the
+/// caller, the registration is let go on the way out, so a sweep afterwards does not
+/// wait for it forever, and the key works on its next request.
+#[test]
+fn a_key_panicking_mid_insertion_holds_up_no_sweep() {
+    use std::hash::{Hash, Hasher};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static COMPARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    #[derive(Clone, Debug)]
+    struct Touchy(u64);
+    impl Hash for Touchy {
+        fn hash<H: Hasher>(&self, state: &mut H) {
+            self.0.hash(state);
+        }
+    }
+    impl PartialEq for Touchy {
+        fn eq(&self, other: &Self) -> bool {
+            // SeqCst: a test's switch and count; ordering is not under test. The
+            // request's first comparison is its lookup's; the second, its insertion's.
+            if ARMED.load(Ordering::SeqCst) && COMPARED.fetch_add(1, Ordering::SeqCst) == 1 {
+                panic!("a key that panics when compared inside the insertion");
+            }
+            self.0 == other.0
+        }
+    }
+    impl Eq for Touchy {}
+
+    /// One hash for every key, so that the new key's insertion compares it with the
+    /// stored one.
+    #[derive(Clone, Default)]
+    struct OneHash;
+    struct OneHasher;
+    impl Hasher for OneHasher {
+        fn finish(&self) -> u64 {
+            0x9e37_79b9_7f4a_7c15
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+    impl std::hash::BuildHasher for OneHash {
+        type Hasher = OneHasher;
+        fn build_hasher(&self) -> OneHasher {
+            OneHasher
+        }
+    }
+
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<Touchy>::builder(Quota::new(1, ms(1)).unwrap())
+        .clock(clock.clone())
+        .hasher(OneHash)
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build();
+    assert!(limiter.try_acquire(&Touchy(1)));
+    ARMED.store(true, Ordering::SeqCst);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        limiter.try_acquire(&Touchy(2))
+    }));
+    ARMED.store(false, Ordering::SeqCst);
+    assert!(panicked.is_err(), "the key's panic reaches the caller");
+    assert_eq!(
+        COMPARED.load(Ordering::SeqCst),
+        2,
+        "it panicked in the insertion"
+    );
+    // On another thread, so that a sweep stuck on the insertion fails the test
+    // (a hang detector, not a timing assertion).
+    clock.advance(ms(10));
+    let limiter = std::sync::Arc::new(limiter);
+    let (done, swept) = std::sync::mpsc::channel();
+    let sweeping = std::sync::Arc::clone(&limiter);
+    // Not joined: a sweep stuck for ever must not keep the test from failing.
+    std::thread::spawn(move || {
+        let _ = done.send(sweeping.evict_idle());
+    });
+    let forgotten = swept
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the sweep waited for an insertion that had panicked");
+    assert_eq!(forgotten, 1, "the full key 1 is forgotten");
+    assert!(
+        limiter.try_acquire(&Touchy(2)),
+        "the key works after the panic"
+    );
+}
