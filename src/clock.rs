@@ -4,6 +4,7 @@
 //! inlined — no `dyn` dispatch on the hot path. Each limiter reads its clock once at
 //! creation and measures every later reading from there (its *epoch*).
 
+use crate::Decision;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::io;
 use std::sync::Mutex;
@@ -201,6 +202,44 @@ impl<C: Clock> Epoch<C> {
     #[inline]
     pub(crate) fn elapsed(&self) -> u64 {
         self.clock.now().saturating_sub(self.start)
+    }
+
+    /// A reading for a decision: [`elapsed`](Self::elapsed), and how far before the
+    /// epoch the clock read, which a denial's wait must add.
+    #[inline]
+    pub(crate) fn read(&self) -> Reading {
+        let now = self.clock.now();
+        Reading {
+            since: now.saturating_sub(self.start),
+            early: self.start.saturating_sub(now),
+        }
+    }
+}
+
+/// One reading of a limiter's clock, as a decision uses it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reading {
+    /// Nanoseconds since the epoch; a reading from before it counts as 0.
+    pub(crate) since: u64,
+    /// Nanoseconds the reading lay before the epoch (0 from the epoch on).
+    early: u64,
+}
+
+impl Reading {
+    /// `decision` told on the clock that was read: a denial's wait counts from the
+    /// time decided at, and a reading before the epoch (a clock set back, another
+    /// core's clock behind the one that made the limiter) was decided at the epoch,
+    /// so on that clock the wait is longer by the gap. Without it, waiting
+    /// `retry_after` on a clock that lags the epoch would not be enough, against
+    /// what [`Decision::Denied`] promises. Found by the `quota` fuzz target.
+    #[inline(always)]
+    pub(crate) fn tell(self, mut decision: Decision) -> Decision {
+        if let Decision::Denied { retry_after, .. } = &mut decision
+            && self.early > 0
+        {
+            *retry_after = retry_after.saturating_add(Duration::from_nanos(self.early));
+        }
+        decision
     }
 }
 

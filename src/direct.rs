@@ -85,10 +85,10 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     /// Asks for `cost`, all or nothing (see [`RateLimiter::acquire`]).
     #[inline]
     pub fn acquire(&self, cost: u32) -> Decision {
-        let now = self.epoch.elapsed();
+        let reading = self.epoch.read();
         loop {
-            match self.algorithm.acquire(&self.state.0, now, cost) {
-                Ok(decision) => return decision,
+            match self.algorithm.acquire(&self.state.0, reading.since, cost) {
+                Ok(decision) => return reading.tell(decision),
                 // The single-word algorithms block a state only while it is retired or
                 // moved, which a direct limiter never does (it forgets nothing and has
                 // no per-key quotas); should one ever, it is resolved by trying again.

@@ -377,13 +377,14 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let now = self.epoch.elapsed();
+        let reading = self.epoch.read();
+        let now = reading.since;
         // The hot path: a known key, one lookup and one compare-and-set; anything
         // else is out of line (`acquire_new`, `acquire_blocked`).
-        let decision = match self.look(key, now, cost) {
+        let decision = reading.tell(match self.look(key, now, cost) {
             Ok(decision) => decision,
             Err(blocked) => self.acquire_blocked(key, blocked, now, cost),
-        };
+        });
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
             observer.decided(key, &decision);
