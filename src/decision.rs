@@ -22,8 +22,9 @@ pub enum Decision {
         remaining: u32,
         /// Exact time until enough tokens exist; never rounded down.
         /// `Duration::MAX` means never: the wait lies beyond the end of the limiter's
-        /// clock (584 years; a fixed window or 1 ns token bucket whose state cannot
-        /// name later times stops earlier, as its documentation says).
+        /// clock (584 years; GCRA, a fixed window or a 1 ns token bucket, whose
+        /// states cannot name later times, stop earlier, as their documentation
+        /// says).
         retry_after: Duration,
     },
     /// The cost is larger than the quota's capacity: this request can never succeed,

@@ -21,14 +21,20 @@ use turnstile::{Decision, Gcra, ManualClock, Quota, QuotaError, TokenBucket};
 struct Continuous {
     capacity: u128,
     interval: u128,
+    /// The limiter's last instant (`u64::MAX − 1 − capacity × interval`, as GCRA
+    /// documents): later readings count as it, and a wait past it never ends.
+    end: u128,
     buckets: HashMap<u32, (u128, u128)>,
 }
 
 impl Continuous {
     fn new(quota: Quota) -> Self {
+        let capacity = u128::from(quota.capacity());
+        let interval = quota.refill_every().as_nanos();
         Self {
-            capacity: quota.capacity().into(),
-            interval: quota.refill_every().as_nanos(),
+            capacity,
+            interval,
+            end: u128::from(u64::MAX) - 1 - capacity * interval,
             buckets: HashMap::new(),
         }
     }
@@ -44,7 +50,7 @@ impl Continuous {
 
 impl Model for Continuous {
     fn acquire(&mut self, key: u32, now: u64, cost: u32) -> Decision {
-        let now = u128::from(now);
+        let now = u128::from(now).min(self.end);
         let tokens = self.refilled(key, now);
         let remaining = (tokens / self.interval) as u32;
         let needed = u128::from(cost) * self.interval;
@@ -54,9 +60,14 @@ impl Model for Continuous {
                 capacity: self.capacity as u32,
             }
         } else if needed > tokens {
+            let ready = now + (needed - tokens);
             Decision::Denied {
                 remaining,
-                retry_after: wait(needed - tokens),
+                retry_after: if ready > self.end {
+                    Duration::MAX
+                } else {
+                    wait(needed - tokens)
+                },
             }
         } else {
             self.buckets.insert(key, (tokens - needed, now));
@@ -69,12 +80,12 @@ impl Model for Continuous {
     }
 
     fn peek(&self, key: u32, now: u64) -> u32 {
-        (self.refilled(key, now.into()) / self.interval) as u32
+        (self.refilled(key, u128::from(now).min(self.end)) / self.interval) as u32
     }
 
     /// `cost` tokens back into a known bucket, up to full.
     fn refund(&mut self, key: u32, now: u64, cost: u32) {
-        let now = u128::from(now);
+        let now = u128::from(now).min(self.end);
         if self.buckets.contains_key(&key) {
             let full = self.capacity * self.interval;
             let tokens = (self.refilled(key, now) + u128::from(cost) * self.interval).min(full);
@@ -321,10 +332,11 @@ fn long_idle_keys_are_full_and_the_clocks_end_is_safe() {
     assert_eq!(limiter.peek(&1), 100);
     assert!(limiter.acquire(&1, 100).is_allowed());
     // Past the limiter's end (one minute before u64::MAX ns) time stands still: the
-    // key is full there, drains, and gains nothing more — no overflow, no panic.
+    // key is full there, drains, and gains nothing more — no overflow, no panic, and
+    // a denial there waits forever.
     clock.set(Duration::from_nanos(u64::MAX));
     assert_eq!(limiter.acquire(&1, 100), Decision::Allowed { remaining: 0 });
-    assert_eq!(limiter.acquire(&1, 1).retry_after(), Some(ms(600)));
+    assert_eq!(limiter.acquire(&1, 1).retry_after(), Some(Duration::MAX));
     assert_eq!(limiter.peek(&1), 0);
 }
 

@@ -27,7 +27,8 @@ use std::time::Duration;
 ///
 /// TAT can lie up to one full refill (`capacity × interval`) past the reading, so the
 /// limiter's time ends that long before the clock's: readings later than
-/// `end = u64::MAX − 1 − capacity × interval` count as `end`, and TAT stays below
+/// `end = u64::MAX − 1 − capacity × interval` count as `end` (so a denial whose wait
+/// would end after `end` waits forever, `Duration::MAX`), and TAT stays below
 /// `u64::MAX` — the all-ones word is never a TAT, so it stays free to mark a retired
 /// word. [`GcraRules::new`] refuses quotas whose full refill exceeds 2^63 ns (292
 /// years), so the limiter is exact for at least 292 years after its creation.
@@ -213,11 +214,17 @@ pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
 
 /// Exact time from reading `t` until a key with TAT `tat` holds `cost` tokens: when
 /// its debt has fallen to `(capacity − cost) × interval`. A denial means that instant
-/// is after `t`, so the wait is never zero. Out of line, to keep the admitting path
-/// short.
+/// is after `t`, so the wait is never zero. An instant past `end` never comes (later
+/// readings count as `end`): `Duration::MAX`, never, as [`Decision::Denied`] says.
+/// Out of line, to keep the admitting path short.
 #[inline(never)]
 fn wait(layout: &GcraRules, tat: u64, t: u64, cost: u64) -> Duration {
     let ready = tat - (layout.capacity - cost) * layout.interval.get();
+    if ready > layout.end {
+        // Found by the `quota` fuzz target: a TAT close to the end of the limiter's
+        // time told a wait after which the key still held too little.
+        return Duration::MAX;
+    }
     nanos_to_duration(u128::from(ready - t))
 }
 
@@ -360,8 +367,26 @@ mod tests {
         assert_eq!(word, u64::MAX - 1, "the all-ones word stays free");
         // Later readings count as the end: time stands still, nothing is gained.
         assert_eq!(available(&l, word, u64::MAX), 0);
+        // So a wait ending after the end never ends (this said 1 ms, after which
+        // the key still held nothing, until the `quota` fuzz target caught it).
         let (_, d) = acquire(&l, word, u64::MAX, 1);
+        assert_eq!(d.retry_after(), Some(Duration::MAX));
+    }
+
+    #[test]
+    fn a_wait_ending_at_the_end_is_exact_and_one_past_it_is_never() {
+        let l = layout(4, Duration::from_millis(1));
+        // Emptied one millisecond before the end: the first token is back at the end.
+        let t = l.end() - MS;
+        let (word, d) = acquire(&l, l.fresh(), t, 4);
+        assert!(d.is_allowed());
+        let (_, d) = acquire(&l, word, t, 1);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(1)));
+        let (_, d) = acquire(&l, word, l.end(), 1);
+        assert!(d.is_allowed(), "{d:?}");
+        // Two tokens are due one millisecond after the end: never.
+        let (_, d) = acquire(&l, word, t, 2);
+        assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 
     #[test]

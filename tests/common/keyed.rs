@@ -751,7 +751,8 @@ impl KeyModel for Counter {
 }
 
 /// GCRA (as in tests/gcra.rs): a theoretical arrival time; readings past the limiter's
-/// end (u64::MAX − 1 − capacity × interval) count as the end.
+/// end (u64::MAX − 1 − capacity × interval) count as the end, so a wait past it is
+/// forever (`Duration::MAX`).
 #[derive(Clone, Debug)]
 pub struct Arrival {
     capacity: u128,
@@ -800,10 +801,15 @@ impl KeyModel for Arrival {
             }
         } else if needed > refill_ns.max(0) {
             // Tokens never count below zero (so a zero cost passes), but the wait
-            // counts the whole debt.
+            // counts the whole debt; one that ends after the end never ends.
+            let wait_ns = (needed - refill_ns) as u128;
             Decision::Denied {
                 remaining,
-                retry_after: wait((needed - refill_ns) as u128),
+                retry_after: if t + wait_ns > self.end {
+                    Duration::MAX
+                } else {
+                    wait(wait_ns)
+                },
             }
         } else {
             if cost > 0 {
