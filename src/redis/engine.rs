@@ -51,10 +51,11 @@ macro_rules! script_checks {
         /// unknown key has its whole allowance).
         ///
         /// # Errors
-        /// Redis did not answer within the timeout, or answered with an error. There
-        /// is nothing to allow or deny, so the failure policy does not apply; the
-        /// failure is counted in [`FailureCounts::timeouts`] or
-        /// [`FailureCounts::errors`].
+        /// Redis did not answer within the timeout, answered with an error, or gave
+        /// a reply the scripts never give ([`CheckError::UnexpectedReply`]: not one
+        /// integer from 0 to the capacity). There is nothing to allow or deny, so
+        /// the failure policy does not apply; the failure is counted in
+        /// [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
         pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
             let left = self.limiter.left(key.as_ref());
             left.await
@@ -212,7 +213,8 @@ where
         key: &[u8],
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
         let run = self.run(key, PEEK, Extra::Nothing);
-        async move { count_reply(run.await?, "a peek reply out of range") }
+        let capacity = self.engine.algorithm.params[0];
+        async move { count_reply(run.await?, capacity, "a peek reply out of range") }
     }
 
     /// Gives back `cost` to `key`, capped at the capacity (a refused request's take),
@@ -224,7 +226,8 @@ where
         cost: u32,
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
         let run = self.run(key, i64::from(cost), Extra::Refund);
-        async move { count_reply(run.await?, "a refund reply out of range") }
+        let capacity = self.engine.algorithm.params[0];
+        async move { count_reply(run.await?, capacity, "a refund reply out of range") }
     }
 
     /// Whether the failure policy allows.
@@ -458,10 +461,16 @@ fn replaced_flag(numbers: &[i64]) -> Option<(bool, &[i64])> {
     }
 }
 
-/// A reply that is one count (a peek's, a refund's), or the error saying it is not.
-fn count_reply(reply: Value, what: &str) -> Result<u32, CheckError> {
+/// A reply that is one count (a peek's, a refund's) between 0 and the capacity, or the
+/// error saying it is not: a key can never hold more than its capacity, so a larger
+/// count is a reply the scripts cannot give (a proxy's, a foreign script's), and
+/// passing it on would tell the caller of tokens that do not exist.
+fn count_reply(reply: Value, capacity: u64, what: &str) -> Result<u32, CheckError> {
     match reply {
-        Value::Int(n) => u32::try_from(n).ok(),
+        Value::Int(n) => u64::try_from(n)
+            .ok()
+            .filter(|&n| n <= capacity)
+            .and_then(|n| u32::try_from(n).ok()),
         _ => None,
     }
     .ok_or_else(|| CheckError::UnexpectedReply(what.into()))
@@ -477,5 +486,29 @@ fn integers(reply: &Value) -> Option<Vec<i64>> {
             })
             .collect(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `redis_reply` fuzz target: a server (or a proxy) answering a peek
+    /// of a capacity-8 limiter with 56 had the limiter report 56 tokens.
+    #[test]
+    fn a_count_above_the_capacity_is_an_unexpected_reply() {
+        let count = |n| count_reply(Value::Int(n), 8, "out of range");
+        assert_eq!(count(0).unwrap(), 0);
+        assert_eq!(count(8).unwrap(), 8);
+        for wrong in [9, 56, -1, i64::MAX, i64::MIN] {
+            assert!(
+                matches!(count(wrong), Err(CheckError::UnexpectedReply(_))),
+                "{wrong} taken as a count"
+            );
+        }
+        assert!(matches!(
+            count_reply(Value::Okay, 8, "not a number"),
+            Err(CheckError::UnexpectedReply(_))
+        ));
     }
 }
