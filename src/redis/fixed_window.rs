@@ -123,7 +123,7 @@ where
 }
 
 /// The script and its parameters, or why Redis cannot hold them exactly.
-fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorithm, ConfigError> {
     if limit == 0 {
         return Err(ConfigError::ZeroLimit);
     }
