@@ -234,7 +234,7 @@ fn admit_word<W: WordAlgorithm>(
             Ok(_) => return Ok(true),
             Err(actual) => current = actual,
         }
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::TryWithStaleValue) {
             // The mutant: retry with the value computed from the word it lost to.
             // Relaxed: as above.

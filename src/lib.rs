@@ -83,6 +83,10 @@
 //! store implements that contract exactly as weakly as it is written, so loom checks
 //! turnstile's own protocols against it, and papaya's documented guarantees cover the
 //! map itself (the word store: a restatement of its growth, its tests and miri).
+//! `shuttle-tests/` then runs the whole limiter under `--cfg turnstile_shuttle`:
+//! the real stores (papaya and the word store, whose locks and words are shuttle's
+//! there) and the real sweeper thread, under randomized schedules, with admission
+//! counts checked exactly and mutants that the schedules must catch.
 
 // No `unsafe` but in one module: the word store's write-once key cells and the table
 // that reads them (`store/words/`), where safe Rust's cells cost 8 bytes per key. miri
@@ -122,6 +126,9 @@ mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(turnstile_shuttle)]
+#[doc(hidden)]
+pub mod shuttle_hooks;
 mod sliding_log;
 mod sliding_window;
 mod store;
@@ -144,7 +151,7 @@ pub use decision::Decision;
 pub use direct::{
     DirectFixedWindow, DirectGcra, DirectLimiter, DirectSlidingWindowCounter, DirectTokenBucket,
 };
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub use evict::BackgroundSweeper;
 pub use evict::{KeyStats, Overflow};
 pub use fixed_window::{FixedWindow, PerKeyFixedWindow};

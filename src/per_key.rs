@@ -109,7 +109,7 @@ impl<A: Reconfigurable> Entry<A> {
     fn carried(configuration: u64, rules: A, old: &A, frozen: &A::Frozen, now: u64) -> Self {
         let state = rules.create(&());
         let at = now.max(old.moment(frozen));
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtRawReading)
         {
             true => now,
@@ -241,7 +241,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     }
 
     fn is_retired(&self, entry: &Entry<A>) -> bool {
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
             && entry.current(self.configuration()).is_err()
         {
@@ -254,7 +254,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     /// allowance would start afresh when moved, as it does when forgotten.
     fn retire_if_forgettable(&self, entry: &Entry<A>, at: u64) -> Retirement {
         let retirement = entry.rules.retire_if_forgettable(&entry.state, at);
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
             && retirement == Retirement::AlreadyRetired
             && entry.current(self.configuration()).is_err()
@@ -284,10 +284,10 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             return Renewal::Current;
         }
         let rules = A::for_quota(&quota);
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         let same = rules == entry.rules
             && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveUnchangedRules);
-        #[cfg(not(turnstile_loom))]
+        #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
         let same = rules == entry.rules;
         if same {
             // The same rules: the state stays exactly as it is. Relaxed: as above; the

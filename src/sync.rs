@@ -1,14 +1,17 @@
-//! The one place that names atomics (and the other primitives loom must see).
+//! The one place that names atomics (and the other primitives a checker must see).
 //!
 //! Normal builds use `std`'s; builds with `--cfg turnstile_loom` use loom's, so the
-//! model checker in `loom-tests/` sees every atomic access turnstile makes. The cfg is
-//! turnstile's own (not `loom`), so dependencies such as papaya keep their std atomics.
+//! model checker in `loom-tests/` sees every atomic access turnstile makes; builds with
+//! `--cfg turnstile_shuttle` use shuttle's, so `shuttle-tests/` can run the whole
+//! limiter (the real stores, the sweeper thread) under randomized schedules. The cfgs
+//! are turnstile's own (not `loom`), so dependencies such as papaya keep their std
+//! atomics: the checkers schedule at turnstile's own primitives only.
 
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(turnstile_loom)]
@@ -18,11 +21,34 @@ pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::thread::yield_now;
 
+#[cfg(turnstile_shuttle)]
+pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+#[cfg(turnstile_shuttle)]
+pub(crate) use shuttle::sync::{Arc, Mutex, MutexGuard, RwLock};
+#[cfg(turnstile_shuttle)]
+pub(crate) use shuttle::thread::yield_now;
+
+/// The threads turnstile starts (the limiter's sweeper thread) and how one waits:
+/// std's, loom's (which starts none: its models sweep on demand) or shuttle's, whose
+/// scheduler must own every thread of a test and see every park and unpark.
+pub(crate) mod thread {
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+    pub(crate) use std::thread::{Builder, JoinHandle, Thread, park};
+
+    #[cfg(turnstile_loom)]
+    pub(crate) use loom::thread::{Thread, park};
+
+    #[cfg(turnstile_shuttle)]
+    pub(crate) use shuttle::thread::{Builder, JoinHandle, Thread, park};
+}
+
 /// Deliberately broken protocol variants (mutants) that the loom models in
-/// `loom-tests/` switch on, to prove that their assertions can fail. Only in loom
-/// builds; loom runs a model's threads on the thread that checks it, so a
-/// thread-local switch reaches every thread of the model.
-#[cfg(turnstile_loom)]
+/// `loom-tests/` and the shuttle tests in `shuttle-tests/` switch on, to prove that
+/// their assertions can fail. Only in loom and shuttle builds; both run a test's
+/// threads on the thread that checks it (loom's as generators, shuttle's as
+/// coroutines on the caller's OS thread), so a thread-local switch reaches every
+/// thread of the test, and tests running at once on other OS threads keep their own.
+#[cfg(any(turnstile_loom, turnstile_shuttle))]
 pub mod mutants {
     use std::cell::Cell;
 

@@ -205,7 +205,7 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         // either alone suffices, loom model 11). Relaxed on failure: the word changed
         // since it was checked, so it is in use; keep it.
         let retire = Ordering::Release;
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         let retire =
             match crate::sync::mutants::active(crate::sync::mutants::Mutant::UnorderedRetire) {
                 true => Ordering::Relaxed,
@@ -246,7 +246,7 @@ impl<W: MovableWord> Reconfigurable for W {
         // reaches other threads through the map's own publication of the new entry
         // (the index's Release store of a bucket's bitmap and the Acquire load of a
         // lookup), not through this word.
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         {
             use crate::sync::mutants::{Mutant, active};
             if active(Mutant::MoveWithoutFreezing) {

@@ -93,7 +93,7 @@ impl Insertions {
     /// done. Called by a sweep after it raises the watermark, before it retires
     /// anything; sweeps are one at a time (the sweep lock).
     pub(crate) fn flip_and_wait(&self) {
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::UnorderedRetire) {
             return;
         }
@@ -103,7 +103,7 @@ impl Insertions {
         let old = self.phase.fetch_xor(1, Ordering::Release);
         // SeqCst fence: pairs with the fence in `register`.
         fence(Ordering::SeqCst);
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::SweepWithoutWaiting) {
             return;
         }

@@ -154,7 +154,12 @@ pub struct KeyStats {
 }
 
 /// A map smaller than this is not swept automatically.
+#[cfg(not(turnstile_shuttle))]
 pub const MIN_SWEEP_KEYS: usize = 1024;
+/// A map smaller than this is not swept automatically: under `--cfg turnstile_shuttle`
+/// two keys, so that a shuttle test with a handful of keys reaches the sweeper thread.
+#[cfg(turnstile_shuttle)]
+pub const MIN_SWEEP_KEYS: usize = 2;
 
 /// Insertions look at the map's size about once in this many (a per-thread random
 /// draw).
@@ -183,11 +188,20 @@ pub(crate) fn sampled() -> bool {
     false
 }
 
+/// Whether this insertion looks at the size: every one under shuttle, so that its
+/// tests' few insertions ask for sweeps, and a failing schedule replays (a draw kept
+/// across executions would differ between the run and the replay).
+#[cfg(turnstile_shuttle)]
+#[inline]
+pub(crate) fn sampled() -> bool {
+    true
+}
+
 /// Whether this insertion is one of the one-in-[`SIZE_SAMPLE`] that look at the size:
 /// a per-thread xorshift draw, so that no limiter is left out by phase (a thread that
 /// inserts into two limiters in turn would starve one of them with a counter) and a
 /// short-lived thread samples as often as a long-lived one.
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 #[inline]
 pub(crate) fn sampled() -> bool {
     thread_local! {
@@ -443,14 +457,16 @@ impl Sweeper {
 /// [`KeyedLimiter::sweep_in_background`](crate::KeyedLimiter::sweep_in_background).
 /// Dropping the handle stops the thread (and waits for it); so does dropping the
 /// limiter.
-#[cfg(not(turnstile_loom))]
+// Not under shuttle either: a thread woken by wall time, which shuttle does not model
+// (its tests drive sweeps through the limiter's own sweeper thread).
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 #[derive(Debug)]
 pub struct BackgroundSweeper {
     stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 impl BackgroundSweeper {
     /// Runs `sweep` every `period` until stopped, or until `sweep` returns false.
     pub(crate) fn spawn(
@@ -492,7 +508,7 @@ impl BackgroundSweeper {
     }
 }
 
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 impl Drop for BackgroundSweeper {
     fn drop(&mut self) {
         let (stopped, wake) = &*self.stop;

@@ -5,7 +5,8 @@
 //! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
 //! progress then passes over the remaining keys without looking at them); never
 //! started for a limiter built with `manual_eviction()`, nor under
-//! `--cfg turnstile_loom`, where sweeps happen only on demand. A request that finds a
+//! `--cfg turnstile_loom`, where sweeps happen only on demand (under
+//! `--cfg turnstile_shuttle` it is a shuttle thread, scheduled with the requests). A request that finds a
 //! sweep due only asks for one — it visits no key. If the OS refuses to start the
 //! thread, or a sweep panicked and ended it, `request` says so and the caller sweeps
 //! itself.
@@ -28,11 +29,8 @@ use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
 use std::io;
 use std::sync::OnceLock;
 
-#[cfg(turnstile_loom)]
-use loom::thread::{Thread as Waiter, park};
-/// The thread that waits on a signal: std's, or loom's under loom.
-#[cfg(not(turnstile_loom))]
-use std::thread::{Thread as Waiter, park};
+/// The thread that waits on a signal: std's, loom's or shuttle's (`crate::sync`).
+use crate::sync::thread::{Thread as Waiter, park};
 
 /// `Signal::wants` bit: a sweep is due.
 const SWEEP: usize = 1;
@@ -83,7 +81,7 @@ impl Signal {
 
     /// Sets `want` and wakes the thread.
     fn ask(&self, want: usize) {
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::WakeFirst) {
             self.wake();
             // Release: as below.
@@ -172,12 +170,12 @@ impl Signal {
 /// against 3 of 10 without (results/ANALYSIS.md, "The sweeper's turn"). Shorter turns
 /// (50 or 200 µs) cut those sleeps further but switched so often that p99.9 at 4
 /// request threads doubled.
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) struct Pace {
     since: std::cell::Cell<std::time::Instant>,
 }
 
-#[cfg(not(turnstile_loom))]
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 impl Pace {
     /// Work between two yields, at most (give or take one step of the caller's).
     const TURN: std::time::Duration = std::time::Duration::from_millis(1);
@@ -194,15 +192,35 @@ impl Pace {
     pub(crate) fn breathe(&self) {
         let now = std::time::Instant::now();
         if now.duration_since(self.since.get()) >= Self::TURN {
-            std::thread::yield_now();
+            crate::sync::yield_now();
             self.since.set(std::time::Instant::now());
         }
     }
 }
 
+/// Under shuttle every point where the thread holds no lock of the store is a yield:
+/// shuttle does not model time, and a yield there is a point where the scheduler may
+/// run a request against the half-swept store (deterministically, unlike a turn of
+/// wall time, so that a failing schedule replays).
+#[cfg(turnstile_shuttle)]
+pub(crate) struct Pace;
+
+#[cfg(turnstile_shuttle)]
+impl Pace {
+    /// A pace with nothing to measure.
+    pub(crate) fn new() -> Self {
+        Self
+    }
+
+    /// A point where the thread holds no lock of the store: always yields.
+    pub(crate) fn breathe(&self) {
+        crate::sync::yield_now();
+    }
+}
+
 /// The sweeper thread's handle.
 #[cfg(not(turnstile_loom))]
-type Thread = std::thread::JoinHandle<()>;
+type Thread = crate::sync::thread::JoinHandle<()>;
 /// No thread under loom.
 #[cfg(turnstile_loom)]
 type Thread = ();
@@ -247,7 +265,7 @@ impl Maintenance {
     #[cfg(not(turnstile_loom))]
     pub(crate) fn on_thread(mut work: impl FnMut(Wants) -> bool + Send + 'static) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
-            std::thread::Builder::new()
+            crate::sync::thread::Builder::new()
                 .name("turnstile-sweeper".into())
                 .spawn(move || {
                     let _ending = Ending(Arc::clone(&signal));

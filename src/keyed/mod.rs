@@ -313,7 +313,7 @@ where
     ///
     /// # Errors
     /// The OS refused to spawn the thread.
-    #[cfg(not(turnstile_loom))]
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
     pub fn sweep_in_background(
         &self,
         period: std::time::Duration,
@@ -456,7 +456,7 @@ where
             None | Some(Err(Blocked::Retired)) => {}
             found => return found,
         }
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
             return None;
         }
@@ -639,7 +639,7 @@ where
         // lock-free lookup that missed it can miss a key whose entry a move is
         // replacing.
         if self.sweeper.max_keys != usize::MAX && self.states.len() >= self.sweeper.max_keys {
-            #[cfg(turnstile_loom)]
+            #[cfg(any(turnstile_loom, turnstile_shuttle))]
             if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
                 return Ok(self.overflow(now, cost));
             }
@@ -654,14 +654,14 @@ where
         // later waits for this insertion to publish or lose before it forgets anything
         // (`evict/insertions.rs`). Registered after `create` (user code, for per-key
         // rules), so no sweep waits on a resolver; held until the store answers.
-        #[cfg(turnstile_loom)]
+        #[cfg(any(turnstile_loom, turnstile_shuttle))]
         let early = crate::sync::mutants::active(crate::sync::mutants::Mutant::EarlyReading)
             .then(|| self.sweeper.reading(now));
         let mut registration = None;
         let first = |state: &mut A::State| {
             registration = Some(self.sweeper.register_insertion());
             let reading = self.sweeper.reading(now);
-            #[cfg(turnstile_loom)]
+            #[cfg(any(turnstile_loom, turnstile_shuttle))]
             let reading = early.unwrap_or(reading);
             self.algorithm.acquire_unshared(state, reading, cost)
         };

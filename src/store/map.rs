@@ -8,9 +8,9 @@ use super::stored::Stored;
 use super::words::WordStore;
 use super::{Store, StoreKind};
 use crate::KeyRef;
+use crate::sync::AtomicU64;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::AtomicU64;
 
 /// A map from keys to states of type `V`.
 // The word store holds its key count's 16 cache-padded cells inline (2 KB): one map

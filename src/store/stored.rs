@@ -2,8 +2,8 @@
 //! word, which the word store (`words/`, opt-in) can keep beside its key. papaya
 //! (`papaya.rs`, the default) holds every state in its own entry.
 
+use crate::sync::AtomicU64;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 
 /// A state type the keyed store can hold, and which store holds it.
 pub trait Stored: Sized + Send + Sync {

@@ -22,6 +22,12 @@ pub(super) struct KeyCell<K>(UnsafeCell<MaybeUninit<K>>);
 unsafe impl<K: Send + Sync> Sync for KeyCell<K> {}
 
 impl<K> KeyCell<K> {
+    /// An empty cell (tables of normal builds are zeroed instead, which is the same).
+    #[cfg(turnstile_shuttle)]
+    pub(super) fn empty() -> Self {
+        Self(UnsafeCell::new(MaybeUninit::uninit()))
+    }
+
     /// Stores `key`.
     ///
     /// # Safety

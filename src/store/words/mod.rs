@@ -68,8 +68,10 @@ use crate::word::RETIRED;
 use sdd::{AtomicShared, Guard, Shared, Tag};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+// Through `crate::sync`, so that shuttle's schedules see the store's own locks and
+// words (its tables' pointers are sdd's, std atomics inside).
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use std::sync::PoisonError;
 use table::{Found, Table};
 
 /// Segments per store, chosen by the hash's top [`SEGMENT_BITS`] bits.

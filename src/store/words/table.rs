@@ -23,8 +23,8 @@
 //! line from memory, and churn ran about a fifth slower (results/ANALYSIS.md).
 
 use super::cell::KeyCell;
+use crate::sync::{AtomicU64, Ordering};
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Slots per group: one tag byte each in the group's `AtomicU64`.
 const GROUP: usize = 8;
@@ -83,6 +83,7 @@ fn prefetch_address(at: *const i8, write: bool) {
 }
 
 /// The page size [`Table::touch`] assumes (the smallest x86-64 and AArch64 page).
+#[cfg_attr(turnstile_shuttle, allow(dead_code))]
 const PAGE: usize = 4096;
 
 /// Offsets into `len` bytes starting at address `start` whose bytes lie one in each
@@ -90,6 +91,7 @@ const PAGE: usize = 4096;
 /// allocation need not start on a page, so striding from the first byte by a page
 /// would miss the last page whenever the bytes end past the page the stride last
 /// lands in.
+#[cfg_attr(turnstile_shuttle, allow(dead_code))]
 fn page_offsets(start: usize, len: usize) -> impl Iterator<Item = usize> {
     let next_page = PAGE - start % PAGE;
     (len > 0)
@@ -100,6 +102,7 @@ fn page_offsets(start: usize, len: usize) -> impl Iterator<Item = usize> {
 
 /// Writes a zero into one byte of each page of `len` bytes at `start`, which are zero
 /// and which the caller may write.
+#[cfg_attr(turnstile_shuttle, allow(dead_code))]
 fn touch_bytes(start: *mut u8, len: usize) {
     for offset in page_offsets(start.addr(), len) {
         // Volatile: the compiler knows zeroed memory is zero and would drop a plain
@@ -133,7 +136,9 @@ struct Slot<K> {
 }
 
 // SAFETY: all zero bits are a valid slot: the word 0, and the key cell uninitialised,
-// which any bits are.
+// which any bits are. (Not shuttle's atomics, which hold a reference: under shuttle
+// slots are built one by one, `Table::try_new`.)
+#[cfg(not(turnstile_shuttle))]
 unsafe impl<K> bytemuck::Zeroable for Slot<K> {}
 
 /// A table of keys and their words (see the module docs).
@@ -168,11 +173,30 @@ impl<K> Table<K> {
 
     /// [`new`](Self::new), or `None` if the memory cannot be had (or its size does
     /// not fit in a `usize`).
+    #[cfg(not(turnstile_shuttle))]
     pub(super) fn try_new(groups: usize) -> Option<Self> {
         let groups = groups.max(1);
         Some(Self {
             tags: bytemuck::allocation::try_zeroed_slice_box(groups).ok()?,
             slots: bytemuck::allocation::try_zeroed_slice_box(groups).ok()?,
+        })
+    }
+
+    /// [`new`](Self::new) under shuttle, whose atomics are not plain words: each tag
+    /// and slot built empty, one by one.
+    #[cfg(turnstile_shuttle)]
+    pub(super) fn try_new(groups: usize) -> Option<Self> {
+        let groups = groups.max(1);
+        Some(Self {
+            tags: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..groups)
+                .map(|_| {
+                    std::array::from_fn(|_| Slot {
+                        key: KeyCell::empty(),
+                        word: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
         })
     }
 
@@ -197,6 +221,7 @@ impl<K> Table<K> {
     /// the allocations start (see [`page_offsets`]). Takes the table by `&mut`, so only
     /// before it is published (publication moves it): on a published table the zeroed
     /// tags would turn full slots back into empty ones.
+    #[cfg(not(turnstile_shuttle))]
     pub(super) fn touch(&mut self) {
         // Each length taken before the pointer, so that no reference is made between
         // the pointer's creation and its writes.
@@ -205,6 +230,11 @@ impl<K> Table<K> {
         let slots = size_of_val(&*self.slots);
         touch_bytes(self.slots.as_mut_ptr().cast(), slots);
     }
+
+    /// Nothing to touch under shuttle: its tables are built slot by slot, not zeroed,
+    /// and their pages are written already.
+    #[cfg(turnstile_shuttle)]
+    pub(super) fn touch(&mut self) {}
 
     /// The table's size in bytes: its tags and its slots.
     pub(super) fn bytes(&self) -> usize {
