@@ -546,7 +546,8 @@ mod tests {
         let window = super::super::fixed_window::algorithm(8, Duration::from_secs(1)).unwrap();
         // Token bucket replies {status, tokens, ahead, missing}; fixed window
         // replies {status, remaining, wait}.
-        let cases: [(&ScriptedAlgorithm, fn(i64, i64) -> Vec<i64>); 2] = [
+        type Reply = fn(i64, i64) -> Vec<i64>;
+        let cases: [(&ScriptedAlgorithm, Reply); 2] = [
             (&bucket, |status, left| vec![status, left, 0, 1]),
             (&window, |status, left| vec![status, left, 1000]),
         ];
