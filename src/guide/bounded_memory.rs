@@ -47,10 +47,9 @@
 //! the limiter is dropped. It shares the map with the thread, so a limiter's keys,
 //! hasher and clock must be `Send + Sync + 'static` (std's key types and the usual
 //! hashers are); keys are also `Clone`, as governor's are (a new key's entry owns a
-//! copy). A thread that cannot keep up (a starved machine, or churn faster than one
-//! thread sweeps — on papaya, one thread streaming new keys at full speed) lets the
-//! map grow until it catches up; `max_keys` is the bound that holds whatever the
-//! thread does.
+//! copy). A thread that cannot keep up lets the map grow until it catches up (when a
+//! sweep is due, and what happens then, is on [`crate::evict`]); `max_keys` is the
+//! bound that holds whatever the thread does.
 //!
 //! # papaya or the word store
 //! **papaya** (the default) is a lock-free map: a lookup, a new key's insertion and

@@ -107,8 +107,8 @@
 //! A check on a Redis limiter ([`Check::shared`], keys as bytes) joins a policy beside
 //! in-process checks, with every rule policies have. The layer awaits such a route in
 //! its response future; a route of in-process checks is asked synchronously, at no
-//! cost. When Redis cannot answer, the check's failure policy does, and the layer
-//! says so: 503 without `Retry-After` for a refusal, no `RateLimit` field ([`crate::http`]).
+//! cost. When Redis cannot answer, the check's failure policy does; what the layer
+//! then sends is on [`crate::http`].
 //!
 //! ```rust,no_run
 //! # #[cfg(all(feature = "tower", feature = "redis"))]

@@ -49,14 +49,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A dry-run check keeps its take only when the request would have been served had
-//! it been enforced, so its limiter holds what it would hold enforced, and it never
-//! spends allowance an enforced check needs: a policy whose dry-run check shares a
-//! limiter with an enforced one is refused when built. The whole of it is on
-//! [`crate::policy`] (dry run); a whole policy goes into dry run with
-//! [`PolicyBuilder::dry_run`], and every route of the HTTP layer with its builder's
-//! `dry_run`. Property-tested against a reference model with random mixes of
-//! enforced and dry-run checks (`tests/dry_run.rs`).
+//! What a dry-run check takes and gives back, why it never spends allowance an
+//! enforced check needs, and what clients see of it are on [`crate::policy`] (dry
+//! run). A whole policy goes into dry run with [`PolicyBuilder::dry_run`], and every
+//! route of the HTTP layer with its builder's `dry_run`. Property-tested against a
+//! reference model with random mixes of enforced and dry-run checks
+//! (`tests/dry_run.rs`).
 //!
 //! # Waiting instead of refusing
 //! With the feature `wait`, [`until_ready`](crate::wait::until_ready) (one limiter)

@@ -15,7 +15,7 @@ use std::hash::{BuildHasher, Hash};
 /// token per refill interval, on a refill grid shared by all keys.
 ///
 /// Each key's whole state — the grid index at which its bucket is full again — is one
-/// `AtomicU64` (see the crate's README), updated by a compare-and-set loop, found through
+/// `AtomicU64` (see [the guide](crate::guide::state_word#the-state-word)), updated by a compare-and-set loop, found through
 /// a lock-free map lookup. Once a key exists, a request takes one clock reading, one map
 /// lookup and usually one CAS: no lock, no allocation. A denial that changes nothing
 /// writes nothing, so under attack the key's cache line stays shared between cores.
