@@ -41,10 +41,8 @@
 //! requests.
 //!
 //! # The sweeper thread
-//! **No request pays for forgetting: the per-request bound is zero keys visited.** An
-//! insertion that finds a sweep due only asks the limiter's own thread,
-//! `turnstile-sweeper`, started by the first such request and stopped and joined when
-//! the limiter is dropped. It shares the map with the thread, so a limiter's keys,
+//! No request pays for forgetting: each limiter sweeps on a thread of its own,
+//! `turnstile-sweeper` ([`crate::evict`] says when and how). It shares the map with the thread, so a limiter's keys,
 //! hasher and clock must be `Send + Sync + 'static` (std's key types and the usual
 //! hashers are); keys are also `Clone`, as governor's are (a new key's entry owns a
 //! copy). A thread that cannot keep up lets the map grow until it catches up (when a
@@ -53,9 +51,7 @@
 //!
 //! # papaya or the word store
 //! **papaya** (the default) is a lock-free map: a lookup, a new key's insertion and
-//! the removal of a forgotten key take no lock, and a thread stalled inside a key's
-//! `Hash`, `Eq` or `Clone` keeps no other thread's request waiting (`tests/stall.rs`).
-//! It allocates an entry per key and frees removed ones through its epoch-based
+//! the removal of a forgotten key take no lock. It allocates an entry per key and frees removed ones through its epoch-based
 //! reclamation. It holds every algorithm's state, per-key quotas' included.
 //!
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the

@@ -8,7 +8,7 @@
 //! # Building one
 //! [`build_per_key`](crate::Builder::build_per_key) takes a resolver, asked once per
 //! key, when the key's state is created; the quota it returns is stored beside that
-//! state, so a known key's request still takes one lookup and one compare-and-set.
+//! state, in the same map entry ([`crate::per_key`]).
 //! [`build_reconfigurable`](crate::Builder::build_reconfigurable) gives every key the
 //! builder's quota until [`set_quota`](crate::KeyedLimiter::set_quota) or
 //! [`reconfigure`](crate::KeyedLimiter::reconfigure) changes it — while the limiter
