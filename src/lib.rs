@@ -16,20 +16,20 @@
 //! # Ok::<(), turnstile::QuotaError>(())
 //! ```
 //!
-//! # Algorithms
-//! Every limiter implements [`RateLimiter`], keyed, on the same lock-free map and an
-//! injected [`Clock`]; pick by what the limit should mean:
+//! Keys are created on their first request and forgotten once their state carries no
+//! information; the long forms are in the [`guide`]:
 //!
-//! | type | the limit means | state per key |
-//! |---|---|---|
-//! | [`TokenBucket`] | bursts of `capacity`, one more every `refill_every` (grid refill) | one `AtomicU64` |
-//! | [`Gcra`] | the same with continuous refill: tokens spaced exactly `refill_every` apart | one `AtomicU64` |
-//! | [`FixedWindow`] | at most `capacity` per calendar window; up to 2× across a boundary | one `AtomicU64` |
-//! | [`SlidingWindowCounter`] | about `capacity` in any window (bounded error, stated) | one `AtomicU64` |
-//! | [`SlidingLog`] | at most `capacity` in any window, exactly | a lock and up to `capacity` timestamps |
-//!
-//! The window algorithms' window is `capacity × refill_every`, so
-//! `Quota::per_minute(100)` is 100 per minute for each of them.
+//! | to read about | go to |
+//! |---|---|
+//! | which algorithm: what each limit means, its edges, its memory | [`guide::algorithms`] |
+//! | the token bucket's exact semantics and its one-word state | [`guide::state_word`] |
+//! | bounded memory: forgetting idle keys, the stores, the key cap | [`guide::bounded_memory`], [`evict`] |
+//! | a quota per key, quotas changed while running | [`guide::per_key_quotas`], [`per_key`] |
+//! | several limits on one request, dry run, waiting | [`guide::policies`], [`policy`] |
+//! | HTTP: 429, `Retry-After`, the RateLimit fields (feature `tower`) | [`guide::http`], `turnstile::http` |
+//! | limits shared by many servers (feature `redis`) | [`guide::redis`], `turnstile::redis` |
+//! | metrics and logs (features `metrics`, `tracing`) | `turnstile::observe` |
+//! | moving from governor | [`guide::coming_from_governor`] |
 //!
 //! # What it guarantees
 //! - **Exact integer semantics**, the same in every implementation of an algorithm:
@@ -38,55 +38,22 @@
 //! - **Lock-free, allocation-free** once a key exists, for every algorithm but
 //!   [`SlidingLog`]: one clock reading, one lookup in a lock-free map, one
 //!   compare-and-set on the key's `AtomicU64`. A key's first request allocates its
-//!   entry.
+//!   entry (on papaya, the default store).
 //! - **Consistency**: a stored key's state changes only by atomic read-modify-write
 //!   (for [`SlidingLog`], under the key's own lock); a new key's first request is
-//!   applied to its state just before the state is stored, under the lock that makes
-//!   the insertion one step. So the decisions on one key are those of some sequential
-//!   order of its requests (linearizable per key). Keys are independent; there is no
-//!   cross-key ordering.
+//!   applied to its state just before the state is stored, so it is never seen half
+//!   made. So the decisions on one key are those of some sequential order of its
+//!   requests (linearizable per key). Keys are independent; there is no cross-key
+//!   ordering.
 //! - **Bad input fails at construction**: every [`Quota`] accepted is one the token
 //!   bucket, fixed window and sliding log hold exactly; [`SlidingWindowCounter`] and
 //!   [`Gcra`] refuse at construction the few they cannot. Nothing panics or
 //!   truncates later.
-//!
-//! # Memory, per-key quotas, reconfiguration
-//! Keys whose state carries no information are forgotten on their own, exactly
-//! ([`evict`]): memory follows the active keys, with an optional hard cap for hostile
-//! key churn. Built with `build_per_key`, each key gets its own quota from a resolver
-//! asked once; built with `build_reconfigurable`, quotas change while the limiter runs
-//! ([`per_key`]). A request whose first check passed but whose later check refused
-//! gives its tokens back with [`RateLimiter::refund`].
-//!
-//! # Distributed limits
-//! With the cargo feature `redis`, the module `turnstile::redis` keeps the state in Redis
-//! instead, so limits hold across many servers: the same token bucket semantics, one
-//! atomic Lua script per check, with a failure policy for when Redis is unreachable.
-//!
-//! # Policies and HTTP
-//! [`policy`] combines several limits on one request — per-endpoint per user, per IP —
-//! all or nothing, giving back what earlier checks took when a later one refuses.
-//! With the cargo feature `wait`, `turnstile::wait` sleeps until a request can pass
-//! instead of refusing it; with `tower`, `turnstile::http` is a tower layer that
-//! answers 429 with `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
-//! header fields.
-//!
-//! # Verification
-//! turnstile's atomic protocols are model-checked with loom in `loom-tests/`, on the
-//! real limiter code, each model with a deliberately broken variant that the checker
-//! must reject. Keys live in papaya (by default) or the word store, neither of them
-//! loom-aware; the limiters use them only through a small internal store contract
-//! (get; a get that never misses a key being swapped; get-or-insert, exactly once,
-//! the first request applied before the state is published, an insertion that can
-//! lose a race; remove-if; swap by identity; retain; values stable while in use;
-//! closures possibly run more than once). Under `--cfg turnstile_loom` a loom-aware
-//! store implements that contract exactly as weakly as it is written, so loom checks
-//! turnstile's own protocols against it, and papaya's documented guarantees cover the
-//! map itself (the word store: a restatement of its growth, its tests and miri).
-//! `shuttle-tests/` then runs the whole limiter under `--cfg turnstile_shuttle`:
-//! the real stores (papaya and the word store, whose locks and words are shuttle's
-//! there) and the real sweeper thread, under randomized schedules, with admission
-//! counts checked exactly and mutants that the schedules must catch.
+//! - **Verified**: turnstile's atomic protocols are model-checked with loom on the
+//!   real limiter code, against a store exactly as weak as the internal store
+//!   contract the limiters use, each model with a mutant the checker must reject; the
+//!   whole limiter runs under shuttle's random schedules. What is checked, and how, is
+//!   in `CONTRIBUTING.md` at the repository's root.
 
 // No `unsafe` but in one module: the word store's write-once key cells and the table
 // that reads them (`store/words/`), where safe Rust's cells cost 8 bytes per key. miri
@@ -107,6 +74,7 @@ mod direct;
 pub mod evict;
 mod fixed_window;
 mod gcra;
+pub mod guide;
 #[cfg(all(feature = "tower", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;

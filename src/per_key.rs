@@ -50,14 +50,23 @@
 //! slow delays only its own caller. Then, only if the rules differ, the key's state is
 //! frozen by a compare-and-set to a *moving* marker (distinct from the *retired*
 //! marker of forgetting, so a sweep always knows what it may remove), and the entry
-//! is replaced by its successor under the map's lock for the key (the owned key is made
-//! before the freeze, so only the map's hashing, comparing and copying of it run in
-//! between; if one of those panics, the key is thawed on the way out). A mover that
+//! is replaced by its successor in one step of the map (papaya: one `compute`; the
+//! word store: under the key's segment lock). The owned key is made before the
+//! freeze, so only the map's hashing, comparing and copying of it run in between; if
+//! one of those panics, the key is thawed on the way out. A mover that
 //! finds a newer configuration published after it resolved thaws the key and resolves
 //! again, so no key moves to a quota that was not current when it was frozen. A
 //! request that meets the moving marker yields and looks again; it waits only between
 //! two steps of the moving thread. Requests to other keys, and to keys already moved,
-//! never wait. Model-checked: loom models 8, 9 and 10.
+//! never wait. The resolver sits behind a read-write lock that key creation and moves
+//! read and only `set_quota` and `reconfigure` write.
+//!
+//! On the word store a lock-free lookup can miss a key for the moment its entry is
+//! swapped (papaya's never does), so the answers a miss would change — a peek's "new
+//! key: full", a refund's "nothing to give back", a refusal at the key cap — look
+//! again under the segment's lock first. Model-checked: loom models 8, 9 and 10 (the
+//! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), each
+//! with a mutant.
 
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};

@@ -1,7 +1,7 @@
 //! turnstile's GCRA against governor's, decision by decision and wait by wait: the
 //! same quota (governor's `Quota::with_period(p).allow_burst(b)` is turnstile's
-//! `Quota::new(b, p)`), the same clock moves, the same costs. What the README's
-//! "Coming from governor" promises.
+//! `Quota::new(b, p)`), the same clock moves, the same costs. What the guide's
+//! "Coming from governor" (`src/guide/coming_from_governor.rs`) promises.
 
 mod common;
 

@@ -138,7 +138,7 @@ proptest! {
     }
 }
 
-/// Two per-user checks and a per-IP one, as the README's example uses them.
+/// A per-user check and a per-IP one, as `turnstile::policy`'s example uses them.
 fn policy_with(clock: &ManualClock, user: Quota, ip: Quota) -> (Policy<Request>, Limiter, Limiter) {
     let users = limiter(user, clock);
     let ips = limiter(ip, clock);

@@ -1,4 +1,6 @@
-//! Bounded memory: keyed limiters forget keys that carry no information.
+//! Bounded memory: keyed limiters forget keys that carry no information. This module
+//! holds the protocol and when it runs; how to use it is in
+//! [`guide::bounded_memory`](crate::guide::bounded_memory).
 //!
 //! # Which keys are forgotten
 //! A key is forgotten only when its state is *forgettable* as of `now - margin`: from
@@ -121,13 +123,9 @@
 //! finds a sweep due sweeps itself, unless a sweep is running, as a limiter without a
 //! thread must.
 //!
-//! With `manual_eviction()` there is no thread and no request ever sweeps: only
-//! `evict_idle()` (on any thread, or [`BackgroundSweeper`] on a period) forgets keys.
-//! At the `max_keys` cap, a new key is answered at once by the [`Overflow`] policy;
-//! with automatic sweeps it first asks the thread for a sweep (at most once per
-//! margin), and once the sweep has made room new keys are stored again. The cap is
-//! approximate: threads inserting at once may each pass the check, so the map can
-//! exceed `max_keys` by at most the number of threads inserting concurrently.
+//! The settings — the margin, presizing, the store, `manual_eviction()` with
+//! [`BackgroundSweeper`], and the `max_keys` cap with its [`Overflow`] answers — are in
+//! [the guide](crate::guide::bounded_memory), which also says which store to pick.
 //!
 //! A sweep costs the sweeper thread about 65 ns per key kept and 110 ns per key
 //! forgotten, on a 2-core EPYC VM (1M keys: 63–71 ms, 107–129 ms; results/ANALYSIS.md,

@@ -33,8 +33,8 @@ use std::hash::{BuildHasher, Hash};
 /// share that grows with the span), [`SlidingLog`](crate::SlidingLog) (exact) or
 /// [`TokenBucket`](crate::TokenBucket).
 ///
-/// Memory: one 8-byte word per key (window index and count, layout in the crate's
-/// README), beside the key in the limiter's table. Every [`Quota`] fits; it is
+/// Memory: one 8-byte word per key (window index and count, layout in
+/// [the guide](crate::guide::algorithms#fixed-window)), beside the key in the limiter's table. Every [`Quota`] fits; it is
 /// lock-free and allocation-free per check like `TokenBucket`, sharing its
 /// compare-and-set loop.
 ///

@@ -1,10 +1,10 @@
 //! Limits shared by many servers: the token bucket and the fixed window with their
 //! state in Redis, one atomic Lua script per check (feature `redis`).
 //!
-//! In-process state does not survive scaling out: five app servers, each allowing a
-//! client 100 requests a minute, let it make 500. Here the state lives in one Redis,
-//! and each check is one `EVALSHA` of a script that reads, decides and writes
-//! atomically, so the five servers admit 100 between them.
+//! Each check is one `EVALSHA` of a script that reads, decides and writes atomically,
+//! so any number of servers share one limit. This module is the reference; why, which
+//! limiter to choose and what was measured are in
+//! [`guide::redis`](crate::guide::redis).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -216,14 +216,9 @@
 //!
 //! # Leases: global limits at local speed
 //! [`RedisLeasedTokenBucket`] takes tokens from the same bucket (same script, fields
-//! and grid) in batches and serves them in process from one atomic word per key: a
-//! check on a key with a lease is a compare-and-set, not a round trip. Over any span
-//! the processes together admit at most the bucket's capacity plus its refills plus
-//! what leases held at the span's start (at most `processes × max_lease` per key);
-//! unused leased tokens are under-admission, at most `processes × max_lease` per key
-//! held at once. The [`lease`] module states the bound
-//! exactly, the adaptive lease size, expiry, and what an outage does (held tokens are
-//! served, then the policy answers).
+//! and grid) in batches and serves them in process from one atomic word per key. When
+//! to choose it: [the guide](crate::guide::redis#leases-global-limits-at-local-speed);
+//! its exact bound, lease sizes, expiry and outages: the [`lease`] module.
 //!
 //! # Requirements
 //! Redis 5 or later (scripts replicated by effects, which is what lets a writing

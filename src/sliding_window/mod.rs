@@ -44,8 +44,8 @@ use std::hash::{BuildHasher, Hash};
 ///   (at worst `limit`, right after a boundary, when the previous window's requests
 ///   all came at its start), and deny what the log would admit.
 ///
-/// Memory: one 8-byte word per key (window index and two counts, layout in the
-/// crate's README), beside the key in the limiter's table. Lock-free and
+/// Memory: one 8-byte word per key (window index and two counts, layout in
+/// [the guide](crate::guide::algorithms#sliding-window-counter)), beside the key in the limiter's table. Lock-free and
 /// allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// Two counts beside the window index do not fit every quota: the constructors

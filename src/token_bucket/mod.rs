@@ -15,26 +15,17 @@ use std::hash::{BuildHasher, Hash};
 /// token per refill interval, on a refill grid shared by all keys.
 ///
 /// Each key's whole state — the grid index at which its bucket is full again — is one
-/// `AtomicU64` (see the crate's README), updated by a compare-and-set loop, found through
+/// `AtomicU64` (see [the guide](crate::guide::state_word#the-state-word)), updated by a compare-and-set loop, found through
 /// a lock-free map lookup. Once a key exists, a request takes one clock reading, one map
 /// lookup and usually one CAS: no lock, no allocation. A denial that changes nothing
 /// writes nothing, so under attack the key's cache line stays shared between cores.
 ///
-/// Semantics (exact, identical in every turnstile implementation):
-/// - Tokens arrive at the limiter's epoch plus whole multiples of the interval, the
-///   same grid for every key. A new key starts full; its first refill comes at the
-///   next grid point, within one interval (a per-key grid would start a full
-///   interval after its first request).
-/// - Refill is lazy and counts whole grid points passed, so the unfinished part of
-///   an interval is kept; the capacity caps what any silence buys.
-/// - `acquire(cost)` is allowed iff the key has at least `cost` tokens, then takes
-///   them. A denial changes nothing; its `retry_after` is the exact wait.
-/// - A clock reading older than the key's latest request (another core's clock a
-///   little behind) sees the tokens that arrive between the two as missing: it
-///   admits less than the later reading would, never more, and takes after what is
-///   already spoken for.
-/// - Every capacity from 1 to `u32::MAX` beside every interval from 1 ns: a million
-///   a second, or a bandwidth limit of a gigabyte at once refilled byte by byte.
+/// Semantics (exact, identical in every turnstile implementation): tokens arrive on a
+/// grid shared by all keys, a new key starts full, refill is lazy and capped at the
+/// capacity, a denial changes nothing and its `retry_after` is the exact wait, and a
+/// lagging clock reading admits less, never more. Every capacity from 1 to
+/// `u32::MAX` fits beside every interval from 1 ns. Stated in full, with the reasons,
+/// in [`guide::state_word`](crate::guide::state_word).
 ///
 /// Memory: one 8-byte word per key, beside the key in the limiter's table. A key is
 /// forgotten once its bucket has been full for the eviction margin (a full bucket

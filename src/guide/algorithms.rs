@@ -1,0 +1,148 @@
+//! The five algorithms side by side: what a limit means, their edges, their memory,
+//! and when to pick which; then direct limiters, the baselines and the clocks.
+//!
+//! Each type's own documentation holds its exact semantics; this page compares them.
+//!
+//! # One trait, one quota
+//! Every limiter implements [`RateLimiter`] (and has the same methods of its own, so
+//! using a limiter needs no trait import): the same keys, map and injected clocks,
+//! `acquire(key, cost)` all or nothing, `peek`, `refund`, and a [`Decision`] whose
+//! `retry_after` is the exact wait and which reports a cost above the limit as never
+//! satisfiable. A denial changes nothing, so a client retrying while denied is never
+//! locked out.
+//!
+//! **One quota, read per algorithm.** The window algorithms take `limit = capacity`
+//! per `window = capacity × refill_every`, so `Quota::per_minute(100)` is 100 per
+//! minute for every one of them. GCRA takes burst `capacity`, one token per
+//! `refill_every`, as the token bucket does.
+//!
+//! | type | the limit means | at the edges | state per key | a check |
+//! |---|---|---|---|---|
+//! | [`TokenBucket`] | bursts of C, one token more every I, on a grid shared by all keys | in any span, at most C + the grid points in it: C + 1 at two readings 1 ns apart across a grid point | one `AtomicU64` | lock-free, no allocation |
+//! | [`Gcra`] | the same with **continuous** refill: tokens spaced exactly I apart | in any span [a, b], at most C + ⌊(b − a) / I⌋ | one `AtomicU64` | lock-free, no allocation |
+//! | [`FixedWindow`] | at most C per calendar window, aligned to the limiter's epoch | **2C at two readings 1 ns apart** across a boundary (100 in the last second of a minute, 100 in the first of the next) | one `AtomicU64` | lock-free, no allocation |
+//! | [`SlidingWindowCounter`] | about C in any window: the previous window's count weighted by its overlap | in any span d ≤ W, at most C + ⌊(d − 1) / I⌋ (up to 2C − 1 over a whole window); may also deny what the exact log admits | one `AtomicU64` | lock-free, no allocation |
+//! | [`SlidingLog`] | at most C in **any** window, exactly | none | a `Mutex`, and up to C timestamps | the key's own lock; allocates while the key's ring grows |
+//!
+//! **When to pick which.** "Burst plus rate": `TokenBucket` (fastest, exact,
+//! forgettable when full), or `Gcra` for tokens spaced exactly one interval after the
+//! last admission rather than on a shared grid (what nginx's `limit_req`, governor and
+//! redis-cell do). "At most N in any window, exactly": `SlidingLog`, when N is small
+//! enough to keep N timestamps per key. "About N in any window", cheaply:
+//! `SlidingWindowCounter`. `FixedWindow` only where a burst of 2N across a boundary
+//! does not matter.
+//!
+//! **Memory per key**, measured (1,000,000 keys with one request each, heap bytes
+//! including the map's table, on the shared 2-core AMD EPYC VM; `results/memory.csv`):
+//!
+//! | keys | single-word algorithms, papaya (default) | the same, word store | `SlidingLog` | governor |
+//! |---|---|---|---|---|
+//! | `u64` | 53.8 | 23.4 | 125.8 | 35.7 |
+//! | IPv4 as `String` | 81.3 | 56.8 | 153.3 | 80.7 |
+//!
+//! A sliding-log key then adds 8 bytes per timestamp slot as its ring grows (4 slots
+//! first, doubling, never beyond C). The word store, and presizing papaya with
+//! `expected_keys`, are in [`bounded_memory`](super::bounded_memory).
+//!
+//! # Fixed window
+//! ```text
+//!  63                          c   c-1                   0
+//! +-----------------------------+-----------------------+
+//! | window index                | count (c = bits(C+1)) |
+//! +-----------------------------+-----------------------+
+//! ```
+//!
+//! The window of the key's last admitted request and what it admitted there (every
+//! `Quota` fits: the index needs no more bits than the token bucket's refill index,
+//! the count no more than its tokens); a request in a later window starts from zero.
+//! The flaw is the reset itself: nothing remembers how late in its window the last
+//! window's requests came, so C at the end of one window and C at the start of the
+//! next all pass — tested by name (`tests/fixed_window.rs`).
+//!
+//! # Sliding window counter
+//! ```text
+//!  63                   2c  2c-1             c  c-1              0
+//! +-----------------------+------------------+------------------+
+//! | window index          | previous count p | current count n  |   c = bits(C)
+//! +-----------------------+------------------+------------------+
+//! ```
+//!
+//! The previous window's count weighs by the share of it the sliding window still
+//! overlaps, in whole intervals, compared exactly in integers; its over- and
+//! under-admission against the exact log are stated on [`SlidingWindowCounter`] and
+//! tested over random schedules (`tests/sliding_window.rs`).
+//!
+//! # Sliding log
+//! Each key keeps the times of its admitted requests in a ring buffer under its own
+//! lock (one `Mutex` per key in the same map; never a global lock). Tested: no window
+//! of length W ever holds more than C admitted requests, over random schedules
+//! (`tests/sliding_log.rs`).
+//!
+//! # GCRA
+//! The word is one instant, the key's theoretical arrival time in nanoseconds since
+//! the epoch. It decides as a token bucket refilled continuously — checked decision by
+//! decision against one written that way (`tests/gcra.rs`) — and exactly as
+//! governor's GCRA (`tests/governor.rs`). How it differs from the grid `TokenBucket`
+//! is on [`Gcra`].
+//!
+//! # Direct limiters
+//! One state for the whole process, without a map: [`DirectTokenBucket`],
+//! [`DirectGcra`], [`DirectFixedWindow`], [`DirectSlidingWindowCounter`], each with
+//! its keyed twin's semantics ([`DirectLimiter`] says how they are used). Tested
+//! decision for decision against each algorithm's reference model, for exact
+//! admission counts under four threads, for no allocation, and as a policy check; the
+//! token bucket's loom models 1 and 2 run on them too.
+//!
+//! **About as fast as governor's direct limiter, not faster** (0.88–1.31× in the
+//! interleaved bench over two sittings, equal in a tight loop): on one thread both
+//! spend their check reading the clock (quanta's TSC, 9.5 ns on the 2-core VM, against
+//! 9.5–9.7 ns for a whole check of either), so neither can be much faster while both
+//! read it per check. [`RecentClock`] is the cheaper clock, at the price of readings up
+//! to its refresh interval old. With several threads the one word's cache line
+//! decides; `cargo run --release -p compare` measures 1–8 threads into
+//! `results/README.md`, and `results/ANALYSIS.md` ("Direct limiters") explains them.
+//!
+//! # Implementations and clocks
+//! Every algorithm runs in one generic [`KeyedLimiter`]`<A, K, C, S>` (the map, the
+//! clock, forgetting idle keys); `TokenBucket<K>` and the others are it with their
+//! own `A`. The single-word algorithms share one compare-and-set loop around their
+//! pure step functions; the sliding log takes its key's lock.
+//!
+//! | type | synchronisation | use |
+//! |---|---|---|
+//! | [`TokenBucket`] | one `AtomicU64` per key, CAS loop, papaya (`Builder::word_store` for the word store) | the product |
+//! | [`Gcra`], [`FixedWindow`], [`SlidingWindowCounter`] | the same map and CAS loop, each around its own pure step | the other single-word algorithms |
+//! | [`SlidingLog`] | the same map, a `Mutex` per key around its timestamps | the exact window |
+//! | [`MutexPerKey`] | the same map, a `Mutex<u64>` per key | measured against |
+//! | [`GlobalLock`] | one `Mutex<HashMap>` for all keys | measured against |
+//!
+//! The token bucket and its two baselines apply the same pure step function to the
+//! same word, so they make the same decisions and pass the same semantic and
+//! concurrency tests. Every algorithm's step is checked against a plain reference
+//! model of that algorithm written in its test.
+//!
+//! Clocks are generic parameters, not trait objects: [`QuantaClock`] (default; TSC,
+//! about 10 ns a reading), [`RecentClock`] (one atomic load, lagging by at most its
+//! refresh interval — so only ever stricter), [`StdClock`] (`Instant`, for machines
+//! without a usable TSC), [`ManualClock`] (tests; clones share one time, and it can be
+//! set backwards to model skew).
+//!
+//! [`RateLimiter`]: crate::RateLimiter
+//! [`Decision`]: crate::Decision
+//! [`TokenBucket`]: crate::TokenBucket
+//! [`Gcra`]: crate::Gcra
+//! [`FixedWindow`]: crate::FixedWindow
+//! [`SlidingWindowCounter`]: crate::SlidingWindowCounter
+//! [`SlidingLog`]: crate::SlidingLog
+//! [`DirectTokenBucket`]: crate::DirectTokenBucket
+//! [`DirectGcra`]: crate::DirectGcra
+//! [`DirectFixedWindow`]: crate::DirectFixedWindow
+//! [`DirectSlidingWindowCounter`]: crate::DirectSlidingWindowCounter
+//! [`DirectLimiter`]: crate::DirectLimiter
+//! [`KeyedLimiter`]: crate::KeyedLimiter
+//! [`MutexPerKey`]: crate::baseline::MutexPerKey
+//! [`GlobalLock`]: crate::baseline::GlobalLock
+//! [`QuantaClock`]: crate::QuantaClock
+//! [`RecentClock`]: crate::RecentClock
+//! [`StdClock`]: crate::StdClock
+//! [`ManualClock`]: crate::ManualClock

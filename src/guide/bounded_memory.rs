@@ -1,0 +1,81 @@
+//! Bounded memory: idle keys are forgotten by the limiter itself, exactly; which
+//! store to keep keys in; and the hard cap for hostile churn.
+//!
+//! The protocol that makes forgetting exact, when a sweep is due and what each store
+//! does while it grows are on [`crate::evict`]; this page is the user's side.
+//!
+//! # What is forgotten, and why it is safe
+//! A keyed limiter keeps state for every client that calls. turnstile forgets a key —
+//! on its own, with no call you must remember — once its state has carried no
+//! information for a margin (default 1 s): a token bucket full again, a GCRA arrival
+//! time in the past, nothing counted in the current or previous window, a log whose
+//! timestamps have all left. On the shared refill grid such a state answers every
+//! later request exactly as a brand-new key does (see
+//! [`state_word`](super::state_word)), so forgetting never changes a decision and never
+//! hands a throttled client a fresh allowance. Property tests sweep after every
+//! request and compare with a model that never forgets, for every algorithm.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile::{Overflow, Quota, TokenBucket};
+//!
+//! let limiter = TokenBucket::<String>::builder(Quota::per_second(10)?)
+//!     .eviction_margin(Duration::from_secs(5)) // forget 5 s after a bucket is full again
+//!     .max_keys(1_000_000, Overflow::Shared(Quota::per_second(100)?)) // hard cap
+//!     .build();
+//! assert!(limiter.try_acquire("client-1"));
+//! assert_eq!(limiter.stats().keys, 1);
+//! # Ok::<(), turnstile::QuotaError>(())
+//! ```
+//!
+//! # The settings
+//! | builder call | what it does |
+//! |---|---|
+//! | [`eviction_margin(d)`](crate::Builder::eviction_margin) | how long a state must have carried no information before it is forgotten (default 1 s) |
+//! | [`expected_keys(n)`](crate::Builder::expected_keys) | presizes the map: no growth below `n` keys |
+//! | [`word_store()`](crate::Builder::word_store) | the word store instead of papaya (below) |
+//! | [`max_keys(n, overflow)`](crate::Builder::max_keys) | the hard cap (below) |
+//! | [`manual_eviction()`](crate::Builder::manual_eviction) | no sweeper thread: only [`evict_idle()`](crate::KeyedLimiter::evict_idle), on your thread or a [`BackgroundSweeper`](crate::BackgroundSweeper), forgets keys |
+//!
+//! [`stats()`](crate::KeyedLimiter::stats) counts keys, forgotten keys and overflowed
+//! requests.
+//!
+//! # The sweeper thread
+//! No request pays for forgetting: each limiter sweeps on a thread of its own,
+//! `turnstile-sweeper` ([`crate::evict`] says when and how). It shares the map with the thread, so a limiter's keys,
+//! hasher and clock must be `Send + Sync + 'static` (std's key types and the usual
+//! hashers are); keys are also `Clone`, as governor's are (a new key's entry owns a
+//! copy). A thread that cannot keep up lets the map grow until it catches up (when a
+//! sweep is due, and what happens then, is on [`crate::evict`]); `max_keys` is the
+//! bound that holds whatever the thread does.
+//!
+//! # papaya or the word store
+//! **papaya** (the default) is a lock-free map: a lookup, a new key's insertion and
+//! the removal of a forgotten key take no lock. It allocates an entry per key and frees removed ones through its epoch-based
+//! reclamation. It holds every algorithm's state, per-key quotas' included.
+//!
+//! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
+//! four single-word algorithms) is the opt-in for memory-bound services with heavy
+//! churn: keys and words side by side in 1,024 segments, each a table of its own, no
+//! allocation per key — 23 heap bytes per `u64` key against papaya's 54 (table in
+//! [`algorithms`](super::algorithms#one-trait-one-quota)) — faster insertion (a new
+//! key 796 instructions against 1,083) and sweeps about 20× faster, so a
+//! 10M-distinct-key stream stays at 14–22 MB (five runs) where papaya's map outgrows
+//! its sweeper thread unless `max_keys` caps it (`results/ANALYSIS.md`, "papaya by
+//! default"). Its price: an insertion, a removal or a step of a growth takes its
+//! segment's lock, so a thread stalled while it holds one keeps that segment's
+//! insertions waiting (`tests/stall.rs` shows it).
+//!
+//! # The hard cap
+//! For hostile churn (ids rotating faster than buckets refill):
+//! `max_keys(n, overflow)`. At the cap a new key asks the sweeper thread for room (at
+//! most once per margin) and is answered at once: [`Overflow::Deny`] answers
+//! [`Decision::Overflow`] with a `retry_after` hint, and [`Overflow::Shared`] sends
+//! every such key to one shared allowance; once a sweep has made room, new keys are
+//! stored again. The cap is approximate: threads inserting at the same moment may each
+//! pass the check, so it can be exceeded by at most the number of threads inserting
+//! concurrently. Behind the HTTP layer an overflow is a 503 ([`crate::http`]).
+//!
+//! [`Overflow::Deny`]: crate::Overflow::Deny
+//! [`Overflow::Shared`]: crate::Overflow::Shared
+//! [`Decision::Overflow`]: crate::Decision::Overflow
