@@ -59,7 +59,7 @@ fn a_move_loses_no_take_nor_refund() {
     let left = limiter.peek(&HOT);
     assert_eq!(
         left,
-        2 - ledger.taken + ledger.refunded,
+        2 + ledger.refunded - ledger.taken,
         "carry-over: {left} left of 2 after {ledger:?}"
     );
 }

@@ -136,8 +136,14 @@ impl RedisServer {
     /// Starts the server again on the same port and with the same arguments, after
     /// [`RedisServer::kill`].
     pub fn restart(&mut self) {
+        self.restart_within(START_TIMEOUT);
+    }
+
+    /// [`RedisServer::restart`], waiting up to `limit` for the server to answer (one
+    /// that loads a large append-only file takes longer than a test's server).
+    pub fn restart_within(&mut self, limit: Duration) {
         self.kill();
-        let deadline = Instant::now() + START_TIMEOUT;
+        let deadline = Instant::now() + limit;
         loop {
             match Self::start_with(self.port, &self.extra) {
                 Ok(mut server) => {
@@ -150,6 +156,11 @@ impl RedisServer {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|child| child.id())
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
