@@ -567,6 +567,7 @@ struct Sample {
 }
 
 /// Redis's state as the chaos thread last set it (0 without `--redis`).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))] // set by the Redis part
 const UP: u8 = 0;
 const STOPPED: u8 = 1;
 const DOWN: u8 = 2;
@@ -586,6 +587,7 @@ struct Live {
     redis_state: std::sync::atomic::AtomicU8,
     /// Odd while the server is confirmed frozen (seen stopped) or dead (reaped);
     /// each confirmed outage adds two.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis part's
     outage: AtomicU64,
 }
 
