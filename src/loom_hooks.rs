@@ -12,11 +12,11 @@ use std::hash::{BuildHasher, Hash};
 
 pub use crate::algorithm::Blocked;
 pub use crate::sync::mutants::{Mutant, with as with_mutant};
-pub use crate::token_bucket::state::{TokenBucketRules, acquire, available, refund};
+pub use crate::token_bucket::{TokenBucketRules, acquire, available, refund};
 
-/// The leased Redis limiter's per-key word (`lease_word.rs`), for its model.
+/// The leased Redis limiter's per-key hold (`redis/lease/hold.rs`), for its model.
 pub mod lease {
-    pub use crate::lease_word::{
+    pub use crate::redis::lease::hold::{
         Added, MAX_HELD, TICK_SHIFT, add, drop_expired, give_back, held, load, pack, take, tick,
     };
 }
@@ -68,19 +68,19 @@ where
 /// The fixed window's step and rules.
 pub mod fixed_window {
     pub use super::word;
-    pub use crate::fixed_window::state::{FixedWindowRules, acquire, available};
+    pub use crate::fixed_window::{FixedWindowRules, acquire, available};
 }
 
 /// The sliding window counter's step and rules.
 pub mod sliding_window {
     pub use super::word;
-    pub use crate::sliding_window::state::{At, SlidingWindowRules, acquire, available};
+    pub use crate::sliding_window::{At, SlidingWindowRules, acquire, available};
 }
 
 /// GCRA's step and rules.
 pub mod gcra {
     pub use super::word;
-    pub use crate::gcra::state::{GcraRules, acquire, available};
+    pub use crate::gcra::{GcraRules, acquire, available};
 }
 
 /// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run

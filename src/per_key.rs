@@ -100,7 +100,7 @@ pub struct Entry<A: Algorithm<()>> {
 
 /// An entry is more than one word: the store boxes it.
 #[cfg(not(turnstile_loom))]
-impl<A: Algorithm<()>> crate::store::Stored for Entry<A> {}
+impl<A: Algorithm<()>> crate::algorithm::Stored for Entry<A> {}
 
 impl<A: Reconfigurable> Entry<A> {
     /// A new key's entry under `quota`.

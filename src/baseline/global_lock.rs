@@ -3,7 +3,7 @@
 use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::token_bucket::state::{self, TokenBucketRules};
+use crate::token_bucket::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -63,7 +63,7 @@ where
     {
         let now = self.epoch.elapsed();
         let apply = |word: &mut u64| {
-            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            let (new, decision) = token_bucket::acquire(&self.layout, *word, now, cost);
             *word = new;
             decision
         };
@@ -83,7 +83,7 @@ where
         lock(&self.words)
             .get(key)
             .map_or(self.quota.capacity(), |&word| {
-                state::available(&self.layout, word, now)
+                token_bucket::available(&self.layout, word, now)
             })
     }
 
@@ -94,7 +94,7 @@ where
     {
         let now = self.epoch.elapsed();
         if let Some(word) = lock(&self.words).get_mut(key) {
-            *word = state::refund(&self.layout, *word, now, cost);
+            *word = token_bucket::refund(&self.layout, *word, now, cost);
         }
     }
 }

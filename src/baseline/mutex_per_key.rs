@@ -4,7 +4,7 @@ use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::store::{KeyMap, Store};
-use crate::token_bucket::state::{self, TokenBucketRules};
+use crate::token_bucket::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -67,7 +67,7 @@ where
         let fresh = |_: &K| Mutex::new(self.layout.full());
         let step = |word: &Mutex<u64>| {
             let mut word = lock(word);
-            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            let (new, decision) = token_bucket::acquire(&self.layout, *word, now, cost);
             *word = new;
             decision
         };
@@ -90,7 +90,9 @@ where
     {
         let now = self.epoch.elapsed();
         self.words
-            .get(key, |word| state::available(&self.layout, *lock(word), now))
+            .get(key, |word| {
+                token_bucket::available(&self.layout, *lock(word), now)
+            })
             .unwrap_or(self.quota.capacity())
     }
 
@@ -102,7 +104,7 @@ where
         let now = self.epoch.elapsed();
         self.words.get(key, |word| {
             let mut word = lock(word);
-            *word = state::refund(&self.layout, *word, now, cost);
+            *word = token_bucket::refund(&self.layout, *word, now, cost);
         });
     }
 }

@@ -2,8 +2,16 @@
 //! and the forgetting of idle keys (see [`crate::evict`]). Algorithms know nothing of
 //! maps or forgetting; this module knows nothing of tokens or windows.
 
+mod limiters;
 mod maintenance;
 mod reconfigure;
+#[cfg(all(test, not(turnstile_loom)))]
+mod unshared_tests;
+
+pub use limiters::{
+    FixedWindow, Gcra, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket, SlidingLog,
+    SlidingWindowCounter, TokenBucket,
+};
 
 use maintenance::Maintenance;
 #[cfg(not(turnstile_loom))]

@@ -27,19 +27,7 @@ mod map;
 #[cfg(not(turnstile_loom))]
 mod papaya;
 #[cfg(not(turnstile_loom))]
-mod stored;
-#[cfg(not(turnstile_loom))]
 mod words;
-
-#[cfg(not(turnstile_loom))]
-pub use stored::Stored;
-
-/// A state type the keyed store can hold: under loom, any (the loom store keeps every
-/// state in an `Arc`).
-#[cfg(turnstile_loom)]
-pub trait Stored {}
-#[cfg(turnstile_loom)]
-impl<T> Stored for T {}
 
 /// Which store a keyed limiter keeps its states in, chosen when it is built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

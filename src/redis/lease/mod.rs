@@ -150,6 +150,7 @@
 mod builder;
 mod counts;
 mod fetch;
+pub(crate) mod hold;
 mod local;
 mod seen;
 mod size;
@@ -161,11 +162,11 @@ pub use counts::LeaseCounts;
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts, Outcome};
-use crate::lease_word::{self, tick};
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
+use hold::tick;
 use local::{KeyLease, Leases, held};
 use seen::Sightings;
 use std::fmt;
@@ -316,7 +317,7 @@ where
         inner
             .leases
             .with(key, |lease| {
-                let back = lease_word::give_back(&lease.word, cost, inner.max_lease, now);
+                let back = hold::give_back(&lease.word, cost, inner.max_lease, now);
                 inner.counters.refunded(cost, back);
             })
             .is_some()
@@ -418,7 +419,7 @@ where
         cost: u32,
         now: u64,
     ) -> Result<u32, u32> {
-        let left = lease_word::take(&lease.word, cost, tick(now))?;
+        let left = hold::take(&lease.word, cost, tick(now))?;
         // Relaxed: both are hints; the swap in `start_refill` decides.
         if self.refill_ahead
             && u64::from(left) < lease.refill_below.load(Ordering::Relaxed)

@@ -4,6 +4,7 @@
 //! shared compare-and-set loop, and the property tests and loom models check it.
 
 use crate::Decision;
+use crate::algorithm::FromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
@@ -169,6 +170,20 @@ impl SlidingWindowRules {
         // At most limit² < 2^62 (limit < 2^31, see `new`): no overflow.
         let weighted = at.previous * (self.limit - at.elapsed);
         weighted.div_ceil(self.limit) + at.current
+    }
+}
+
+/// Refuses the quotas [`new`](SlidingWindowRules::new) names: building fails on those.
+impl FromQuota for SlidingWindowRules {
+    type Error = QuotaError;
+    type Built<L> = Result<L, QuotaError>;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        Self::new(quota)
+    }
+
+    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
+        made
     }
 }
 

@@ -4,6 +4,7 @@
 //! shared compare-and-set loop, and the property tests and loom models check it.
 
 use crate::Decision;
+use crate::algorithm::FromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
@@ -98,6 +99,20 @@ impl GcraRules {
     fn tokens(&self, tat: u64, t: u64) -> u64 {
         let debt = tat.saturating_sub(t).min(self.full_refill);
         (self.full_refill - debt) / self.interval
+    }
+}
+
+/// Refuses the quotas [`new`](GcraRules::new) names: building fails on those.
+impl FromQuota for GcraRules {
+    type Error = QuotaError;
+    type Built<L> = Result<L, QuotaError>;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        Self::new(quota)
+    }
+
+    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
+        made
     }
 }
 
