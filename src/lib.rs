@@ -66,6 +66,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
+#[cfg(feature = "baselines")]
+#[cfg_attr(docsrs, doc(cfg(feature = "baselines")))]
 pub mod baseline;
 mod builder;
 mod clock;

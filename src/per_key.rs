@@ -71,7 +71,7 @@
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::decision::Decision;
-use crate::sync::{AtomicU64, Ordering, RwLock};
+use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -167,10 +167,7 @@ impl<A, K> PerKey<A, K> {
 
     /// Makes `resolve` the source of every key's quota from now on.
     pub(crate) fn reconfigure(&self, resolve: Resolver<K>) {
-        let mut resolver = self
-            .resolver
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut resolver = self.resolver.write().unpoisoned();
         let next = resolver.0 + 1;
         *resolver = (next, resolve);
         // Relaxed: a request that sees the new number and moves its key reads the
@@ -191,10 +188,7 @@ impl<A, K> PerKey<A, K> {
     /// The current resolver's quota for `key`, and the configuration it belongs to.
     fn resolve_now(&self, key: &K) -> (u64, Quota) {
         let (configuration, resolve) = {
-            let resolver = self
-                .resolver
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let resolver = self.resolver.read().unpoisoned();
             (resolver.0, Arc::clone(&resolver.1))
         };
         // The user's resolver runs outside the lock, with nothing frozen.

@@ -28,6 +28,24 @@ pub(crate) use shuttle::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_shuttle)]
 pub(crate) use shuttle::thread::yield_now;
 
+/// A lock's guard whether or not a thread panicked while it held the lock: the one
+/// way turnstile takes every lock of its own (std's, loom's and shuttle's all answer
+/// with std's `LockResult`). Each critical section leaves what it guards valid at every
+/// step, or runs only code that cannot panic (a step function; an allocation failure
+/// aborts), so a poisoned lock still guards valid data, and a panic in one request
+/// must not make every later request on the lock panic too.
+pub(crate) trait Unpoisoned<G> {
+    /// The guard, poisoned or not.
+    fn unpoisoned(self) -> G;
+}
+
+impl<G> Unpoisoned<G> for std::sync::LockResult<G> {
+    #[inline]
+    fn unpoisoned(self) -> G {
+        self.unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The threads turnstile starts (the limiter's sweeper thread) and how one waits:
 /// std's, loom's (which starts none: its models sweep on demand) or shuttle's, whose
 /// scheduler must own every thread of a test and see every park and unpark.

@@ -1,8 +1,8 @@
 //! The simplest design: one lock around one map.
 
-use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
+use crate::sync::Unpoisoned;
 use crate::token_bucket::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
@@ -67,7 +67,7 @@ where
             *word = new;
             decision
         };
-        let mut words = lock(&self.words);
+        let mut words = self.words.lock().unpoisoned();
         if let Some(word) = words.get_mut(key) {
             return apply(word);
         }
@@ -80,7 +80,9 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        lock(&self.words)
+        self.words
+            .lock()
+            .unpoisoned()
             .get(key)
             .map_or(self.quota.capacity(), |&word| {
                 token_bucket::available(&self.layout, word, now)
@@ -93,7 +95,7 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        if let Some(word) = lock(&self.words).get_mut(key) {
+        if let Some(word) = self.words.lock().unpoisoned().get_mut(key) {
             *word = token_bucket::refund(&self.layout, *word, now, cost);
         }
     }

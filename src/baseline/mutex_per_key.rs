@@ -1,9 +1,9 @@
 //! The textbook design: a map of per-key mutexes.
 
-use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::store::{KeyMap, Store};
+use crate::sync::Unpoisoned;
 use crate::token_bucket::{self, TokenBucketRules};
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
@@ -66,7 +66,7 @@ where
         let now = self.epoch.elapsed();
         let fresh = |_: &K| Mutex::new(self.layout.full());
         let step = |word: &Mutex<u64>| {
-            let mut word = lock(word);
+            let mut word = word.lock().unpoisoned();
             let (new, decision) = token_bucket::acquire(&self.layout, *word, now, cost);
             *word = new;
             decision
@@ -91,7 +91,7 @@ where
         let now = self.epoch.elapsed();
         self.words
             .get(key, |word| {
-                token_bucket::available(&self.layout, *lock(word), now)
+                token_bucket::available(&self.layout, *word.lock().unpoisoned(), now)
             })
             .unwrap_or(self.quota.capacity())
     }
@@ -103,7 +103,7 @@ where
     {
         let now = self.epoch.elapsed();
         self.words.get(key, |word| {
-            let mut word = lock(word);
+            let mut word = word.lock().unpoisoned();
             *word = token_bucket::refund(&self.layout, *word, now, cost);
         });
     }

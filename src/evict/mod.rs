@@ -134,7 +134,7 @@
 mod insertions;
 
 use crate::Quota;
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 use insertions::Insertions;
 pub(crate) use insertions::Registration;
 use std::time::Duration;
@@ -427,9 +427,7 @@ impl Sweeper {
 
     /// Holds the sweep lock, waiting for a running sweep to finish.
     pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
-        self.lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lock.lock().unpoisoned()
     }
 
     /// Holds the sweep lock if no sweep is running.
@@ -477,13 +475,9 @@ impl BackgroundSweeper {
             .name("turnstile-sweeper".into())
             .spawn(move || {
                 let (stopped, wake) = &*signal;
-                let mut stopped = stopped
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut stopped = stopped.lock().unpoisoned();
                 loop {
-                    let (guard, _) = wake
-                        .wait_timeout(stopped, period)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let (guard, _) = wake.wait_timeout(stopped, period).unpoisoned();
                     stopped = guard;
                     if *stopped {
                         return;
@@ -493,10 +487,7 @@ impl BackgroundSweeper {
                     if !sweep() {
                         return;
                     }
-                    stopped = signal
-                        .0
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    stopped = signal.0.lock().unpoisoned();
                 }
             })?;
         Ok(Self {
@@ -510,9 +501,7 @@ impl BackgroundSweeper {
 impl Drop for BackgroundSweeper {
     fn drop(&mut self) {
         let (stopped, wake) = &*self.stop;
-        *stopped
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+        *stopped.lock().unpoisoned() = true;
         wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

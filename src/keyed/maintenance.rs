@@ -25,7 +25,7 @@
 //! park return at once (a park token is never lost), so no request is lost (loom model
 //! 12, with a mutant that unparks before it sets what it wants).
 
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Unpoisoned};
 use std::io;
 use std::sync::OnceLock;
 
@@ -324,12 +324,12 @@ impl Maintenance {
     /// Starts the thread, for the one request that moved `state` to `STARTING`;
     /// whether it started.
     fn start_thread(&self) -> bool {
-        let start = lock(&self.start).take();
+        let start = self.start.lock().unpoisoned().take();
         match start.map(|start| start(Arc::clone(&self.signal))) {
             Some(Ok(started)) => {
                 #[cfg(not(turnstile_loom))]
                 self.signal.set_waiter(started.thread().clone());
-                *lock(&self.thread) = Some(started);
+                *self.thread.lock().unpoisoned() = Some(started);
                 // Release: the waiter is set before anyone sees the thread started.
                 self.state.store(STARTED, Ordering::Release);
                 true
@@ -362,7 +362,7 @@ impl Maintenance {
     /// Stops the thread and waits for it.
     pub(crate) fn stop(&self) {
         self.signal.stop();
-        let thread = lock(&self.thread).take();
+        let thread = self.thread.lock().unpoisoned().take();
         #[cfg(not(turnstile_loom))]
         if let Some(thread) = thread {
             // A panic on the thread was a sweep's; the limiter is going anyway.
@@ -371,13 +371,6 @@ impl Maintenance {
         #[cfg(turnstile_loom)]
         let _ = thread;
     }
-}
-
-/// `mutex`'s guard, even if a thread panicked holding it: each holder leaves it whole.
-fn lock<T>(mutex: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(all(test, not(turnstile_loom)))]

@@ -5,16 +5,10 @@ mod log;
 use crate::Decision;
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::sync::Unpoisoned;
 pub use log::SlidingLogRules;
 use log::{Log, Status};
 use std::sync::{Mutex, MutexGuard};
-
-/// Locks a key's log, ignoring poisoning: the step under the lock cannot panic
-/// (only an allocation failure could end it early, and that aborts), so a poisoned
-/// lock still guards a valid log.
-fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
-    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// The log, if requests may still use it.
 fn live(log: &mut MutexGuard<'_, Log>) -> Result<(), Blocked> {
@@ -36,19 +30,19 @@ impl<K> Algorithm<K> for SlidingLogRules {
     }
 
     fn acquire(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<Decision, Blocked> {
-        let mut log = lock(log);
+        let mut log = log.lock().unpoisoned();
         live(&mut log)?;
         Ok(log.acquire(self, now, cost))
     }
 
     fn available(&self, log: &Mutex<Log>, now: u64) -> Result<u32, Blocked> {
-        let mut log = lock(log);
+        let mut log = log.lock().unpoisoned();
         live(&mut log)?;
         Ok(log.available(self, now))
     }
 
     fn refund(&self, log: &Mutex<Log>, now: u64, cost: u32) -> Result<(), Blocked> {
-        let mut log = lock(log);
+        let mut log = log.lock().unpoisoned();
         live(&mut log)?;
         log.refund(self, now, cost);
         Ok(())
@@ -59,11 +53,11 @@ impl<K> Algorithm<K> for SlidingLogRules {
     }
 
     fn is_retired(&self, log: &Mutex<Log>) -> bool {
-        lock(log).status == Status::Retired
+        log.lock().unpoisoned().status == Status::Retired
     }
 
     fn retire_if_forgettable(&self, log: &Mutex<Log>, at: u64) -> Retirement {
-        let mut log = lock(log);
+        let mut log = log.lock().unpoisoned();
         match log.status {
             Status::Retired => Retirement::AlreadyRetired,
             Status::Moved => Retirement::Moving,
@@ -100,7 +94,7 @@ impl Reconfigurable for SlidingLogRules {
 
     /// Takes the log's entries out, leaving it marked as moved.
     fn freeze(&self, log: &Mutex<Log>) -> Result<Log, Blocked> {
-        let mut log = lock(log);
+        let mut log = log.lock().unpoisoned();
         live(&mut log)?;
         let frozen = std::mem::take(&mut *log);
         log.status = Status::Moved;
@@ -117,6 +111,6 @@ impl Reconfigurable for SlidingLogRules {
 
     /// Puts the entries back: the log taken out was live.
     fn thaw(&self, log: &Mutex<Log>, frozen: Log) {
-        *lock(log) = frozen;
+        *log.lock().unpoisoned() = frozen;
     }
 }

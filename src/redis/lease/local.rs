@@ -4,9 +4,9 @@
 use super::hold;
 use super::size::refill_below;
 use crate::redis::CheckError;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 use papaya::HashMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// One key's lease in this process.
@@ -75,7 +75,7 @@ impl KeyLease {
     /// The slow part, even if a thread panicked holding it: each update leaves it
     /// consistent.
     pub(super) fn slow(&self) -> MutexGuard<'_, Slow> {
-        self.slow.lock().unwrap_or_else(PoisonError::into_inner)
+        self.slow.lock().unpoisoned()
     }
 }
 
