@@ -12,7 +12,7 @@ use std::hash::{BuildHasher, Hash};
 
 pub use crate::algorithm::Blocked;
 pub use crate::sync::mutants::{Mutant, with as with_mutant};
-pub use crate::token_bucket::{TokenBucketRules, acquire, available, refund};
+pub use crate::token_bucket::TokenBucketRules;
 
 /// The leased Redis limiter's per-key hold (`redis/lease/hold.rs`), for its model.
 pub mod lease {
@@ -68,19 +68,19 @@ where
 /// The fixed window's step and rules.
 pub mod fixed_window {
     pub use super::word;
-    pub use crate::fixed_window::{FixedWindowRules, acquire, available};
+    pub use crate::fixed_window::FixedWindowRules;
 }
 
 /// The sliding window counter's step and rules.
 pub mod sliding_window {
     pub use super::word;
-    pub use crate::sliding_window::{At, SlidingWindowRules, acquire, available};
+    pub use crate::sliding_window::{At, SlidingWindowRules};
 }
 
 /// GCRA's step and rules.
 pub mod gcra {
     pub use super::word;
-    pub use crate::gcra::{GcraRules, acquire, available};
+    pub use crate::gcra::GcraRules;
 }
 
 /// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run

@@ -3,7 +3,8 @@
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::sync::Unpoisoned;
-use crate::token_bucket::{self, TokenBucketRules};
+use crate::token_bucket::TokenBucketRules;
+use crate::word::WordAlgorithm;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -13,7 +14,7 @@ use std::sync::Mutex;
 /// A token bucket with every key's state word in one `Mutex<HashMap>`.
 pub struct GlobalLock<K, C = QuantaClock, S = DefaultHasher> {
     words: Mutex<HashMap<K, u64, S>>,
-    layout: TokenBucketRules,
+    rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
@@ -43,7 +44,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<GlobalLock<K>, C, S> {
         let map = HashMap::with_capacity_and_hasher(self.expected_keys, self.hasher);
         GlobalLock {
             words: Mutex::new(map),
-            layout: TokenBucketRules::new(&self.quota),
+            rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
         }
@@ -63,7 +64,7 @@ where
     {
         let now = self.epoch.elapsed();
         let apply = |word: &mut u64| {
-            let (new, decision) = token_bucket::acquire(&self.layout, *word, now, cost);
+            let (new, decision) = self.rules.acquire(*word, now, cost);
             *word = new;
             decision
         };
@@ -71,7 +72,7 @@ where
         if let Some(word) = words.get_mut(key) {
             return apply(word);
         }
-        apply(words.entry(key.to_key()).or_insert(self.layout.full()))
+        apply(words.entry(key.to_key()).or_insert(self.rules.full()))
     }
 
     fn peek<Q>(&self, key: &Q) -> u32
@@ -85,7 +86,7 @@ where
             .unpoisoned()
             .get(key)
             .map_or(self.quota.capacity(), |&word| {
-                token_bucket::available(&self.layout, word, now)
+                self.rules.available(word, now)
             })
     }
 
@@ -96,7 +97,7 @@ where
     {
         let now = self.epoch.elapsed();
         if let Some(word) = self.words.lock().unpoisoned().get_mut(key) {
-            *word = token_bucket::refund(&self.layout, *word, now, cost);
+            *word = self.rules.refund(*word, now, cost);
         }
     }
 }
