@@ -85,16 +85,16 @@ pub mod gcra {
 
 /// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run
 /// the retire protocol on a bare word, without the store's own synchronization.
-pub struct Watermark(crate::evict::Sweeper);
+pub struct Watermark(crate::evict::Watermark);
 
 impl Watermark {
     /// A watermark at 0, with no eviction margin.
     pub fn new() -> Self {
-        let settings = crate::evict::Settings {
+        let settings = crate::evict::EvictionSettings {
             margin: std::time::Duration::ZERO,
             ..Default::default()
         };
-        Self(crate::evict::Sweeper::new(&settings, 0))
+        Self(crate::evict::Watermark::new(&settings, 0))
     }
 
     /// Starts a sweep at `now`: raises the watermark; returns the instant keys must be
@@ -123,12 +123,12 @@ pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: 
 }
 
 /// The sweeper thread's handshake alone: what a request and the thread share.
-pub struct SweepSignal(crate::keyed::Signal);
+pub struct SweepSignal(crate::evict::maintenance::Signal);
 
 impl SweepSignal {
     /// No request yet.
     pub fn new() -> Self {
-        Self(crate::keyed::Signal::default())
+        Self(crate::evict::maintenance::Signal::default())
     }
 
     /// The thread that waits on the signal, set before the first request.

@@ -85,7 +85,7 @@ fn blocked<W: WordAlgorithm>(word: u64) -> Option<Blocked> {
 /// writes to one word form a single modification order, and a successful CAS replaces
 /// exactly the value it compared against. So no two requests can both take the same
 /// token, and a refill is applied once. The one exception is a word found `RETIRED`,
-/// after which an Acquire fence pairs with the sweeper's Release (see `evict.rs`).
+/// after which an Acquire fence pairs with the sweeper's Release (see `evict/`).
 /// loom checks all of it in `loom-tests/`.
 #[inline(always)]
 fn update<W: WordAlgorithm, T>(

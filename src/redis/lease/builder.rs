@@ -5,7 +5,7 @@ use super::counts::LeaseCounters;
 use super::hold::{self, MAX_HELD};
 use super::local::Leases;
 use super::seen::Sightings;
-use super::{Inner, RedisLeasedTokenBucket};
+use super::{Core, RedisLeasedTokenBucket};
 use crate::redis::FailurePolicy;
 use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
 use crate::redis::connect::connect_methods;
@@ -106,7 +106,7 @@ impl RedisLeasedTokenBucketBuilder {
             TimeSource::Server => Arc::new(crate::QuantaClock::new()),
         };
         let epoch = clock.now();
-        let inner = Inner {
+        let inner = Core {
             limiter: ScriptLimiter::new(algorithm, settings, conn),
             quota: self.quota,
             leases: Leases::new(),
@@ -120,7 +120,7 @@ impl RedisLeasedTokenBucketBuilder {
             counters: LeaseCounters::default(),
         };
         Ok(RedisLeasedTokenBucket {
-            inner: Arc::new(inner),
+            core: Arc::new(inner),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! wait for the fetch in flight, a fetch), and fetches themselves, on the request path
 //! or ahead of need in a task, one per key at a time.
 
-use super::Inner;
+use super::Core;
 use super::hold::{self, tick};
 use super::local::{Denial, KeyLease, Slow, held};
 use super::size::{self, Observed, refill_below};
@@ -71,7 +71,7 @@ impl Drop for FetchSlot {
     }
 }
 
-impl<C> Inner<C>
+impl<C> Core<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {

@@ -65,7 +65,7 @@ impl Drop for Ending {
 
 /// What the thread is asked to do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Wants {
+pub(crate) struct Work {
     /// A sweep is due.
     pub(crate) sweep: bool,
     /// The store would like its next stretch of memory prepared.
@@ -113,7 +113,7 @@ impl Signal {
 
     /// Waits for a request, and takes it (everything asked for since the last);
     /// `None` once the limiter is being dropped.
-    pub(crate) fn wait(&self) -> Option<Wants> {
+    pub(crate) fn wait(&self) -> Option<Work> {
         loop {
             if self.stopping() {
                 return None;
@@ -121,7 +121,7 @@ impl Signal {
             // Acquire: pairs with the requests' Release (`ask`).
             let wants = self.wants.swap(0, Ordering::Acquire);
             if wants != 0 {
-                return Some(Wants {
+                return Some(Work {
                     sweep: wants & SWEEP != 0,
                     prepare: wants & PREPARE != 0,
                 });
@@ -154,7 +154,7 @@ impl Signal {
 }
 
 /// How the sweeper thread shares a CPU with requests: at points where it holds no lock
-/// of the store, it hands its CPU to a waiting thread once [`Pace::TURN`] has passed
+/// of the store, it hands its CPU to a waiting thread once [`TurnTimer::TURN`] has passed
 /// since it last did. (It may hold the limiter's sweep lock there, which requests
 /// wait on only when the thread has fallen far behind and they sweep themselves; and
 /// the turn is wall time, so after the OS has taken the CPU from it the thread yields
@@ -171,12 +171,12 @@ impl Signal {
 /// (50 or 200 µs) cut those sleeps further but switched so often that p99.9 at 4
 /// request threads doubled.
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-pub(crate) struct Pace {
+pub(crate) struct TurnTimer {
     since: std::cell::Cell<std::time::Instant>,
 }
 
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-impl Pace {
+impl TurnTimer {
     /// Work between two yields, at most (give or take one step of the caller's).
     const TURN: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -203,10 +203,10 @@ impl Pace {
 /// run a request against the half-swept store (deterministically, unlike a turn of
 /// wall time, so that a failing schedule replays).
 #[cfg(turnstile_shuttle)]
-pub(crate) struct Pace;
+pub(crate) struct TurnTimer;
 
 #[cfg(turnstile_shuttle)]
-impl Pace {
+impl TurnTimer {
     /// A pace with nothing to measure.
     pub(crate) fn new() -> Self {
         Self
@@ -263,7 +263,7 @@ impl Maintenance {
     /// A thread that runs `work` with what is wanted whenever something is requested,
     /// until `work` returns `false` (the limiter is gone).
     #[cfg(not(turnstile_loom))]
-    pub(crate) fn on_thread(mut work: impl FnMut(Wants) -> bool + Send + 'static) -> Self {
+    pub(crate) fn on_thread(mut work: impl FnMut(Work) -> bool + Send + 'static) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             crate::sync::thread::Builder::new()
                 .name("turnstile-sweeper".into())
