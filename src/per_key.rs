@@ -71,6 +71,7 @@
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::decision::Decision;
+use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -117,13 +118,7 @@ impl<A: Reconfigurable> Entry<A> {
     /// `frozen`, moved at `now` (see the module docs).
     fn carried(configuration: u64, rules: A, old: &A, frozen: &A::Frozen, now: u64) -> Self {
         let state = rules.create(&());
-        let at = now.max(old.moment(frozen));
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtRawReading)
-        {
-            true => now,
-            false => at,
-        };
+        let at = choose(Mutant::MoveAtRawReading, now.max(old.moment(frozen)), now);
         let left = old.left(frozen, at);
         if left < old.fresh_available(|| (), at) {
             // Stamp the state at `at` (take one and give it back there), so that a
@@ -244,10 +239,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     }
 
     fn is_retired(&self, entry: &Entry<A>) -> bool {
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
-            && entry.current(self.configuration()).is_err()
-        {
+        if active(Mutant::SharedMarker) && entry.current(self.configuration()).is_err() {
             return false; // "retired and outdated" read as "being moved"
         }
         entry.rules.is_retired(&entry.state)
@@ -257,8 +249,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     /// allowance would start afresh when moved, as it does when forgotten.
     fn retire_if_forgettable(&self, entry: &Entry<A>, at: u64) -> Retirement {
         let retirement = entry.rules.retire_if_forgettable(&entry.state, at);
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
+        if active(Mutant::SharedMarker)
             && retirement == Retirement::AlreadyRetired
             && entry.current(self.configuration()).is_err()
         {
@@ -287,11 +278,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             return Renewal::Current;
         }
         let rules = A::for_quota(&quota);
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let same = rules == entry.rules
-            && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveUnchangedRules);
-        #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-        let same = rules == entry.rules;
+        let same = rules == entry.rules && !active(Mutant::MoveUnchangedRules);
         if same {
             // The same rules: the state stays exactly as it is. Relaxed: as above; the
             // compare-and-set keeps a slower mover from moving the number back.

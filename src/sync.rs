@@ -62,12 +62,16 @@ pub(crate) mod thread {
 
 /// Deliberately broken protocol variants (mutants) that the loom models in
 /// `loom-tests/` and the shuttle tests in `shuttle-tests/` switch on, to prove that
-/// their assertions can fail. Only in loom and shuttle builds; both run a test's
-/// threads on the thread that checks it (loom's as generators, shuttle's as
-/// coroutines on the caller's OS thread), so a thread-local switch reaches every
-/// thread of the test, and tests running at once on other OS threads keep their own.
-#[cfg(any(turnstile_loom, turnstile_shuttle))]
+/// their assertions can fail. The protocols ask through this shim, in every build:
+/// in normal builds no mutant is ever active ([`active`] is a constant `false` the
+/// compiler folds away, and [`choose`] the correct value), so the hooks cost nothing
+/// and need no `cfg` of their own. Only loom and shuttle builds can switch one on
+/// ([`with`]); both run a test's threads on the thread that checks it (loom's as
+/// generators, shuttle's as coroutines on the caller's OS thread), so a thread-local
+/// switch reaches every thread of the test, and tests running at once on other OS
+/// threads keep their own.
 pub mod mutants {
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     use std::cell::Cell;
 
     /// A broken variant of one protocol step.
@@ -107,11 +111,13 @@ pub mod mutants {
         SweepWithoutWaiting,
     }
 
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     thread_local! {
         static ACTIVE: Cell<Option<Mutant>> = const { Cell::new(None) };
     }
 
     /// Runs `f` with `mutant` switched on.
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     pub fn with<R>(mutant: Mutant, f: impl FnOnce() -> R) -> R {
         let previous = ACTIVE.with(|active| active.replace(Some(mutant)));
         let result = f();
@@ -120,7 +126,22 @@ pub mod mutants {
     }
 
     /// Whether `mutant` is switched on.
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     pub(crate) fn active(mutant: Mutant) -> bool {
         ACTIVE.with(|active| active.get() == Some(mutant))
+    }
+
+    /// Whether `mutant` is switched on: never, in normal builds.
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+    #[inline(always)]
+    pub(crate) const fn active(_mutant: Mutant) -> bool {
+        false
+    }
+
+    /// `correct`, or `broken` while `mutant` is switched on: a mutant that only
+    /// changes a value (an ordering, a reading), with no branch at the call site.
+    #[inline(always)]
+    pub(crate) fn choose<T>(mutant: Mutant, correct: T, broken: T) -> T {
+        if active(mutant) { broken } else { correct }
     }
 }

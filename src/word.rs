@@ -4,6 +4,7 @@
 
 use crate::Decision;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The one word no algorithm's state ever is: it marks a key being forgotten.
@@ -204,13 +205,11 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         // SeqCst fence the sweep took after raising it, in `Insertions::flip_and_wait`:
         // either alone suffices, loom model 11). Relaxed on failure: the word changed
         // since it was checked, so it is in use; keep it.
-        let retire = Ordering::Release;
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let retire =
-            match crate::sync::mutants::active(crate::sync::mutants::Mutant::UnorderedRetire) {
-                true => Ordering::Relaxed,
-                false => retire,
-            };
+        let retire = choose(
+            Mutant::UnorderedRetire,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         match word.compare_exchange(current, RETIRED, retire, Ordering::Relaxed) {
             Ok(_) => Retirement::Retired,
             // Changed since it was checked: in use, and forgettable no one knows when.
@@ -246,17 +245,11 @@ impl<W: MovableWord> Reconfigurable for W {
         // reaches other threads through the map's own publication of the new entry
         // (the index's Release store of a bucket's bitmap and the Acquire load of a
         // lookup), not through this word.
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        {
-            use crate::sync::mutants::{Mutant, active};
-            if active(Mutant::MoveWithoutFreezing) {
-                return update::<W, _>(word, |current| (current, current));
-            }
-            if active(Mutant::SharedMarker) {
-                return update::<W, _>(word, |current| (RETIRED, current));
-            }
+        if active(Mutant::MoveWithoutFreezing) {
+            return update::<W, _>(word, |current| (current, current));
         }
-        update::<W, _>(word, |current| (MOVED, current))
+        let marker = choose(Mutant::SharedMarker, MOVED, RETIRED);
+        update::<W, _>(word, |current| (marker, current))
     }
 
     fn moment(&self, frozen: &u64) -> u64 {

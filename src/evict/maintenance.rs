@@ -25,6 +25,7 @@
 //! park return at once (a park token is never lost), so no request is lost (loom model
 //! 12, with a mutant that unparks before it sets what it wants).
 
+use crate::sync::mutants::{Mutant, active};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Unpoisoned};
 use std::io;
 use std::sync::OnceLock;
@@ -81,8 +82,7 @@ impl Signal {
 
     /// Sets `want` and wakes the thread.
     fn ask(&self, want: usize) {
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::WakeFirst) {
+        if active(Mutant::WakeFirst) {
             self.wake();
             // Release: as below.
             self.wants.fetch_or(want, Ordering::Release);

@@ -21,6 +21,7 @@ use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::evict::{self, AfterInsertion, KeyStats, Overflow, Watermark};
 use crate::store::{KeyMap, Store};
+use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
@@ -461,8 +462,7 @@ where
             None | Some(Err(Blocked::Retired)) => {}
             found => return found,
         }
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+        if active(Mutant::TrustFirstMiss) {
             return None;
         }
         self.states.get_locked(key, f)
@@ -644,8 +644,7 @@ where
         // lock-free lookup that missed it can miss a key whose entry a move is
         // replacing.
         if self.watermark.max_keys != usize::MAX && self.states.len() >= self.watermark.max_keys {
-            #[cfg(any(turnstile_loom, turnstile_shuttle))]
-            if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+            if active(Mutant::TrustFirstMiss) {
                 return Ok(self.overflow(now, cost));
             }
             let found = self
@@ -659,15 +658,11 @@ where
         // later waits for this insertion to publish or lose before it forgets anything
         // (`evict/insertions.rs`). Registered after `create` (user code, for per-key
         // rules), so no sweep waits on a resolver; held until the store answers.
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let early = crate::sync::mutants::active(crate::sync::mutants::Mutant::EarlyReading)
-            .then(|| self.watermark.reading(now));
+        let early = active(Mutant::EarlyReading).then(|| self.watermark.reading(now));
         let mut registration = None;
         let first = |state: &mut A::State| {
             registration = Some(self.watermark.register_insertion());
-            let reading = self.watermark.reading(now);
-            #[cfg(any(turnstile_loom, turnstile_shuttle))]
-            let reading = early.unwrap_or(reading);
+            let reading = early.unwrap_or_else(|| self.watermark.reading(now));
             self.algorithm.acquire_unshared(state, reading, cost)
         };
         let found = self
