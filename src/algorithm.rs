@@ -8,7 +8,7 @@
 
 #[cfg(not(turnstile_loom))]
 use crate::sync::AtomicU64;
-use crate::{Decision, Quota};
+use crate::{Decision, Quota, QuotaError};
 use std::convert::Infallible;
 
 /// Why a request could not be applied to the state it found. Each is transient: the
@@ -152,28 +152,35 @@ pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
 /// GCRA and the sliding window counter refuse the few their word cannot hold, so
 /// building them can fail.
 pub trait FromQuota: Sized {
-    /// Why a quota is refused: [`Infallible`] for rules that hold every quota.
-    type Error;
-
-    /// What building a limiter `L` of these rules gives: `L` itself where every quota
-    /// is held, else `Result<L, QuotaError>`.
-    type Built<L>;
+    /// Why a quota is refused: [`Infallible`] for rules that hold every quota, else
+    /// [`QuotaError`].
+    type Error: Refusal;
 
     /// The rules for `quota`.
     fn from_quota(quota: &Quota) -> Result<Self, Self::Error>;
-
-    /// A limiter's construction, as [`Built`](Self::Built) says it is returned.
-    fn built<L>(made: Result<L, Self::Error>) -> Self::Built<L>;
 }
 
 /// Every reconfigurable rule holds every quota.
 impl<R: Reconfigurable> FromQuota for R {
     type Error = Infallible;
-    type Built<L> = L;
 
     fn from_quota(quota: &Quota) -> Result<Self, Infallible> {
         Ok(R::for_quota(quota))
     }
+}
+
+/// What a refusal of the quota makes of a limiter's construction: nothing, for rules
+/// that refuse none ([`Infallible`]: the limiter itself), else a `Result`.
+pub trait Refusal: Sized {
+    /// A construction of `L` that may meet this refusal.
+    type Built<L>;
+
+    /// `made`, as [`Built`](Self::Built) returns it.
+    fn built<L>(made: Result<L, Self>) -> Self::Built<L>;
+}
+
+impl Refusal for Infallible {
+    type Built<L> = L;
 
     fn built<L>(made: Result<L, Infallible>) -> L {
         match made {
@@ -182,6 +189,18 @@ impl<R: Reconfigurable> FromQuota for R {
         }
     }
 }
+
+impl Refusal for QuotaError {
+    type Built<L> = Result<L, QuotaError>;
+
+    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
+        made
+    }
+}
+
+/// What building a limiter `L` of rules `A` gives: `L` itself where every quota is
+/// held, else `Result<L, QuotaError>`.
+pub type Built<A, L> = <<A as FromQuota>::Error as Refusal>::Built<L>;
 
 /// A state's shape, as the keyed store needs to know it: a single word, which the word
 /// store (`store/words/`, opt-in) can keep beside its key, or anything else, which

@@ -68,12 +68,6 @@ impl FixedWindowRules {
         }
     }
 
-    /// The word of every new key: window 0, nothing counted.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
-    }
-
     /// The word holding window `index` with `count` admitted.
     #[inline]
     pub const fn pack(&self, index: u64, count: u64) -> u64 {
@@ -114,9 +108,10 @@ impl FixedWindowRules {
 impl WordAlgorithm for FixedWindowRules {
     const RESERVES_MOVED: bool = true;
 
+    /// The word of every new key: window 0, nothing counted.
     #[inline]
     fn fresh(&self) -> u64 {
-        FixedWindowRules::fresh(self)
+        0
     }
 
     /// One request for `cost` at `now`: the word to store and the decision.

@@ -75,12 +75,6 @@ impl GcraRules {
         }
     }
 
-    /// The word of every new key: TAT 0, a full bucket at every reading.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
-    }
-
     /// The last instant this limiter tells apart; later readings count as it.
     #[cfg(any(test, turnstile_loom))]
     pub const fn end(&self) -> u64 {
@@ -106,21 +100,17 @@ impl GcraRules {
 /// Refuses the quotas [`new`](GcraRules::new) names: building fails on those.
 impl FromQuota for GcraRules {
     type Error = QuotaError;
-    type Built<L> = Result<L, QuotaError>;
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         Self::new(quota)
     }
-
-    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
-        made
-    }
 }
 
 impl WordAlgorithm for GcraRules {
+    /// The word of every new key: TAT 0, a full bucket at every reading.
     #[inline]
     fn fresh(&self) -> u64 {
-        GcraRules::fresh(self)
+        0
     }
 
     /// One request for `cost` at `now`: the new TAT and the decision.

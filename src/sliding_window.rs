@@ -99,12 +99,6 @@ impl SlidingWindowRules {
         })
     }
 
-    /// The word of every new key: window 0, nothing counted.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
-    }
-
     /// The word holding window `index` with `previous` and `current` admitted.
     #[inline]
     pub const fn pack(&self, index: u64, previous: u64, current: u64) -> u64 {
@@ -177,21 +171,17 @@ impl SlidingWindowRules {
 /// Refuses the quotas [`new`](SlidingWindowRules::new) names: building fails on those.
 impl FromQuota for SlidingWindowRules {
     type Error = QuotaError;
-    type Built<L> = Result<L, QuotaError>;
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         Self::new(quota)
     }
-
-    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
-        made
-    }
 }
 
 impl WordAlgorithm for SlidingWindowRules {
+    /// The word of every new key: window 0, nothing counted.
     #[inline]
     fn fresh(&self) -> u64 {
-        SlidingWindowRules::fresh(self)
+        0
     }
 
     /// One request for `cost` at `now`: the word to store and the decision.

@@ -4,7 +4,7 @@
 
 use super::KeyedLimiter;
 use crate::Quota;
-use crate::algorithm::{Algorithm, FromQuota};
+use crate::algorithm::{Algorithm, Built, FromQuota, Refusal};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
@@ -303,7 +303,7 @@ where
     /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported) from [`Gcra`] when
     /// `capacity × refill_every` exceeds 2^63 ns, and from [`SlidingWindowCounter`]
     /// when the quota's counts do not fit its state word (see each type).
-    pub fn new(quota: Quota) -> A::Built<Self> {
+    pub fn new(quota: Quota) -> Built<A, Self> {
         Self::builder(quota).build()
     }
 }
@@ -318,7 +318,7 @@ where
     ///
     /// # Errors
     /// As [`new`](KeyedLimiter::new).
-    pub fn with_clock(quota: Quota, clock: C) -> A::Built<Self> {
+    pub fn with_clock(quota: Quota, clock: C) -> Built<A, Self> {
         Builder::<KeyedLimiter<A, K>, C>::with_clock(quota, clock).build()
     }
 }
@@ -336,8 +336,8 @@ where
     /// # Errors
     /// As [`KeyedLimiter::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
-    pub fn build(self) -> A::Built<KeyedLimiter<A, K, C, S>> {
+    pub fn build(self) -> Built<A, KeyedLimiter<A, K, C, S>> {
         let made = A::from_quota(&self.quota).and_then(|rules| self.assemble(rules, A::from_quota));
-        A::built(made)
+        A::Error::built(made)
     }
 }
