@@ -351,7 +351,7 @@ where
                     Ok(Err(error)) => Err(CheckError::Redis(error)),
                     Err(_elapsed) => Err(CheckError::Timeout(timeout)),
                 };
-            pending.settle(&result);
+            pending.tell_breaker(&result);
             result
         }
     }
@@ -371,7 +371,7 @@ where
         let outcome = self
             .engine
             .counters
-            .settle(self.engine.policy, result.map(|checked| checked.decision));
+            .apply_policy(self.engine.policy, result.map(|checked| checked.decision));
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.engine.observer {
             if replaced {
@@ -429,7 +429,7 @@ struct Pending<'a> {
 impl Pending<'_> {
     /// Tells the breaker whether Redis answered, and counts and reports what that
     /// changed.
-    fn settle<T>(&mut self, result: &Result<T, CheckError>) {
+    fn tell_breaker<T>(&mut self, result: &Result<T, CheckError>) {
         let Some(admission) = self.admission.take() else {
             return;
         };
