@@ -19,10 +19,11 @@ use std::hash::{BuildHasher, Hash};
 /// token per refill interval, on a refill grid shared by all keys.
 ///
 /// Each key's whole state — the grid index at which its bucket is full again — is one
-/// `AtomicU64` (see [the guide](crate::guide::state_word#the-state-word)), updated by a compare-and-set loop, found through
-/// a lock-free map lookup. Once a key exists, a request takes one clock reading, one map
-/// lookup and usually one CAS: no lock, no allocation. A denial that changes nothing
-/// writes nothing, so under attack the key's cache line stays shared between cores.
+/// `AtomicU64` (see [the guide](crate::guide::state_word#the-state-word)), updated by a
+/// compare-and-set loop, found through a lock-free map lookup. Once a key exists, a
+/// request takes one clock reading, one map lookup and usually one CAS: no lock, no
+/// allocation. A denial that changes nothing writes nothing, so under attack the key's
+/// cache line stays shared between cores.
 ///
 /// Semantics (exact, identical in every turnstile implementation): tokens arrive on a
 /// grid shared by all keys, a new key starts full, refill is lazy and capped at the
@@ -78,9 +79,9 @@ pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 /// [`TokenBucket`](crate::TokenBucket).
 ///
 /// Memory: one 8-byte word per key (window index and count, layout in
-/// [the guide](crate::guide::algorithms#fixed-window)), beside the key in the limiter's table. Every [`Quota`] fits; it is
-/// lock-free and allocation-free per check like `TokenBucket`, sharing its
-/// compare-and-set loop.
+/// [the guide](crate::guide::algorithms#fixed-window)), beside the key in the limiter's
+/// table. Every [`Quota`] fits; it is lock-free and allocation-free per check like
+/// `TokenBucket`, sharing its compare-and-set loop.
 ///
 /// ```
 /// use turnstile::{FixedWindow, ManualClock, Quota};
@@ -146,8 +147,8 @@ pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 /// `u64::MAX` ns (584 years): later readings count as that instant, where time
 /// stands still — no key gains anything more, and a `retry_after` is measured from
 /// that instant. The constructors refuse, with
-/// [`QuotaError::Unsupported`], a full refill longer than 2^63 ns (292 years), so
-/// every accepted limiter is exact for at least 292 years.
+/// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill longer
+/// than 2^63 ns (292 years), so every accepted limiter is exact for at least 292 years.
 ///
 /// Memory: one 8-byte word per key, beside the key in the limiter's table. Lock-free
 /// and allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
@@ -201,12 +202,14 @@ pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K
 ///   all came at its start), and deny what the log would admit.
 ///
 /// Memory: one 8-byte word per key (window index and two counts, layout in
-/// [the guide](crate::guide::algorithms#sliding-window-counter)), beside the key in the limiter's table. Lock-free and
-/// allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
+/// [the guide](crate::guide::algorithms#sliding-window-counter)), beside the key in the
+/// limiter's table. Lock-free and allocation-free per check, sharing `TokenBucket`'s
+/// compare-and-set loop.
 ///
 /// Two counts beside the window index do not fit every quota: the constructors
-/// refuse, with [`QuotaError::Unsupported`], a capacity above about the square root
-/// of the window in nanoseconds — `Quota::per_second(n)` up to n = 16,383,
+/// refuse, with [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a capacity
+/// above about the square root of the window in nanoseconds — `Quota::per_second(n)` up
+/// to n = 16,383,
 /// `per_minute` up to 131,071, `per_hour` up to 1,048,575.
 ///
 /// ```
