@@ -6,7 +6,10 @@
 //! and its compare-and-set loop, the sliding log directly, and per-key quotas as a
 //! wrapper around either ([`PerKey`](crate::per_key::PerKey)).
 
-use crate::{Decision, Quota};
+#[cfg(not(turnstile_loom))]
+use crate::sync::AtomicU64;
+use crate::{Decision, Quota, QuotaError};
+use std::convert::Infallible;
 
 /// Why a request could not be applied to the state it found. Each is transient: the
 /// keyed limiter resolves it and looks the key up again.
@@ -55,7 +58,7 @@ pub enum Renewal {
 /// `K` matter only to per-key rules, which resolve each key's quota.
 pub trait Algorithm<K>: Send + Sync {
     /// One key's state; the keyed store knows where to keep it.
-    type State: Send + Sync + crate::store::Stored;
+    type State: Send + Sync + Stored;
 
     /// What moving a key to the current quotas needs to know, from
     /// [`resolve`](Self::resolve).
@@ -144,3 +147,121 @@ pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
     /// change it. Only the thread that froze it may thaw it.
     fn thaw(&self, state: &Self::State, frozen: Self::Frozen);
 }
+
+/// Rules made from a limiter's quota when it is built. Most hold every quota; the
+/// GCRA and the sliding window counter refuse the few their word cannot hold, so
+/// building them can fail.
+pub trait FromQuota: Sized {
+    /// Why a quota is refused: [`Infallible`] for rules that hold every quota, else
+    /// [`QuotaError`].
+    type Error: Refusal;
+
+    /// The rules for `quota`.
+    fn from_quota(quota: &Quota) -> Result<Self, Self::Error>;
+}
+
+/// Every reconfigurable rule holds every quota.
+impl<R: Reconfigurable> FromQuota for R {
+    type Error = Infallible;
+
+    fn from_quota(quota: &Quota) -> Result<Self, Infallible> {
+        Ok(R::for_quota(quota))
+    }
+}
+
+/// What a refusal of the quota makes of a limiter's construction: nothing, for rules
+/// that refuse none ([`Infallible`]: the limiter itself), else a `Result`.
+pub trait Refusal: Sized {
+    /// A construction of `L` that may meet this refusal.
+    type Built<L>;
+
+    /// `made`, as [`Built`](Self::Built) returns it.
+    fn built<L>(made: Result<L, Self>) -> Self::Built<L>;
+}
+
+impl Refusal for Infallible {
+    type Built<L> = L;
+
+    fn built<L>(made: Result<L, Infallible>) -> L {
+        match made {
+            Ok(limiter) => limiter,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl Refusal for QuotaError {
+    type Built<L> = Result<L, QuotaError>;
+
+    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
+        made
+    }
+}
+
+/// What building a limiter `L` of rules `A` gives: `L` itself where every quota is
+/// held, else `Result<L, QuotaError>`.
+pub type Built<A, L> = <<A as FromQuota>::Error as Refusal>::Built<L>;
+
+/// A state's shape, as the keyed store needs to know it: a single word, which the word
+/// store (`store/words/`, opt-in) can keep beside its key, or anything else, which
+/// papaya (`store/papaya.rs`, the default) holds in its own entry.
+#[cfg(not(turnstile_loom))]
+pub trait Stored: Sized + Send + Sync {
+    /// Whether the state is a single word, which the word store can hold beside its
+    /// key (`store/words/`): only `AtomicU64`. Every other state lives in papaya.
+    #[doc(hidden)]
+    const WORD: bool = false;
+
+    /// The state a word of the word store is. Called only when [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn of_word(word: &AtomicU64) -> &Self {
+        let _ = word;
+        unreachable!("turnstile: only single words live in the word store")
+    }
+
+    /// The state a word of the word store is, mutably. Called only when
+    /// [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn of_word_mut(word: &mut AtomicU64) -> &mut Self {
+        let _ = word;
+        unreachable!("turnstile: only single words live in the word store")
+    }
+
+    /// The word a state is. Called only when [`WORD`](Self::WORD).
+    #[doc(hidden)]
+    fn into_word(self) -> AtomicU64 {
+        unreachable!("turnstile: only single words live in the word store")
+    }
+}
+
+/// The word algorithms' state: in papaya, or beside its key in the word store
+/// (`store/map.rs`).
+#[cfg(not(turnstile_loom))]
+impl Stored for AtomicU64 {
+    const WORD: bool = true;
+
+    #[inline(always)]
+    fn of_word(word: &AtomicU64) -> &Self {
+        word
+    }
+
+    #[inline(always)]
+    fn of_word_mut(word: &mut AtomicU64) -> &mut Self {
+        word
+    }
+
+    #[inline(always)]
+    fn into_word(self) -> AtomicU64 {
+        self
+    }
+}
+
+/// The sliding log's state and the mutex-per-key baseline's: always in papaya.
+#[cfg(not(turnstile_loom))]
+impl<T: Send> Stored for std::sync::Mutex<T> {}
+
+/// A state's shape under loom: any (the loom store keeps every state in an `Arc`).
+#[cfg(turnstile_loom)]
+pub trait Stored {}
+#[cfg(turnstile_loom)]
+impl<T> Stored for T {}

@@ -1,7 +1,7 @@
-//! Settings shared by every keyed limiter: clock, hasher, expected number of keys.
+//! EvictionSettings shared by every keyed limiter: clock, hasher, expected number of keys.
 
 use crate::clock::QuantaClock;
-use crate::evict::{Overflow, Settings};
+use crate::evict::{EvictionSettings, Overflow};
 use crate::quota::Quota;
 use crate::store::StoreKind;
 use std::marker::PhantomData;
@@ -31,7 +31,7 @@ pub struct Builder<L, C = QuantaClock, S = DefaultHasher> {
     pub(crate) clock: C,
     pub(crate) hasher: S,
     pub(crate) expected_keys: usize,
-    pub(crate) forgetting: Settings,
+    pub(crate) eviction: EvictionSettings,
     /// Where the limiter keeps its keys' states.
     pub(crate) store: StoreKind,
     /// The name metrics and events report the limiter under; none, none reported.
@@ -52,7 +52,7 @@ impl<L, C> Builder<L, C> {
             clock,
             hasher: DefaultHasher::default(),
             expected_keys: 0,
-            forgetting: Settings::default(),
+            eviction: EvictionSettings::default(),
             store: StoreKind::default(),
             name: None,
             limiter: PhantomData,
@@ -68,7 +68,7 @@ impl<L, C, S> Builder<L, C, S> {
             clock,
             hasher: self.hasher,
             expected_keys: self.expected_keys,
-            forgetting: self.forgetting,
+            eviction: self.eviction,
             store: self.store,
             name: self.name,
             limiter: PhantomData,
@@ -87,7 +87,7 @@ impl<L, C, S> Builder<L, C, S> {
             clock: self.clock,
             hasher,
             expected_keys: self.expected_keys,
-            forgetting: self.forgetting,
+            eviction: self.eviction,
             store: self.store,
             name: self.name,
             limiter: PhantomData,
@@ -107,7 +107,7 @@ impl<L, C, S> Builder<L, C, S> {
     /// also how much clock lag (between cores, or from a preemption between reading
     /// the clock and updating the key) stays exact.
     pub fn eviction_margin(mut self, margin: Duration) -> Self {
-        self.forgetting.margin = margin;
+        self.eviction.margin = margin;
         self
     }
 
@@ -116,7 +116,7 @@ impl<L, C, S> Builder<L, C, S> {
     /// `sweep_in_background`). By default an insertion that finds a sweep due asks the
     /// limiter's own sweeper thread for one (see [`crate::evict`]).
     pub fn manual_eviction(mut self) -> Self {
-        self.forgetting.automatic = false;
+        self.eviction.automatic = false;
         self
     }
 
@@ -135,7 +135,7 @@ impl<L, C, S> Builder<L, C, S> {
     /// by `overflow`; with automatic sweeps it first asks the sweeper thread for room
     /// (at most once per margin), and new keys are stored again once it has made some.
     pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
-        self.forgetting.max_keys = Some((max_keys, overflow));
+        self.eviction.max_keys = Some((max_keys, overflow));
         self
     }
 }

@@ -5,7 +5,7 @@
 //! creation and measures every later reading from there (its *epoch*).
 
 use crate::Decision;
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, Unpoisoned};
 use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -80,9 +80,7 @@ impl RecentClock {
     pub fn new(refresh: Duration) -> io::Result<Self> {
         // The handle keeps the upkeep thread running; it lives for the process.
         static UPKEEP: Mutex<Option<quanta::Handle>> = Mutex::new(None);
-        let mut upkeep = UPKEEP
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut upkeep = UPKEEP.lock().unpoisoned();
         if upkeep.is_none() {
             match quanta::Upkeep::new(refresh).start() {
                 Ok(handle) => *upkeep = Some(handle),

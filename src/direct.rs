@@ -26,12 +26,11 @@
 use crate::algorithm::{Algorithm, Blocked};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
-use crate::gcra::GcraRules;
-use crate::gcra::state as gcra;
+use crate::gcra::{self, GcraRules};
 use crate::sliding_window::SlidingWindowRules;
+use crate::sync::mutants::{Mutant, active};
 use crate::sync::{AtomicU64, Ordering, yield_now};
-use crate::token_bucket::TokenBucketRules;
-use crate::token_bucket::state as token_bucket;
+use crate::token_bucket::{self, TokenBucketRules};
 use crate::word::{MOVED, RETIRED, WordAlgorithm};
 use crate::{Decision, KeyRef, Quota, QuotaError, RateLimiter};
 use std::borrow::Borrow;
@@ -234,8 +233,7 @@ fn admit_word<W: WordAlgorithm>(
             Ok(_) => return Ok(true),
             Err(actual) => current = actual,
         }
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::TryWithStaleValue) {
+        if active(Mutant::TryWithStaleValue) {
             // The mutant: retry with the value computed from the word it lost to.
             // Relaxed: as above.
             if word

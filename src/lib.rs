@@ -66,6 +66,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
+#[cfg(feature = "baselines")]
+#[cfg_attr(docsrs, doc(cfg(feature = "baselines")))]
 pub mod baseline;
 mod builder;
 mod clock;
@@ -79,8 +81,6 @@ pub mod guide;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod http;
 mod keyed;
-#[cfg(any(feature = "redis", turnstile_loom))]
-mod lease_word;
 mod limiter;
 #[cfg(turnstile_loom)]
 #[doc(hidden)]
@@ -94,6 +94,14 @@ mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+/// Under loom, only the leased key's hold, whose protocol loom-tests/ model-checks
+/// without Redis: the same file, at the same path, as in the `redis` feature.
+#[cfg(turnstile_loom)]
+mod redis {
+    pub(crate) mod lease {
+        pub(crate) mod hold;
+    }
+}
 #[cfg(turnstile_shuttle)]
 #[doc(hidden)]
 pub mod shuttle_hooks;
@@ -122,11 +130,9 @@ pub use direct::{
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub use evict::BackgroundSweeper;
 pub use evict::{KeyStats, Overflow};
-pub use fixed_window::{FixedWindow, PerKeyFixedWindow};
-pub use gcra::Gcra;
-pub use keyed::KeyedLimiter;
+pub use keyed::{
+    FixedWindow, Gcra, KeyedLimiter, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket,
+    SlidingLog, SlidingWindowCounter, TokenBucket,
+};
 pub use limiter::{KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};
-pub use sliding_log::{PerKeySlidingLog, SlidingLog};
-pub use sliding_window::SlidingWindowCounter;
-pub use token_bucket::{PerKeyTokenBucket, TokenBucket};

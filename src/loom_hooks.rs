@@ -12,11 +12,11 @@ use std::hash::{BuildHasher, Hash};
 
 pub use crate::algorithm::Blocked;
 pub use crate::sync::mutants::{Mutant, with as with_mutant};
-pub use crate::token_bucket::state::{TokenBucketRules, acquire, available, refund};
+pub use crate::token_bucket::TokenBucketRules;
 
-/// The leased Redis limiter's per-key word (`lease_word.rs`), for its model.
+/// The leased Redis limiter's per-key hold (`redis/lease/hold.rs`), for its model.
 pub mod lease {
-    pub use crate::lease_word::{
+    pub use crate::redis::lease::hold::{
         Added, MAX_HELD, TICK_SHIFT, add, drop_expired, give_back, held, load, pack, take, tick,
     };
 }
@@ -68,33 +68,33 @@ where
 /// The fixed window's step and rules.
 pub mod fixed_window {
     pub use super::word;
-    pub use crate::fixed_window::state::{FixedWindowRules, acquire, available};
+    pub use crate::fixed_window::FixedWindowRules;
 }
 
 /// The sliding window counter's step and rules.
 pub mod sliding_window {
     pub use super::word;
-    pub use crate::sliding_window::state::{At, SlidingWindowRules, acquire, available};
+    pub use crate::sliding_window::{At, SlidingWindowRules};
 }
 
 /// GCRA's step and rules.
 pub mod gcra {
     pub use super::word;
-    pub use crate::gcra::state::{GcraRules, acquire, available};
+    pub use crate::gcra::GcraRules;
 }
 
 /// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run
 /// the retire protocol on a bare word, without the store's own synchronization.
-pub struct Watermark(crate::evict::Sweeper);
+pub struct Watermark(crate::evict::Watermark);
 
 impl Watermark {
     /// A watermark at 0, with no eviction margin.
     pub fn new() -> Self {
-        let settings = crate::evict::Settings {
+        let settings = crate::evict::EvictionSettings {
             margin: std::time::Duration::ZERO,
             ..Default::default()
         };
-        Self(crate::evict::Sweeper::new(&settings, 0))
+        Self(crate::evict::Watermark::new(&settings, 0))
     }
 
     /// Starts a sweep at `now`: raises the watermark; returns the instant keys must be
@@ -123,12 +123,12 @@ pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: 
 }
 
 /// The sweeper thread's handshake alone: what a request and the thread share.
-pub struct SweepSignal(crate::keyed::Signal);
+pub struct SweepSignal(crate::evict::maintenance::Signal);
 
 impl SweepSignal {
     /// No request yet.
     pub fn new() -> Self {
-        Self(crate::keyed::Signal::default())
+        Self(crate::evict::maintenance::Signal::default())
     }
 
     /// The thread that waits on the signal, set before the first request.

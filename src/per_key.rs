@@ -71,7 +71,8 @@
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::decision::Decision;
-use crate::sync::{AtomicU64, Ordering, RwLock};
+use crate::sync::mutants::{Mutant, active, choose};
+use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -100,7 +101,7 @@ pub struct Entry<A: Algorithm<()>> {
 
 /// An entry is more than one word: the store boxes it.
 #[cfg(not(turnstile_loom))]
-impl<A: Algorithm<()>> crate::store::Stored for Entry<A> {}
+impl<A: Algorithm<()>> crate::algorithm::Stored for Entry<A> {}
 
 impl<A: Reconfigurable> Entry<A> {
     /// A new key's entry under `quota`.
@@ -117,13 +118,7 @@ impl<A: Reconfigurable> Entry<A> {
     /// `frozen`, moved at `now` (see the module docs).
     fn carried(configuration: u64, rules: A, old: &A, frozen: &A::Frozen, now: u64) -> Self {
         let state = rules.create(&());
-        let at = now.max(old.moment(frozen));
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let at = match crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveAtRawReading)
-        {
-            true => now,
-            false => at,
-        };
+        let at = choose(Mutant::MoveAtRawReading, now.max(old.moment(frozen)), now);
         let left = old.left(frozen, at);
         if left < old.fresh_available(|| (), at) {
             // Stamp the state at `at` (take one and give it back there), so that a
@@ -167,10 +162,7 @@ impl<A, K> PerKey<A, K> {
 
     /// Makes `resolve` the source of every key's quota from now on.
     pub(crate) fn reconfigure(&self, resolve: Resolver<K>) {
-        let mut resolver = self
-            .resolver
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut resolver = self.resolver.write().unpoisoned();
         let next = resolver.0 + 1;
         *resolver = (next, resolve);
         // Relaxed: a request that sees the new number and moves its key reads the
@@ -191,10 +183,7 @@ impl<A, K> PerKey<A, K> {
     /// The current resolver's quota for `key`, and the configuration it belongs to.
     fn resolve_now(&self, key: &K) -> (u64, Quota) {
         let (configuration, resolve) = {
-            let resolver = self
-                .resolver
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let resolver = self.resolver.read().unpoisoned();
             (resolver.0, Arc::clone(&resolver.1))
         };
         // The user's resolver runs outside the lock, with nothing frozen.
@@ -250,10 +239,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     }
 
     fn is_retired(&self, entry: &Entry<A>) -> bool {
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
-            && entry.current(self.configuration()).is_err()
-        {
+        if active(Mutant::SharedMarker) && entry.current(self.configuration()).is_err() {
             return false; // "retired and outdated" read as "being moved"
         }
         entry.rules.is_retired(&entry.state)
@@ -263,8 +249,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
     /// allowance would start afresh when moved, as it does when forgotten.
     fn retire_if_forgettable(&self, entry: &Entry<A>, at: u64) -> Retirement {
         let retirement = entry.rules.retire_if_forgettable(&entry.state, at);
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SharedMarker)
+        if active(Mutant::SharedMarker)
             && retirement == Retirement::AlreadyRetired
             && entry.current(self.configuration()).is_err()
         {
@@ -293,11 +278,7 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             return Renewal::Current;
         }
         let rules = A::for_quota(&quota);
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let same = rules == entry.rules
-            && !crate::sync::mutants::active(crate::sync::mutants::Mutant::MoveUnchangedRules);
-        #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-        let same = rules == entry.rules;
+        let same = rules == entry.rules && !active(Mutant::MoveUnchangedRules);
         if same {
             // The same rules: the state stays exactly as it is. Relaxed: as above; the
             // compare-and-set keeps a slower mover from moving the number back.

@@ -28,6 +28,24 @@ pub(crate) use shuttle::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_shuttle)]
 pub(crate) use shuttle::thread::yield_now;
 
+/// A lock's guard whether or not a thread panicked while it held the lock: the one
+/// way turnstile takes every lock of its own (std's, loom's and shuttle's all answer
+/// with std's `LockResult`). Each critical section leaves what it guards valid at every
+/// step, or runs only code that cannot panic (a step function; an allocation failure
+/// aborts), so a poisoned lock still guards valid data, and a panic in one request
+/// must not make every later request on the lock panic too.
+pub(crate) trait Unpoisoned<G> {
+    /// The guard, poisoned or not.
+    fn unpoisoned(self) -> G;
+}
+
+impl<G> Unpoisoned<G> for std::sync::LockResult<G> {
+    #[inline]
+    fn unpoisoned(self) -> G {
+        self.unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The threads turnstile starts (the limiter's sweeper thread) and how one waits:
 /// std's, loom's (which starts none: its models sweep on demand) or shuttle's, whose
 /// scheduler must own every thread of a test and see every park and unpark.
@@ -44,12 +62,16 @@ pub(crate) mod thread {
 
 /// Deliberately broken protocol variants (mutants) that the loom models in
 /// `loom-tests/` and the shuttle tests in `shuttle-tests/` switch on, to prove that
-/// their assertions can fail. Only in loom and shuttle builds; both run a test's
-/// threads on the thread that checks it (loom's as generators, shuttle's as
-/// coroutines on the caller's OS thread), so a thread-local switch reaches every
-/// thread of the test, and tests running at once on other OS threads keep their own.
-#[cfg(any(turnstile_loom, turnstile_shuttle))]
+/// their assertions can fail. The protocols ask through this shim, in every build:
+/// in normal builds no mutant is ever active ([`active`] is a constant `false` the
+/// compiler folds away, and [`choose`] the correct value), so the hooks cost nothing
+/// and need no `cfg` of their own. Only loom and shuttle builds can switch one on
+/// ([`with`]); both run a test's threads on the thread that checks it (loom's as
+/// generators, shuttle's as coroutines on the caller's OS thread), so a thread-local
+/// switch reaches every thread of the test, and tests running at once on other OS
+/// threads keep their own.
 pub mod mutants {
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     use std::cell::Cell;
 
     /// A broken variant of one protocol step.
@@ -89,11 +111,13 @@ pub mod mutants {
         SweepWithoutWaiting,
     }
 
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     thread_local! {
         static ACTIVE: Cell<Option<Mutant>> = const { Cell::new(None) };
     }
 
     /// Runs `f` with `mutant` switched on.
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     pub fn with<R>(mutant: Mutant, f: impl FnOnce() -> R) -> R {
         let previous = ACTIVE.with(|active| active.replace(Some(mutant)));
         let result = f();
@@ -102,7 +126,22 @@ pub mod mutants {
     }
 
     /// Whether `mutant` is switched on.
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     pub(crate) fn active(mutant: Mutant) -> bool {
         ACTIVE.with(|active| active.get() == Some(mutant))
+    }
+
+    /// Whether `mutant` is switched on: never, in normal builds.
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+    #[inline(always)]
+    pub(crate) const fn active(_mutant: Mutant) -> bool {
+        false
+    }
+
+    /// `correct`, or `broken` while `mutant` is switched on: a mutant that only
+    /// changes a value (an ordering, a reading), with no branch at the call site.
+    #[inline(always)]
+    pub(crate) fn choose<T>(mutant: Mutant, correct: T, broken: T) -> T {
+        if active(mutant) { broken } else { correct }
     }
 }

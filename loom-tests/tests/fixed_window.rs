@@ -78,10 +78,10 @@ fn boundary_race_opens_one_window<K: Key>(make: fn(&ManualClock) -> K) {
         1,
         "window boundary: taken + left != limit"
     );
-    let layout = FixedWindowRules::new(&quota(1));
+    let rules = FixedWindowRules::new(&quota(1));
     let expected = if taken == 1 { (1, 1) } else { (0, 1) };
     assert_eq!(
-        layout.unpack(key.word()),
+        rules.unpack(key.word()),
         expected,
         "window boundary: invalid final word"
     );
@@ -98,15 +98,15 @@ fn model_2_takes_racing_with_the_window_boundary() {
 
 /// Mutant 2: the new window's reset written with a plain store before the take's
 /// CAS — it can erase another thread's take in the new window.
-fn reset_by_store(word: &AtomicU64, layout: &FixedWindowRules, now: u64, cost: u32) -> Decision {
+fn reset_by_store(word: &AtomicU64, rules: &FixedWindowRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the plain store, not ordering.
     let current = word.load(Ordering::Relaxed);
-    let (index, count) = layout.at(current, now);
-    if layout.pack(index, count) != current {
+    let (index, count) = rules.at(current, now);
+    if rules.pack(index, count) != current {
         // Relaxed: as above.
-        word.store(layout.pack(index, count), Ordering::Relaxed);
+        word.store(rules.pack(index, count), Ordering::Relaxed);
     }
-    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
+    acquire_word(rules, word, now, cost).expect("no sweeper in this model")
 }
 
 #[test]

@@ -10,7 +10,8 @@ use loom_tests::harness::{
     KEY, Key, Mutant, Real, allowed, frozen_clock_admits_exactly_two, spawn, stale_retry,
 };
 use std::time::Duration;
-use turnstile::loom_hooks::gcra::{GcraRules, acquire, word};
+use turnstile::loom_hooks::WordAlgorithm;
+use turnstile::loom_hooks::gcra::{GcraRules, word};
 use turnstile::{Decision, Gcra, ManualClock, Quota};
 
 /// Emission interval of every model, in nanoseconds of the `ManualClock`.
@@ -45,10 +46,10 @@ fn model_1_frozen_clock_admits_exactly_the_burst() {
 
 /// Mutant 1: every access atomic, but the check and the update are two of them — a
 /// load to decide, then `fetch_add` of the cost: all three pass the check.
-fn check_then_add(word: &AtomicU64, layout: &GcraRules, now: u64, cost: u32) -> Decision {
+fn check_then_add(word: &AtomicU64, rules: &GcraRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the split read-modify-write, not ordering.
     let current = word.load(Ordering::Relaxed);
-    let (new, decision) = acquire(layout, current, now, cost);
+    let (new, decision) = WordAlgorithm::acquire(rules, current, now, cost);
     if new != current {
         // Relaxed: as above.
         word.fetch_add(new - current, Ordering::Relaxed);
@@ -149,11 +150,11 @@ fn model_3_a_denial_changes_nothing() {
 /// Mutant 3: the lock-free shortcut that adds first and undoes on denial — the
 /// oversized request's reservation is visible until it is undone, so a request that
 /// fits can be denied meanwhile.
-fn add_then_undo(word: &AtomicU64, layout: &GcraRules, now: u64, cost: u32) -> Decision {
-    let reserve = u64::from(cost) * layout.interval();
+fn add_then_undo(word: &AtomicU64, rules: &GcraRules, now: u64, cost: u32) -> Decision {
+    let reserve = u64::from(cost) * rules.interval();
     // Relaxed: the mutant's flaw is the visible reservation, not ordering.
     let before = word.fetch_add(reserve, Ordering::Relaxed);
-    let (_, decision) = acquire(layout, before, now, cost);
+    let (_, decision) = WordAlgorithm::acquire(rules, before, now, cost);
     if !decision.is_allowed() {
         // Relaxed: as above.
         word.fetch_sub(reserve, Ordering::Relaxed);

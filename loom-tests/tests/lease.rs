@@ -1,4 +1,4 @@
-//! The leased Redis limiter's per-key word (`src/lease_word.rs`), model-checked: the
+//! The leased Redis limiter's per-key word (`src/redis/lease/hold.rs`), model-checked: the
 //! tokens a fetch adds are each served once, or reported expired, or still held —
 //! never served twice, never revived after their expiry — while requests take, the
 //! one fetch in flight adds and a refused policy's refund gives back. Each model also runs against a mutant loom must reject.

@@ -22,7 +22,7 @@ fn quota(limit: u32) -> Quota {
     Quota::new(limit, Duration::from_nanos(INTERVAL)).unwrap()
 }
 
-fn layout(limit: u32) -> SlidingWindowRules {
+fn rules(limit: u32) -> SlidingWindowRules {
     SlidingWindowRules::new(&quota(limit)).unwrap()
 }
 
@@ -36,7 +36,7 @@ fn mutant(
     clock: &ManualClock,
     protocol: fn(&AtomicU64, &SlidingWindowRules, u64, u32) -> Decision,
 ) -> Mutant<SlidingWindowRules> {
-    Mutant::new(layout(limit), clock, protocol)
+    Mutant::new(rules(limit), clock, protocol)
 }
 
 // ---------------------------------------------------------------------------
@@ -81,7 +81,7 @@ fn roll_race_keeps_the_previous_count<K: Key>(make: fn(&ManualClock) -> K) {
     assert_eq!(taken + key.peek(), 1, "window roll: taken + left != room");
     let expected = if taken == 1 { (1, 2, 1) } else { (0, 0, 2) };
     assert_eq!(
-        layout(2).unpack(key.word()),
+        rules(2).unpack(key.word()),
         expected,
         "window roll: invalid final word"
     );
@@ -98,16 +98,16 @@ fn model_2_takes_racing_with_the_window_roll() {
 
 /// Mutant 2: the roll into the new window written with a plain store before the
 /// take's CAS — it can erase another thread's take in the new window.
-fn roll_by_store(word: &AtomicU64, layout: &SlidingWindowRules, now: u64, cost: u32) -> Decision {
+fn roll_by_store(word: &AtomicU64, rules: &SlidingWindowRules, now: u64, cost: u32) -> Decision {
     // Relaxed: the mutant's flaw is the plain store, not ordering.
     let current = word.load(Ordering::Relaxed);
-    let at = layout.at(current, now);
-    let rolled = layout.pack(at.index, at.previous, at.current);
+    let at = rules.at(current, now);
+    let rolled = rules.pack(at.index, at.previous, at.current);
     if rolled != current {
         // Relaxed: as above.
         word.store(rolled, Ordering::Relaxed);
     }
-    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
+    acquire_word(rules, word, now, cost).expect("no sweeper in this model")
 }
 
 #[test]

@@ -9,7 +9,7 @@ use loom_tests::check;
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::loom_hooks::{
-    TokenBucketRules, acquire, acquire_word, available, direct_word, refund, token_bucket_word,
+    TokenBucketRules, WordAlgorithm, acquire_word, direct_word, token_bucket_word,
 };
 use turnstile::{Clock, Decision, DirectTokenBucket, ManualClock, Quota, RateLimiter, TokenBucket};
 
@@ -46,8 +46,8 @@ impl Bucket for Real {
         self.0.peek(&KEY)
     }
     fn word(&self) -> (u64, TokenBucketRules) {
-        let (word, layout) = token_bucket_word(&self.0, &KEY);
-        (word.expect("the key was created"), layout)
+        let (word, rules) = token_bucket_word(&self.0, &KEY);
+        (word.expect("the key was created"), rules)
     }
 }
 
@@ -103,7 +103,7 @@ fn direct(capacity: u32, clock: &ManualClock) -> Direct {
 /// A mutant: one state word updated by a broken protocol instead of `acquire_word`.
 struct Mutant {
     word: AtomicU64,
-    layout: TokenBucketRules,
+    rules: TokenBucketRules,
     clock: ManualClock,
     protocol: fn(&AtomicU64, &TokenBucketRules, u64, u32) -> Decision,
 }
@@ -114,12 +114,12 @@ impl Mutant {
         clock: &ManualClock,
         protocol: fn(&AtomicU64, &TokenBucketRules, u64, u32) -> Decision,
     ) -> Self {
-        let layout = TokenBucketRules::new(&quota(capacity));
-        let word = AtomicU64::new(layout.full());
+        let rules = TokenBucketRules::new(&quota(capacity));
+        let word = AtomicU64::new(rules.full());
         let clock = clock.clone();
         Self {
             word,
-            layout,
+            rules,
             clock,
             protocol,
         }
@@ -128,17 +128,17 @@ impl Mutant {
 
 impl Bucket for Mutant {
     fn acquire(&self, cost: u32) -> Decision {
-        (self.protocol)(&self.word, &self.layout, self.clock.now(), cost)
+        (self.protocol)(&self.word, &self.rules, self.clock.now(), cost)
     }
     fn peek(&self) -> u32 {
-        available(
-            &self.layout,
+        WordAlgorithm::available(
+            &self.rules,
             self.word.load(Ordering::Relaxed),
             self.clock.now(),
         )
     }
     fn word(&self) -> (u64, TokenBucketRules) {
-        (self.word.load(Ordering::Relaxed), self.layout)
+        (self.word.load(Ordering::Relaxed), self.rules)
     }
 }
 
@@ -185,9 +185,9 @@ fn model_1_frozen_clock_admits_exactly_capacity() {
 }
 
 /// Mutant 1: check, then store — two threads read the same tokens and both take.
-fn check_then_store(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
+fn check_then_store(word: &AtomicU64, rules: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let current = word.load(Ordering::Relaxed);
-    let (new, decision) = acquire(layout, current, now, cost);
+    let (new, decision) = WordAlgorithm::acquire(rules, current, now, cost);
     if new != current {
         word.store(new, Ordering::Relaxed);
     }
@@ -299,11 +299,11 @@ fn mutant_1t_try_acquire_retrying_a_stale_value_is_rejected() {
 
 /// Mutant 2: the refill written with a plain store before the take's CAS — it can
 /// overwrite another thread's take and hand the same token out twice.
-fn refill_by_store(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
+fn refill_by_store(word: &AtomicU64, rules: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let current = word.load(Ordering::Relaxed);
-    let (refilled, _) = acquire(layout, current, now, 0);
+    let (refilled, _) = WordAlgorithm::acquire(rules, current, now, 0);
     word.store(refilled, Ordering::Relaxed);
-    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
+    acquire_word(rules, word, now, cost).expect("no sweeper in this model")
 }
 
 #[test]
@@ -339,9 +339,9 @@ fn model_3_weighted_acquire_is_all_or_nothing() {
 
 /// Mutant 3: a CAS loop that retries with the new word it computed from a stale value,
 /// instead of recomputing from the value it found.
-fn stale_retry(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
+fn stale_retry(word: &AtomicU64, rules: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let mut current = word.load(Ordering::Relaxed);
-    let (new, decision) = acquire(layout, current, now, cost);
+    let (new, decision) = WordAlgorithm::acquire(rules, current, now, cost);
     if new == current {
         return decision;
     }
@@ -396,18 +396,18 @@ fn model_4_first_request_creates_exactly_one_state() {
 /// can both miss, both insert a full bucket, and both be allowed.
 struct GetThenInsert {
     words: Mutex<HashMap<u64, Arc<AtomicU64>>>,
-    layout: TokenBucketRules,
+    rules: TokenBucketRules,
 }
 
 impl Limiter for GetThenInsert {
     fn take(&self, cost: u32) -> Decision {
         let found = self.words.lock().unwrap().get(&KEY).cloned();
         let word = found.unwrap_or_else(|| {
-            let fresh = Arc::new(AtomicU64::new(self.layout.full()));
+            let fresh = Arc::new(AtomicU64::new(self.rules.full()));
             self.words.lock().unwrap().insert(KEY, fresh.clone());
             fresh
         });
-        acquire_word(&self.layout, &word, 0, cost).expect("no sweeper in this model")
+        acquire_word(&self.rules, &word, 0, cost).expect("no sweeper in this model")
     }
 }
 
@@ -417,7 +417,7 @@ fn mutant_4_get_then_insert_is_rejected() {
     check("4 mutant: get then insert", Some(4), || {
         first_requests_create_one_bucket(GetThenInsert {
             words: Mutex::new(HashMap::new()),
-            layout: TokenBucketRules::new(&quota(1)),
+            rules: TokenBucketRules::new(&quota(1)),
         });
     });
 }
@@ -465,15 +465,15 @@ fn model_5_backward_readings_keep_the_limit() {
 /// Mutant 5: the tokens a reading holds computed in wrapping arithmetic — a reading
 /// far behind the word (more than the capacity's worth of grid points) wraps round
 /// to a full bucket and takes tokens spoken for.
-fn wrapping_tokens(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
+fn wrapping_tokens(word: &AtomicU64, rules: &TokenBucketRules, now: u64, cost: u32) -> Decision {
     let mut current = word.load(Ordering::Relaxed);
     loop {
-        let index = now / layout.interval();
-        let capacity = layout.capacity();
+        let index = now / rules.interval();
+        let capacity = rules.capacity();
         let tokens = (capacity + index).wrapping_sub(current).min(capacity);
         let cost = u64::from(cost);
         if cost > tokens {
-            return acquire(layout, current, now, cost as u32).1;
+            return WordAlgorithm::acquire(rules, current, now, cost as u32).1;
         }
         let new = current.max(index) + cost;
         let decision = Decision::Allowed {
@@ -525,14 +525,11 @@ impl Bucket for StoreRefund {
 impl Refunding for StoreRefund {
     fn refund(&self, cost: u32) {
         let Mutant {
-            word,
-            layout,
-            clock,
-            ..
+            word, rules, clock, ..
         } = &self.0;
         let current = word.load(Ordering::Relaxed);
         word.store(
-            refund(layout, current, clock.now(), cost),
+            WordAlgorithm::refund(rules, current, clock.now(), cost),
             Ordering::Relaxed,
         );
     }
@@ -575,6 +572,6 @@ fn mutant_7_refund_by_plain_store_is_rejected() {
 }
 
 /// The correct CAS protocol, for mutants that break something else.
-fn acquire_cas(word: &AtomicU64, layout: &TokenBucketRules, now: u64, cost: u32) -> Decision {
-    acquire_word(layout, word, now, cost).expect("no sweeper in this model")
+fn acquire_cas(word: &AtomicU64, rules: &TokenBucketRules, now: u64, cost: u32) -> Decision {
+    acquire_word(rules, word, now, cost).expect("no sweeper in this model")
 }

@@ -158,9 +158,11 @@ pub mod keyed {
         pub refunded: u32,
     }
 
-    impl Ledger {
-        /// Both threads' entries.
-        pub fn add(self, other: Ledger) -> Ledger {
+    /// Both threads' entries.
+    impl std::ops::Add for Ledger {
+        type Output = Ledger;
+
+        fn add(self, other: Ledger) -> Ledger {
             Ledger {
                 taken: self.taken + other.taken,
                 refunded: self.refunded + other.refunded,

@@ -91,7 +91,7 @@ fn takes_and_refunds_balance(store: Store) {
     assert!(limiter.acquire(&12, 0).is_allowed());
     let seen = limiter.peek(&HOT);
     assert!(seen <= 3, "ledger: a peek saw {seen} of 3");
-    let ledger = refunder.join().unwrap().add(taker.join().unwrap());
+    let ledger = refunder.join().unwrap() + taker.join().unwrap();
     let left = limiter.peek(&HOT);
     assert_eq!(
         left,

@@ -55,7 +55,7 @@ fn a_move_loses_no_take_nor_refund() {
     // At once, so that it comes while the others take; then a full key of main's own.
     limiter.set_quota(quota(5));
     assert!(limiter.acquire(&12, 0).is_allowed());
-    let ledger = refunder.join().unwrap().add(taker.join().unwrap());
+    let ledger = refunder.join().unwrap() + taker.join().unwrap();
     let left = limiter.peek(&HOT);
     assert_eq!(
         left,

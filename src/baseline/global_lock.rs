@@ -1,9 +1,10 @@
 //! The simplest design: one lock around one map.
 
-use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::token_bucket::state::{self, TokenBucketRules};
+use crate::sync::Unpoisoned;
+use crate::token_bucket::TokenBucketRules;
+use crate::word::WordAlgorithm;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -13,7 +14,7 @@ use std::sync::Mutex;
 /// A token bucket with every key's state word in one `Mutex<HashMap>`.
 pub struct GlobalLock<K, C = QuantaClock, S = DefaultHasher> {
     words: Mutex<HashMap<K, u64, S>>,
-    layout: TokenBucketRules,
+    rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
@@ -43,7 +44,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher> Builder<GlobalLock<K>, C, S> {
         let map = HashMap::with_capacity_and_hasher(self.expected_keys, self.hasher);
         GlobalLock {
             words: Mutex::new(map),
-            layout: TokenBucketRules::new(&self.quota),
+            rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
         }
@@ -63,15 +64,15 @@ where
     {
         let now = self.epoch.elapsed();
         let apply = |word: &mut u64| {
-            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            let (new, decision) = self.rules.acquire(*word, now, cost);
             *word = new;
             decision
         };
-        let mut words = lock(&self.words);
+        let mut words = self.words.lock().unpoisoned();
         if let Some(word) = words.get_mut(key) {
             return apply(word);
         }
-        apply(words.entry(key.to_key()).or_insert(self.layout.full()))
+        apply(words.entry(key.to_key()).or_insert(self.rules.full()))
     }
 
     fn peek<Q>(&self, key: &Q) -> u32
@@ -80,10 +81,12 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        lock(&self.words)
+        self.words
+            .lock()
+            .unpoisoned()
             .get(key)
             .map_or(self.quota.capacity(), |&word| {
-                state::available(&self.layout, word, now)
+                self.rules.available(word, now)
             })
     }
 
@@ -93,8 +96,8 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        if let Some(word) = lock(&self.words).get_mut(key) {
-            *word = state::refund(&self.layout, *word, now, cost);
+        if let Some(word) = self.words.lock().unpoisoned().get_mut(key) {
+            *word = self.rules.refund(*word, now, cost);
         }
     }
 }

@@ -9,13 +9,3 @@ mod mutex_per_key;
 
 pub use global_lock::GlobalLock;
 pub use mutex_per_key::MutexPerKey;
-
-use std::sync::{Mutex, MutexGuard};
-
-/// Locks `mutex`, ignoring poisoning: the critical sections here run a pure step
-/// function that cannot panic, so a poisoned lock still guards a valid word.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}

@@ -1,10 +1,11 @@
 //! The textbook design: a map of per-key mutexes.
 
-use super::lock;
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::store::{KeyMap, Store};
-use crate::token_bucket::state::{self, TokenBucketRules};
+use crate::sync::Unpoisoned;
+use crate::token_bucket::TokenBucketRules;
+use crate::word::WordAlgorithm;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 /// a `Mutex` around each key's state word instead of a compare-and-set loop.
 pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
     words: KeyMap<K, Mutex<u64>, S>,
-    layout: TokenBucketRules,
+    rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
@@ -45,7 +46,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
             words: KeyMap::with_hasher(self.hasher, self.expected_keys),
-            layout: TokenBucketRules::new(&self.quota),
+            rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
         }
@@ -64,10 +65,10 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let fresh = |_: &K| Mutex::new(self.layout.full());
+        let fresh = |_: &K| Mutex::new(self.rules.full());
         let step = |word: &Mutex<u64>| {
-            let mut word = lock(word);
-            let (new, decision) = state::acquire(&self.layout, *word, now, cost);
+            let mut word = word.lock().unpoisoned();
+            let (new, decision) = self.rules.acquire(*word, now, cost);
             *word = new;
             decision
         };
@@ -90,7 +91,9 @@ where
     {
         let now = self.epoch.elapsed();
         self.words
-            .get(key, |word| state::available(&self.layout, *lock(word), now))
+            .get(key, |word| {
+                self.rules.available(*word.lock().unpoisoned(), now)
+            })
             .unwrap_or(self.quota.capacity())
     }
 
@@ -101,8 +104,8 @@ where
     {
         let now = self.epoch.elapsed();
         self.words.get(key, |word| {
-            let mut word = lock(word);
-            *word = state::refund(&self.layout, *word, now, cost);
+            let mut word = word.lock().unpoisoned();
+            *word = self.rules.refund(*word, now, cost);
         });
     }
 }

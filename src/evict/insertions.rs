@@ -25,6 +25,7 @@
 //! with one mutant that reads the watermark before registering and one whose sweep
 //! does not wait; loom rejects both.
 
+use crate::sync::mutants::{Mutant, active};
 use crate::sync::{AtomicUsize, Ordering, fence, yield_now};
 use crossbeam_utils::CachePadded;
 
@@ -93,8 +94,7 @@ impl Insertions {
     /// done. Called by a sweep after it raises the watermark, before it retires
     /// anything; sweeps are one at a time (the sweep lock).
     pub(crate) fn flip_and_wait(&self) {
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::UnorderedRetire) {
+        if active(Mutant::UnorderedRetire) {
             return;
         }
         // Release: the raised watermark, sequenced before, reaches every insertion
@@ -103,8 +103,7 @@ impl Insertions {
         let old = self.phase.fetch_xor(1, Ordering::Release);
         // SeqCst fence: pairs with the fence in `register`.
         fence(Ordering::SeqCst);
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::SweepWithoutWaiting) {
+        if active(Mutant::SweepWithoutWaiting) {
             return;
         }
         // Acquire: reading a count an insertion lowered (Release) makes that

@@ -132,9 +132,10 @@
 //! "A new key's barriers").
 
 mod insertions;
+pub(crate) mod maintenance;
 
 use crate::Quota;
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 use insertions::Insertions;
 pub(crate) use insertions::Registration;
 use std::time::Duration;
@@ -168,7 +169,7 @@ const REQUESTED: u64 = u64::MAX;
 
 /// What an insertion should do about forgetting keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Upkeep {
+pub(crate) enum AfterInsertion {
     /// Nothing.
     Nothing,
     /// Ask the sweeper thread for a sweep (this insertion is the one that asks).
@@ -233,13 +234,13 @@ pub enum Overflow {
 
 /// How a keyed limiter forgets keys; set through the builder.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Settings {
+pub(crate) struct EvictionSettings {
     pub(crate) margin: Duration,
     pub(crate) automatic: bool,
     pub(crate) max_keys: Option<(usize, Overflow)>,
 }
 
-impl Default for Settings {
+impl Default for EvictionSettings {
     fn default() -> Self {
         Self {
             margin: Duration::from_secs(1),
@@ -250,7 +251,7 @@ impl Default for Settings {
 }
 
 /// A limiter's forgetting bookkeeping.
-pub(crate) struct Sweeper {
+pub(crate) struct Watermark {
     /// Only keys forgettable as of `now - margin` are forgotten (nanoseconds).
     pub(crate) margin: u64,
     automatic: bool,
@@ -282,8 +283,8 @@ pub(crate) struct Sweeper {
     overflowed: AtomicU64,
 }
 
-impl Sweeper {
-    pub(crate) fn new(settings: &Settings, expected_keys: usize) -> Self {
+impl Watermark {
+    pub(crate) fn new(settings: &EvictionSettings, expected_keys: usize) -> Self {
         let first_sweep = (2 * expected_keys).max(MIN_SWEEP_KEYS) as u64;
         Self {
             margin: crate::clock::duration_to_nanos(settings.margin),
@@ -357,9 +358,9 @@ impl Sweeper {
     }
 
     /// What an insertion at `now` that left `len` keys should do.
-    pub(crate) fn after_insertion(&self, len: usize, now: u64) -> Upkeep {
+    pub(crate) fn after_insertion(&self, len: usize, now: u64) -> AfterInsertion {
         if !self.automatic {
-            return Upkeep::Nothing;
+            return AfterInsertion::Nothing;
         }
         // Acquire: pairs with the Release stores of `end` and of the claim below, so
         // the thresholds read next are this sweep's (heuristics: they guard no other
@@ -367,7 +368,7 @@ impl Sweeper {
         let next = self.next_sweep.load(Ordering::Acquire);
         let clock_moved = now > self.last_began.load(Ordering::Relaxed);
         if clock_moved && now < self.useful_from.load(Ordering::Relaxed) {
-            return Upkeep::Nothing;
+            return AfterInsertion::Nothing;
         }
         let len = len as u64;
         if len >= next {
@@ -386,15 +387,15 @@ impl Sweeper {
             return match claimed {
                 Ok(_) => {
                     self.overloaded_at.fetch_max(2 * len, Ordering::Relaxed);
-                    Upkeep::Request
+                    AfterInsertion::Request
                 }
-                Err(_) => Upkeep::Nothing,
+                Err(_) => AfterInsertion::Nothing,
             };
         }
         if len >= self.overloaded_at.load(Ordering::Relaxed) {
-            Upkeep::SweepHere
+            AfterInsertion::SweepHere
         } else {
-            Upkeep::Nothing
+            AfterInsertion::Nothing
         }
     }
 
@@ -427,9 +428,7 @@ impl Sweeper {
 
     /// Holds the sweep lock, waiting for a running sweep to finish.
     pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
-        self.lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lock.lock().unpoisoned()
     }
 
     /// Holds the sweep lock if no sweep is running.
@@ -477,13 +476,9 @@ impl BackgroundSweeper {
             .name("turnstile-sweeper".into())
             .spawn(move || {
                 let (stopped, wake) = &*signal;
-                let mut stopped = stopped
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut stopped = stopped.lock().unpoisoned();
                 loop {
-                    let (guard, _) = wake
-                        .wait_timeout(stopped, period)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let (guard, _) = wake.wait_timeout(stopped, period).unpoisoned();
                     stopped = guard;
                     if *stopped {
                         return;
@@ -493,10 +488,7 @@ impl BackgroundSweeper {
                     if !sweep() {
                         return;
                     }
-                    stopped = signal
-                        .0
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    stopped = signal.0.lock().unpoisoned();
                 }
             })?;
         Ok(Self {
@@ -510,9 +502,7 @@ impl BackgroundSweeper {
 impl Drop for BackgroundSweeper {
     fn drop(&mut self) {
         let (stopped, wake) = &*self.stop;
-        *stopped
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+        *stopped.lock().unpoisoned() = true;
         wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -526,8 +516,8 @@ mod tests {
 
     const SECOND: u64 = 1_000_000_000;
 
-    fn sweeper() -> Sweeper {
-        Sweeper::new(&Settings::default(), 0)
+    fn sweeper() -> Watermark {
+        Watermark::new(&EvictionSettings::default(), 0)
     }
 
     #[test]
@@ -536,15 +526,24 @@ mod tests {
         // A new limiter counts as swept at its epoch: nothing is forgettable within
         // the first margin (1 s), however large the map.
         let big = 100 * MIN_SWEEP_KEYS;
-        assert_eq!(sweeper.after_insertion(big, SECOND - 1), Upkeep::Nothing);
-        assert_eq!(sweeper.after_insertion(big, SECOND), Upkeep::Request);
+        assert_eq!(
+            sweeper.after_insertion(big, SECOND - 1),
+            AfterInsertion::Nothing
+        );
+        assert_eq!(
+            sweeper.after_insertion(big, SECOND),
+            AfterInsertion::Request
+        );
         // The map kept growing while no sweep could run: the thread is behind only
         // once it doubles again while the sweep asked for now runs.
         assert_eq!(
             sweeper.after_insertion(2 * big - 1, SECOND),
-            Upkeep::Nothing
+            AfterInsertion::Nothing
         );
-        assert_eq!(sweeper.after_insertion(2 * big, SECOND), Upkeep::SweepHere);
+        assert_eq!(
+            sweeper.after_insertion(2 * big, SECOND),
+            AfterInsertion::SweepHere
+        );
     }
 
     #[test]
@@ -556,16 +555,25 @@ mod tests {
         sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, 9 * SECOND + SECOND / 2);
         let due = 2 * MIN_SWEEP_KEYS;
         let useful = 10 * SECOND + SECOND / 2;
-        assert_eq!(sweeper.after_insertion(due, useful - 1), Upkeep::Nothing);
-        assert_eq!(sweeper.after_insertion(due, useful), Upkeep::Request);
+        assert_eq!(
+            sweeper.after_insertion(due, useful - 1),
+            AfterInsertion::Nothing
+        );
+        assert_eq!(
+            sweeper.after_insertion(due, useful),
+            AfterInsertion::Request
+        );
         // Kept keys forgettable only later than the sweep's start (or none kept): a
         // key written after the start could be forgettable a margin after it.
         sweeper.end(0, MIN_SWEEP_KEYS, 20 * SECOND, u64::MAX);
         assert_eq!(
             sweeper.after_insertion(due, 21 * SECOND - 1),
-            Upkeep::Nothing
+            AfterInsertion::Nothing
         );
-        assert_eq!(sweeper.after_insertion(due, 21 * SECOND), Upkeep::Request);
+        assert_eq!(
+            sweeper.after_insertion(due, 21 * SECOND),
+            AfterInsertion::Request
+        );
     }
 
     #[test]
@@ -574,12 +582,18 @@ mod tests {
         let big = 100 * MIN_SWEEP_KEYS;
         // Stuck at the epoch: keys as good as new (a denied first request, a refunded
         // take) are forgettable there, and must not pile up.
-        assert_eq!(sweeper.after_insertion(big, 0), Upkeep::Request);
+        assert_eq!(sweeper.after_insertion(big, 0), AfterInsertion::Request);
         sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, u64::MAX);
         let due = 2 * MIN_SWEEP_KEYS;
-        assert_eq!(sweeper.after_insertion(due, 10 * SECOND), Upkeep::Request);
+        assert_eq!(
+            sweeper.after_insertion(due, 10 * SECOND),
+            AfterInsertion::Request
+        );
         sweeper.end(0, MIN_SWEEP_KEYS, 10 * SECOND, u64::MAX);
-        assert_eq!(sweeper.after_insertion(due, 5 * SECOND), Upkeep::Request);
+        assert_eq!(
+            sweeper.after_insertion(due, 5 * SECOND),
+            AfterInsertion::Request
+        );
     }
 
     #[test]
@@ -589,15 +603,15 @@ mod tests {
         let now = 2 * SECOND;
         assert_eq!(
             sweeper.after_insertion(2 * MIN_SWEEP_KEYS, now),
-            Upkeep::Request
+            AfterInsertion::Request
         );
         assert_eq!(
             sweeper.after_insertion(4 * MIN_SWEEP_KEYS - 1, now),
-            Upkeep::Nothing
+            AfterInsertion::Nothing
         );
         assert_eq!(
             sweeper.after_insertion(4 * MIN_SWEEP_KEYS, now),
-            Upkeep::SweepHere
+            AfterInsertion::SweepHere
         );
     }
 }

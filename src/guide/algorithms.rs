@@ -116,10 +116,11 @@
 //! | [`MutexPerKey`] | the same map, a `Mutex<u64>` per key | measured against |
 //! | [`GlobalLock`] | one `Mutex<HashMap>` for all keys | measured against |
 //!
-//! The token bucket and its two baselines apply the same pure step function to the
-//! same word, so they make the same decisions and pass the same semantic and
-//! concurrency tests. Every algorithm's step is checked against a plain reference
-//! model of that algorithm written in its test.
+//! The token bucket and its two baselines (feature `baselines`: they are for the
+//! benchmarks, not for use) apply the same pure step function to the same word, so
+//! they make the same decisions and pass the same semantic and concurrency tests.
+//! Every algorithm's step is checked against a plain reference model of that
+//! algorithm written in its test.
 //!
 //! Clocks are generic parameters, not trait objects: [`QuantaClock`] (default; TSC,
 //! about 10 ns a reading), [`RecentClock`] (one atomic load, lagging by at most its

@@ -2,20 +2,26 @@
 //! and the forgetting of idle keys (see [`crate::evict`]). Algorithms know nothing of
 //! maps or forgetting; this module knows nothing of tokens or windows.
 
-mod maintenance;
+mod limiters;
 mod reconfigure;
+#[cfg(all(test, not(turnstile_loom)))]
+mod unshared_tests;
 
-use maintenance::Maintenance;
+pub use limiters::{
+    FixedWindow, Gcra, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket, SlidingLog,
+    SlidingWindowCounter, TokenBucket,
+};
+
+use crate::evict::maintenance::Maintenance;
 #[cfg(not(turnstile_loom))]
-use maintenance::Pace;
-#[cfg(turnstile_loom)]
-pub(crate) use maintenance::Signal;
+use crate::evict::maintenance::TurnTimer;
 
 use crate::algorithm::{Algorithm, Blocked, Renewal, Retirement};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::evict::{self, KeyStats, Overflow, Sweeper, Upkeep};
+use crate::evict::{self, AfterInsertion, KeyStats, Overflow, Watermark};
 use crate::store::{KeyMap, Store};
+use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
@@ -63,7 +69,7 @@ where
     states: KeyMap<K, A::State, S>,
     algorithm: A,
     epoch: Epoch<C>,
-    sweeper: Sweeper,
+    watermark: Watermark,
     maintenance: Maintenance,
     /// The allowance shared by new keys that find the map full, under
     /// `Overflow::Shared`.
@@ -147,14 +153,14 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
         S: Clone + Send + Sync + 'static,
         R: Algorithm<()> + 'static,
     {
-        let overflow = match self.forgetting.max_keys {
+        let overflow = match self.eviction.max_keys {
             Some((_, Overflow::Shared(quota))) => Some(SharedAllowance::new(rules(&quota)?)),
             _ => None,
         };
-        let automatic = self.forgetting.automatic;
+        let automatic = self.eviction.automatic;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let observer = {
-            let capped = self.forgetting.max_keys.is_some();
+            let capped = self.eviction.max_keys.is_some();
             self.name
                 .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name, capped)))
         };
@@ -162,7 +168,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
             states: KeyMap::build(self.store, self.hasher, self.expected_keys),
             algorithm,
             epoch: Epoch::start(self.clock),
-            sweeper: Sweeper::new(&self.forgetting, self.expected_keys),
+            watermark: Watermark::new(&self.eviction, self.expected_keys),
             maintenance: maintenance(automatic, weak.clone()),
             overflow,
             quota: self.quota,
@@ -192,10 +198,10 @@ where
         };
         let maintenance = &limiter.maintenance;
         // Called between steps of the store's work, holding none of its locks: the
-        // thread's turn may end there (see `Pace`); and whether to stop: the limiter
+        // thread's turn may end there (see `TurnTimer`); and whether to stop: the limiter
         // is being dropped, or a sweep is wanted (a thread behind on sweeps makes
         // insertions sweep themselves).
-        let pace = Pace::new();
+        let pace = TurnTimer::new();
         let stop = |sweep_wanted: bool| {
             pace.breathe();
             maintenance.stopping() || sweep_wanted || maintenance.sweep_requested()
@@ -209,7 +215,7 @@ where
             return true;
         }
         {
-            let _sweeping = limiter.sweeper.lock();
+            let _sweeping = limiter.watermark.lock();
             limiter.sweep(|| pace.breathe());
         }
         if wants.prepare || limiter.states.wants_preparation() {
@@ -327,8 +333,8 @@ where
         let core = Arc::downgrade(&self.core);
         crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
             Some(core) => {
-                // A thread of its own: it yields as the limiter's own does (`Pace`).
-                let pace = Pace::new();
+                // A thread of its own: it yields as the limiter's own does (`TurnTimer`).
+                let pace = TurnTimer::new();
                 core.evict_idle(|| pace.breathe());
                 true
             }
@@ -355,7 +361,7 @@ where
     /// them first.
     #[cfg(turnstile_loom)]
     pub(crate) fn sweep_without_retiring(&self, forgettable: impl Fn(&A::State, u64) -> bool) {
-        let at = self.core.sweeper.begin(self.core.epoch.elapsed());
+        let at = self.core.watermark.begin(self.core.epoch.elapsed());
         self.core
             .states
             .retain(|state| !forgettable(state, at), || {});
@@ -401,7 +407,7 @@ where
     {
         let now = self.epoch.elapsed();
         let available =
-            |state: &A::State| self.algorithm.available(state, self.sweeper.reading(now));
+            |state: &A::State| self.algorithm.available(state, self.watermark.reading(now));
         loop {
             match self.get_settled(key, available) {
                 Some(Ok(available)) => return available,
@@ -409,7 +415,7 @@ where
                 None | Some(Err(Blocked::Retired)) => {
                     return self
                         .algorithm
-                        .fresh_available(|| key.to_key(), self.sweeper.reading(now));
+                        .fresh_available(|| key.to_key(), self.watermark.reading(now));
                 }
                 Some(Err(blocked)) => self.unblock(key, blocked, now),
             }
@@ -426,7 +432,7 @@ where
         let now = self.epoch.elapsed();
         let refund = |state: &A::State| {
             self.algorithm
-                .refund(state, self.sweeper.reading(now), cost)
+                .refund(state, self.watermark.reading(now), cost)
         };
         loop {
             match self.get_settled(key, refund) {
@@ -456,8 +462,7 @@ where
             None | Some(Err(Blocked::Retired)) => {}
             found => return found,
         }
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+        if active(Mutant::TrustFirstMiss) {
             return None;
         }
         self.states.get_locked(key, f)
@@ -471,7 +476,7 @@ where
     /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
     /// cap with nothing to forget.
     fn stats(&self) -> KeyStats {
-        let (evicted, overflowed) = self.sweeper.stats();
+        let (evicted, overflowed) = self.watermark.stats();
         KeyStats {
             keys: self.len(),
             evicted,
@@ -484,7 +489,7 @@ where
     /// [`crate::evict`]). Waits for a sweep already running to finish. `pause` as
     /// for [`Store::retain`].
     fn evict_idle(&self, pause: impl FnMut()) -> usize {
-        let _sweeping = self.sweeper.lock();
+        let _sweeping = self.watermark.lock();
         self.sweep(pause)
     }
 
@@ -500,7 +505,7 @@ where
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         let started = self.observer.as_ref().map(|_| std::time::Instant::now());
         let began = self.epoch.elapsed();
-        let mut at = self.sweeper.begin(began);
+        let mut at = self.watermark.begin(began);
         let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
         // The earliest instant any kept key could be forgotten.
         let mut kept_until = u64::MAX;
@@ -510,7 +515,7 @@ where
             }
             visited = visited.wrapping_add(1);
             if visited % REFRESH == 0 {
-                at = self.sweeper.begin(self.epoch.elapsed());
+                at = self.watermark.begin(self.epoch.elapsed());
             }
             match self.algorithm.retire_if_forgettable(state, at) {
                 Retirement::Kept(until) => {
@@ -534,7 +539,7 @@ where
             }
         };
         self.states.retain(keep, pause);
-        self.sweeper.end(forgotten, kept, began, kept_until);
+        self.watermark.end(forgotten, kept, began, kept_until);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let (Some(observer), Some(started)) = (&self.observer, started) {
             observer.swept(forgotten, self.states.len(), started.elapsed());
@@ -543,7 +548,7 @@ where
     }
 
     /// After an insertion: on about one in `SIZE_SAMPLE`, look at the map's size and
-    /// ask the sweeper thread for a sweep if one is due (see `evict.rs`). Visits no key,
+    /// ask the sweeper thread for a sweep if one is due (see `evict/`). Visits no key,
     /// and waits for none, unless the thread has fallen four times behind.
     #[inline]
     fn after_insertion(&self, now: u64) {
@@ -554,8 +559,8 @@ where
             observer.keys(self.states.len());
         }
         if evict::sampled() {
-            self.upkeep(self.sweeper.after_insertion(self.states.len(), now));
-            if self.sweeper.automatic() && self.states.wants_preparation() {
+            self.upkeep(self.watermark.after_insertion(self.states.len(), now));
+            if self.watermark.automatic() && self.states.wants_preparation() {
                 // The store's next memory, made ready by the sweeper thread before
                 // requests reach it (the word store: segments' tables grown ahead and
                 // drained). Without a thread (`manual_eviction()`), requests grow the
@@ -566,10 +571,10 @@ where
     }
 
     #[cold]
-    fn upkeep(&self, upkeep: Upkeep) {
+    fn upkeep(&self, upkeep: AfterInsertion) {
         match upkeep {
-            Upkeep::Nothing => {}
-            Upkeep::Request => {
+            AfterInsertion::Nothing => {}
+            AfterInsertion::Request => {
                 if !self.maintenance.request() {
                     // No thread to ask (the OS refused one): sweep here, as a limiter
                     // without a sweeper thread must.
@@ -581,7 +586,7 @@ where
             // results/ANALYSIS.md, "papaya by default"); `max_keys` is the bound that
             // holds however far it falls behind. Only a limiter whose thread is not
             // running (the OS refused one, or a sweep panicked) sweeps on a request.
-            Upkeep::SweepHere => {
+            AfterInsertion::SweepHere => {
                 if !self.maintenance.running() && !self.maintenance.request() {
                     self.sweep_here();
                 }
@@ -592,7 +597,7 @@ where
     /// Sweeps on this thread, unless a sweep is running already (never waited for):
     /// for a limiter that has no sweeper thread to ask.
     fn sweep_here(&self) {
-        if let Some(_sweeping) = self.sweeper.try_lock() {
+        if let Some(_sweeping) = self.watermark.try_lock() {
             self.sweep(|| {});
         }
     }
@@ -601,13 +606,13 @@ where
     /// and answers by the overflow policy at once.
     #[cold]
     fn overflow(&self, now: u64, cost: u32) -> Decision {
-        if self.sweeper.automatic() && self.sweeper.cap_sweep_allowed(now) {
-            self.upkeep(Upkeep::Request);
+        if self.watermark.automatic() && self.watermark.cap_sweep_allowed(now) {
+            self.upkeep(AfterInsertion::Request);
         }
-        self.sweeper.count_overflow();
-        let retry_after = self.sweeper.next_cap_sweep_in(now);
+        self.watermark.count_overflow();
+        let retry_after = self.watermark.next_cap_sweep_in(now);
         match &self.overflow {
-            Some(shared) => match (shared.0)(self.sweeper.reading(now), cost) {
+            Some(shared) => match (shared.0)(self.watermark.reading(now), cost) {
                 Decision::Overflow { .. } => Decision::Overflow { retry_after },
                 decision => decision,
             },
@@ -616,12 +621,12 @@ where
     }
 
     /// One request applied to the state found for a key. A reading older than the
-    /// latest forgetting counts as its watermark (see `evict.rs`); read after the
+    /// latest forgetting counts as its watermark (see `evict/`); read after the
     /// state is found, which orders it.
     #[inline(always)]
     fn apply(&self, state: &A::State, now: u64, cost: u32) -> Result<Decision, Blocked> {
         self.algorithm
-            .acquire(state, self.sweeper.reading(now), cost)
+            .acquire(state, self.watermark.reading(now), cost)
     }
 
     /// The first request of a key with no state: make room if the map is at its cap,
@@ -638,9 +643,8 @@ where
         // the key is looked for under the map's lock before it is refused: the
         // lock-free lookup that missed it can miss a key whose entry a move is
         // replacing.
-        if self.sweeper.max_keys != usize::MAX && self.states.len() >= self.sweeper.max_keys {
-            #[cfg(any(turnstile_loom, turnstile_shuttle))]
-            if crate::sync::mutants::active(crate::sync::mutants::Mutant::TrustFirstMiss) {
+        if self.watermark.max_keys != usize::MAX && self.states.len() >= self.watermark.max_keys {
+            if active(Mutant::TrustFirstMiss) {
                 return Ok(self.overflow(now, cost));
             }
             let found = self
@@ -654,15 +658,11 @@ where
         // later waits for this insertion to publish or lose before it forgets anything
         // (`evict/insertions.rs`). Registered after `create` (user code, for per-key
         // rules), so no sweep waits on a resolver; held until the store answers.
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        let early = crate::sync::mutants::active(crate::sync::mutants::Mutant::EarlyReading)
-            .then(|| self.sweeper.reading(now));
+        let early = active(Mutant::EarlyReading).then(|| self.watermark.reading(now));
         let mut registration = None;
         let first = |state: &mut A::State| {
-            registration = Some(self.sweeper.register_insertion());
-            let reading = self.sweeper.reading(now);
-            #[cfg(any(turnstile_loom, turnstile_shuttle))]
-            let reading = early.unwrap_or(reading);
+            registration = Some(self.watermark.register_insertion());
+            let reading = early.unwrap_or_else(|| self.watermark.reading(now));
             self.algorithm.acquire_unshared(state, reading, cost)
         };
         let found = self
@@ -754,7 +754,7 @@ where
         // The owned key is made before anything is frozen: between the freeze and the
         // swap only the map runs (hashing and comparing the key).
         let renewal = self.states.get(key, |state| {
-            let now = self.sweeper.reading(now);
+            let now = self.watermark.reading(now);
             let swap = |successor| self.states.swap(owned, state, successor);
             self.algorithm.renew(state, &resolved, now, swap)
         });

@@ -9,8 +9,9 @@
 //! `ManualClock`), else a monotonic clock of its own.
 
 use crate::Clock;
+use crate::sync::Unpoisoned;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// When a limiter stops asking Redis, and how it finds out that Redis is back.
@@ -175,7 +176,7 @@ impl Breaker {
     /// The state, even if a thread panicked holding the lock: every update below
     /// leaves it consistent at each step.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().unpoisoned()
     }
 
     /// Whether a check may ask Redis now.

@@ -123,7 +123,7 @@ impl ScriptedAlgorithm {
     /// more left than the capacity less its cost, denied with enough, or told it
     /// exceeds a capacity it fits (a proxy's reply, a foreign script's). Passed on,
     /// such a reply would tell the caller of tokens that do not exist.
-    fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
+    pub(super) fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
         let decision = (self.decide)(self.params, reply)?;
         let capacity = self.params[0];
         let cost = u64::from(cost);
@@ -351,7 +351,7 @@ where
                     Ok(Err(error)) => Err(CheckError::Redis(error)),
                     Err(_elapsed) => Err(CheckError::Timeout(timeout)),
                 };
-            pending.settle(&result);
+            pending.tell_breaker(&result);
             result
         }
     }
@@ -371,7 +371,7 @@ where
         let outcome = self
             .engine
             .counters
-            .settle(self.engine.policy, result.map(|checked| checked.decision));
+            .apply_policy(self.engine.policy, result.map(|checked| checked.decision));
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.engine.observer {
             if replaced {
@@ -429,7 +429,7 @@ struct Pending<'a> {
 impl Pending<'_> {
     /// Tells the breaker whether Redis answered, and counts and reports what that
     /// changed.
-    fn settle<T>(&mut self, result: &Result<T, CheckError>) {
+    fn tell_breaker<T>(&mut self, result: &Result<T, CheckError>) {
         let Some(admission) = self.admission.take() else {
             return;
         };
@@ -532,58 +532,5 @@ mod tests {
             count_reply(Value::Okay, 8, "not a number"),
             Err(CheckError::UnexpectedReply(_))
         ));
-    }
-
-    /// Found by the `redis_reply` fuzz target: an acquire reply allowing a cost of 0
-    /// with 277,938,167 left, of a capacity of 1, was passed on as the decision.
-    #[test]
-    fn a_decision_no_script_can_give_is_refused() {
-        use std::time::Duration;
-        let bucket = super::super::token_bucket::algorithm(
-            &crate::Quota::new(8, Duration::from_millis(1)).unwrap(),
-        )
-        .unwrap();
-        let window = super::super::fixed_window::algorithm(8, Duration::from_secs(1)).unwrap();
-        // Token bucket replies {status, tokens, ahead, missing}; fixed window
-        // replies {status, remaining, wait}.
-        type Reply = fn(i64, i64) -> Vec<i64>;
-        let cases: [(&ScriptedAlgorithm, Reply); 2] = [
-            (&bucket, |status, left| vec![status, left, 0, 1]),
-            (&window, |status, left| vec![status, left, 1000]),
-        ];
-        for (algorithm, reply) in cases {
-            let decision = |status, left, cost| algorithm.decision(&reply(status, left), cost);
-            // What the scripts give.
-            assert_eq!(decision(0, 8, 0), Some(Decision::Allowed { remaining: 8 }));
-            assert_eq!(decision(0, 5, 3), Some(Decision::Allowed { remaining: 5 }));
-            assert!(matches!(
-                decision(1, 2, 3),
-                Some(Decision::Denied { remaining: 2, .. })
-            ));
-            assert!(matches!(
-                decision(2, 8, 9),
-                Some(Decision::ExceedsCapacity { capacity: 8, .. })
-            ));
-            // What they cannot: more left than the capacity less the cost, a denial
-            // with enough left (or of nothing), a cost that fits told it does not, an
-            // allowance above the capacity.
-            for (status, left, cost) in [
-                (0, 9, 0),
-                (0, 277_938_167, 0),
-                (0, 6, 3),
-                (0, 0, 9),
-                (1, 3, 3),
-                (1, 0, 0),
-                (1, 0, 9),
-                (2, 8, 8),
-            ] {
-                assert_eq!(
-                    decision(status, left, cost),
-                    None,
-                    "{:?} for {cost} taken as a decision",
-                    reply(status, left)
-                );
-            }
-        }
     }
 }

@@ -222,7 +222,7 @@ impl FailureCounters {
 
     /// Turns a check's result into its outcome, applying `policy` to a failure and
     /// counting it.
-    pub(crate) fn settle(
+    pub(crate) fn apply_policy(
         &self,
         policy: FailurePolicy,
         result: Result<Decision, CheckError>,

@@ -250,3 +250,64 @@ pub use lease::{
 #[cfg(feature = "redis-sentinel")]
 pub use sentinel::SentinelConnection;
 pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};
+
+/// The scripts' replies, checked for both algorithms: above the engine that reads
+/// them and the algorithms that make them.
+#[cfg(test)]
+mod tests {
+    use super::engine::ScriptedAlgorithm;
+    use super::{fixed_window, token_bucket};
+    use crate::Decision;
+
+    /// Found by the `redis_reply` fuzz target: an acquire reply allowing a cost of 0
+    /// with 277,938,167 left, of a capacity of 1, was passed on as the decision.
+    #[test]
+    fn a_decision_no_script_can_give_is_refused() {
+        use std::time::Duration;
+        let bucket =
+            token_bucket::algorithm(&crate::Quota::new(8, Duration::from_millis(1)).unwrap())
+                .unwrap();
+        let window = fixed_window::algorithm(8, Duration::from_secs(1)).unwrap();
+        // Token bucket replies {status, tokens, ahead, missing}; fixed window
+        // replies {status, remaining, wait}.
+        type Reply = fn(i64, i64) -> Vec<i64>;
+        let cases: [(&ScriptedAlgorithm, Reply); 2] = [
+            (&bucket, |status, left| vec![status, left, 0, 1]),
+            (&window, |status, left| vec![status, left, 1000]),
+        ];
+        for (algorithm, reply) in cases {
+            let decision = |status, left, cost| algorithm.decision(&reply(status, left), cost);
+            // What the scripts give.
+            assert_eq!(decision(0, 8, 0), Some(Decision::Allowed { remaining: 8 }));
+            assert_eq!(decision(0, 5, 3), Some(Decision::Allowed { remaining: 5 }));
+            assert!(matches!(
+                decision(1, 2, 3),
+                Some(Decision::Denied { remaining: 2, .. })
+            ));
+            assert!(matches!(
+                decision(2, 8, 9),
+                Some(Decision::ExceedsCapacity { capacity: 8, .. })
+            ));
+            // What they cannot: more left than the capacity less the cost, a denial
+            // with enough left (or of nothing), a cost that fits told it does not, an
+            // allowance above the capacity.
+            for (status, left, cost) in [
+                (0, 9, 0),
+                (0, 277_938_167, 0),
+                (0, 6, 3),
+                (0, 0, 9),
+                (1, 3, 3),
+                (1, 0, 0),
+                (1, 0, 9),
+                (2, 8, 8),
+            ] {
+                assert_eq!(
+                    decision(status, left, cost),
+                    None,
+                    "{:?} for {cost} taken as a decision",
+                    reply(status, left)
+                );
+            }
+        }
+    }
+}

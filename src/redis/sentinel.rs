@@ -22,11 +22,12 @@
 //! the policy answers during the failover, checks are decided again after the
 //! promotion, and every key admits exactly its limit.
 
+use crate::sync::Unpoisoned;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::sentinel::SentinelClient;
 use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// A connection to the master that Redis Sentinel names, following it through
 /// failovers; cloning shares it. Build limiters on it with the builders'
@@ -110,7 +111,7 @@ impl SentinelConnection {
 impl Shared {
     fn master(&self) -> std::sync::MutexGuard<'_, Master> {
         // A panic while holding it leaves it consistent: each update is one store.
-        self.master.lock().unwrap_or_else(PoisonError::into_inner)
+        self.master.lock().unpoisoned()
     }
 
     fn known(&self) -> Option<(u64, ConnectionManager)> {

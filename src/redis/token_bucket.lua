@@ -1,5 +1,5 @@
 -- turnstile: one token bucket check, atomically (src/redis/token_bucket.rs; semantics
--- in src/token_bucket/state.rs, of which this is a transcription). Runs after
+-- in src/token_bucket.rs, of which this is a transcription). Runs after
 -- preamble.lua, which reads the arguments and the state.
 --
 -- KEYS[1]  the bucket: a hash, t = tokens at the last refill, r = the last refill, a

@@ -4,10 +4,10 @@
 //! the limiter is built; each call then takes one well-predicted branch to it.
 
 use super::papaya::PapayaStore;
-use super::stored::Stored;
 use super::words::WordStore;
 use super::{Store, StoreKind};
 use crate::KeyRef;
+use crate::algorithm::Stored;
 use crate::sync::AtomicU64;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};

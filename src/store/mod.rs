@@ -27,19 +27,7 @@ mod map;
 #[cfg(not(turnstile_loom))]
 mod papaya;
 #[cfg(not(turnstile_loom))]
-mod stored;
-#[cfg(not(turnstile_loom))]
 mod words;
-
-#[cfg(not(turnstile_loom))]
-pub use stored::Stored;
-
-/// A state type the keyed store can hold: under loom, any (the loom store keeps every
-/// state in an `Arc`).
-#[cfg(turnstile_loom)]
-pub trait Stored {}
-#[cfg(turnstile_loom)]
-impl<T> Stored for T {}
 
 /// Which store a keyed limiter keeps its states in, chosen when it is built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,7 +75,7 @@ pub(crate) type KeyMap<K, V, S> = map::Map<K, V, S>;
 /// - **stable values**: a value is never moved, replaced or freed while an `f` that
 ///   received it runs — even if its entry is removed meanwhile — so a thread that
 ///   found a value may still use it; protocols that forget keys must account for
-///   that (see `evict.rs`).
+///   that (see `evict/`).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one step.
 /// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
@@ -157,7 +145,7 @@ pub(crate) trait Store<K, V, S> {
     /// about; the word store: before each segment, between its holds of a segment's
     /// lock, 64 removals each, and between the steps of a drain or a preparation it
     /// finishes), so that the sweeper thread can give up its CPU where no request
-    /// waits on it (`keyed/maintenance.rs`, `Pace`).
+    /// waits on it (`evict/maintenance.rs`, `TurnTimer`).
     fn retain(&self, keep: impl FnMut(&V) -> bool, pause: impl FnMut());
 
     /// Stores `new` as `key`'s value if its value is `current` itself; whether it did.
@@ -177,7 +165,7 @@ pub(crate) trait Store<K, V, S> {
     /// tables drained (`words/`), so that no request allocates a large table, meets its
     /// fresh pages or moves its keys. papaya has nothing to prepare: it grows by
     /// itself, each insertion copying a chunk of 8 slots while it does. Calls `stop` between steps, holding none of the store's locks
-    /// (so the sweeper thread may yield its CPU there, `keyed/maintenance.rs`), and
+    /// (so the sweeper thread may yield its CPU there, `evict/maintenance.rs`), and
     /// ends early once it says so (the limiter is being dropped, or a sweep is
     /// waiting), the next call going on from there (the word store's `retain` also
     /// finishes a preparation cut short, on whichever thread sweeps). For the sweeper

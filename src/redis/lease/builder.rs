@@ -2,10 +2,10 @@
 //! refill ahead), and what construction refuses.
 
 use super::counts::LeaseCounters;
+use super::hold::{self, MAX_HELD};
 use super::local::Leases;
 use super::seen::Sightings;
-use super::{Inner, RedisLeasedTokenBucket};
-use crate::lease_word::{self, MAX_HELD};
+use super::{Core, RedisLeasedTokenBucket};
 use crate::redis::FailurePolicy;
 use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
 use crate::redis::connect::connect_methods;
@@ -19,7 +19,7 @@ use std::time::Duration;
 pub const DEFAULT_LEASE_LIFETIME: Duration = Duration::from_secs(1);
 
 /// The shortest lease lifetime accepted: ten ticks of the word's expiry (about 10 ms).
-const MIN_LIFETIME: Duration = Duration::from_nanos(10 << lease_word::TICK_SHIFT);
+const MIN_LIFETIME: Duration = Duration::from_nanos(10 << hold::TICK_SHIFT);
 
 impl RedisLeasedTokenBucket {
     /// A builder for a limiter applying `quota` to every key, answering `policy` when
@@ -106,7 +106,7 @@ impl RedisLeasedTokenBucketBuilder {
             TimeSource::Server => Arc::new(crate::QuantaClock::new()),
         };
         let epoch = clock.now();
-        let inner = Inner {
+        let inner = Core {
             limiter: ScriptLimiter::new(algorithm, settings, conn),
             quota: self.quota,
             leases: Leases::new(),
@@ -120,7 +120,7 @@ impl RedisLeasedTokenBucketBuilder {
             counters: LeaseCounters::default(),
         };
         Ok(RedisLeasedTokenBucket {
-            inner: Arc::new(inner),
+            core: Arc::new(inner),
         })
     }
 }

@@ -2,11 +2,11 @@
 //! wait for the fetch in flight, a fetch), and fetches themselves, on the request path
 //! or ahead of need in a task, one per key at a time.
 
-use super::Inner;
+use super::Core;
+use super::hold::{self, tick};
 use super::local::{Denial, KeyLease, Slow, held};
 use super::size::{self, Observed, refill_below};
 use crate::Decision;
-use crate::lease_word::{self, tick};
 use crate::redis::engine::{Checked, Leased};
 use crate::redis::{CheckError, CircuitState, Outcome};
 use crate::sync::Ordering;
@@ -71,7 +71,7 @@ impl Drop for FetchSlot {
     }
 }
 
-impl<C> Inner<C>
+impl<C> Core<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -270,7 +270,7 @@ where
         }
         // Whatever the last fetch failed with is this one's to say now.
         slow.failure = None;
-        let expired = lease_word::drop_expired(&lease.word, tick(now));
+        let expired = hold::drop_expired(&lease.word, tick(now));
         self.counters.expired(expired);
         let observed = Observed {
             since_last_fetch: slow.last_fetch.map(|last| now.saturating_sub(last)),
@@ -303,7 +303,7 @@ where
                     return held(lease, now);
                 }
                 let until = tick(now.saturating_add(self.lifetime));
-                let added = lease_word::add(&lease.word, leftover, until, tick(now));
+                let added = hold::add(&lease.word, leftover, until, tick(now));
                 // Tokens that expired during the round trip, and any grant beyond the
                 // word (never, within `max_lease`), are dropped and counted.
                 self.counters.expired(added.expired + added.overflow);
@@ -326,7 +326,7 @@ where
     fn removable(&self, lease: &KeyLease, slow: &Slow) -> bool {
         let now = self.now();
         self.counters
-            .expired(lease_word::drop_expired(&lease.word, tick(now)));
+            .expired(hold::drop_expired(&lease.word, tick(now)));
         held(lease, now) == 0
             && slow
                 .last_fetch

@@ -1,18 +1,18 @@
 //! This process's leases: one entry per key with a lease (or a fetch, or a remembered
 //! denial), in a lock-free map (papaya) whose idle entries are swept away.
 
+use super::hold;
 use super::size::refill_below;
-use crate::lease_word;
 use crate::redis::CheckError;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 use papaya::HashMap;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// One key's lease in this process.
 #[derive(Debug)]
 pub(super) struct KeyLease {
-    /// The tokens held and their expiry ([`lease_word`]): what requests take from,
+    /// The tokens held and their expiry ([`hold`]): what requests take from,
     /// without a lock.
     pub(super) word: AtomicU64,
     /// Below this many held tokens, a request that took starts a fetch ahead of need
@@ -75,7 +75,7 @@ impl KeyLease {
     /// The slow part, even if a thread panicked holding it: each update leaves it
     /// consistent.
     pub(super) fn slow(&self) -> MutexGuard<'_, Slow> {
-        self.slow.lock().unwrap_or_else(PoisonError::into_inner)
+        self.slow.lock().unpoisoned()
     }
 }
 
@@ -175,7 +175,7 @@ impl Leases {
 /// The tokens `lease` holds at `now` (nanoseconds since the limiter's epoch).
 #[inline]
 pub(super) fn held(lease: &KeyLease, now: u64) -> u32 {
-    lease_word::load(&lease.word, lease_word::tick(now))
+    hold::load(&lease.word, hold::tick(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]

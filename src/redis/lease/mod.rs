@@ -150,6 +150,7 @@
 mod builder;
 mod counts;
 mod fetch;
+pub(crate) mod hold;
 mod local;
 mod seen;
 mod size;
@@ -161,11 +162,11 @@ pub use counts::LeaseCounts;
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts, Outcome};
-use crate::lease_word::{self, tick};
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
+use hold::tick;
 use local::{KeyLease, Leases, held};
 use seen::Sightings;
 use std::fmt;
@@ -201,13 +202,13 @@ use std::time::Duration;
 /// # }
 /// ```
 pub struct RedisLeasedTokenBucket<C = ConnectionManager> {
-    inner: Arc<Inner<C>>,
+    core: Arc<Core<C>>,
 }
 
 impl<C> Clone for RedisLeasedTokenBucket<C> {
     fn clone(&self) -> Self {
         Self {
-            inner: Arc::clone(&self.inner),
+            core: Arc::clone(&self.core),
         }
     }
 }
@@ -215,16 +216,16 @@ impl<C> Clone for RedisLeasedTokenBucket<C> {
 impl<C> fmt::Debug for RedisLeasedTokenBucket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLeasedTokenBucket")
-            .field("quota", &self.inner.quota)
-            .field("lifetime", &Duration::from_nanos(self.inner.lifetime))
-            .field("max_lease", &self.inner.max_lease)
-            .field("keys", &self.inner.leases.len())
+            .field("quota", &self.core.quota)
+            .field("lifetime", &Duration::from_nanos(self.core.lifetime))
+            .field("max_lease", &self.core.max_lease)
+            .field("keys", &self.core.leases.len())
             .finish_non_exhaustive()
     }
 }
 
 /// What the clones share.
-struct Inner<C> {
+struct Core<C> {
     limiter: ScriptLimiter<C>,
     quota: Quota,
     leases: Leases,
@@ -274,14 +275,14 @@ where
         if let Some(decision) = self.decide_now(key, cost) {
             return Outcome::Decided(decision);
         }
-        self.inner.acquire_slow(key, cost).await
+        self.core.acquire_slow(key, cost).await
     }
 
     /// The decisions a check makes without Redis: a cost above the capacity, a cost
     /// of zero, and a cost the key's lease holds (taken). `None`: Redis is needed.
     #[inline]
     pub(crate) fn decide_now(&self, key: &[u8], cost: u32) -> Option<Decision> {
-        let inner = &self.inner;
+        let inner = &self.core;
         let now = inner.now();
         let capacity = inner.quota.capacity();
         if cost > capacity {
@@ -311,12 +312,12 @@ where
     /// dropped and counted as expired); `false` when the key has no lease entry, so
     /// the tokens go back to Redis.
     pub(crate) fn give_back_locally(&self, key: &[u8], cost: u32) -> bool {
-        let inner = &self.inner;
+        let inner = &self.core;
         let now = tick(inner.now());
         inner
             .leases
             .with(key, |lease| {
-                let back = lease_word::give_back(&lease.word, cost, inner.max_lease, now);
+                let back = hold::give_back(&lease.word, cost, inner.max_lease, now);
                 inner.counters.refunded(cost, back);
             })
             .is_some()
@@ -324,7 +325,7 @@ where
 
     /// The connection to Redis, for a refund of tokens no lease holds.
     pub(crate) fn script_limiter(&self) -> &ScriptLimiter<C> {
-        &self.inner.limiter
+        &self.core.limiter
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).await.is_allowed()`, the failure
@@ -339,7 +340,7 @@ where
     /// # Errors
     /// As [`RedisTokenBucket::peek`](super::RedisTokenBucket::peek).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-        let limiter = &self.inner.limiter;
+        let limiter = &self.core.limiter;
         let left = limiter.left(key.as_ref());
         left.await
             .inspect_err(|error| limiter.count_error(key.as_ref(), error))
@@ -347,8 +348,8 @@ where
 
     /// The tokens this process holds for `key` now (0 without a lease).
     pub fn held(&self, key: impl AsRef<[u8]>) -> u32 {
-        let now = self.inner.now();
-        self.inner
+        let now = self.core.now();
+        self.core
             .leases
             .with(key.as_ref(), |lease| held(lease, now))
             .unwrap_or(0)
@@ -356,8 +357,8 @@ where
 
     /// Where `key`'s lease stands in this process; `None` when the key has no entry.
     pub fn lease(&self, key: impl AsRef<[u8]>) -> Option<LeaseState> {
-        let now = self.inner.now();
-        self.inner.leases.with(key.as_ref(), |lease| LeaseState {
+        let now = self.core.now();
+        self.core.leases.with(key.as_ref(), |lease| LeaseState {
             held: held(lease, now),
             size: lease.slow().size,
             // Relaxed: a snapshot for observation.
@@ -368,37 +369,37 @@ where
     /// Keys this process has a lease entry for (see the
     /// [module docs](self#memory-and-cost)).
     pub fn keys(&self) -> u64 {
-        self.inner.leases.len()
+        self.core.leases.len()
     }
 
     /// What the leases did, since this limiter (or the one it was cloned from) was
     /// built.
     pub fn counts(&self) -> LeaseCounts {
-        self.inner.counters.snapshot()
+        self.core.counters.snapshot()
     }
 
     /// How often Redis gave no answer to a fetch (and how often the policy answered).
     pub fn failures(&self) -> FailureCounts {
-        self.inner.limiter.failures()
+        self.core.limiter.failures()
     }
 
     /// Where the limiter's circuit breaker stands (shared with its clones).
     pub fn circuit(&self) -> CircuitState {
-        self.inner.limiter.circuit()
+        self.core.limiter.circuit()
     }
 
     /// The quota every key gets, from the bucket all processes share.
     pub fn quota(&self) -> Quota {
-        self.inner.quota
+        self.core.quota
     }
 
     /// The most tokens this process holds for one key.
     pub fn max_lease(&self) -> u32 {
-        self.inner.max_lease
+        self.core.max_lease
     }
 }
 
-impl<C> Inner<C>
+impl<C> Core<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -418,7 +419,7 @@ where
         cost: u32,
         now: u64,
     ) -> Result<u32, u32> {
-        let left = lease_word::take(&lease.word, cost, tick(now))?;
+        let left = hold::take(&lease.word, cost, tick(now))?;
         // Relaxed: both are hints; the swap in `start_refill` decides.
         if self.refill_ahead
             && u64::from(left) < lease.refill_below.load(Ordering::Relaxed)

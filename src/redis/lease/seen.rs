@@ -9,7 +9,7 @@
 //! collide read as one: either only moves when a key gets its entry (a request later or
 //! sooner), never a decision.
 
-use crate::lease_word::tick;
+use super::hold::tick;
 use crate::sync::{AtomicU64, Ordering};
 use std::hash::BuildHasher;
 
@@ -48,7 +48,7 @@ impl Sightings {
         // Ticks since, modulo 2^32 (wrapping every 52 days: at worst a key gets its
         // entry one request early).
         let since = (at as u32).wrapping_sub(before as u32);
-        let since = u64::from(since) << crate::lease_word::TICK_SHIFT;
+        let since = u64::from(since) << super::hold::TICK_SHIFT;
         (since < within).then(|| now.saturating_sub(since))
     }
 }

@@ -70,8 +70,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 // Through `crate::sync`, so that shuttle's schedules see the store's own locks and
 // words (its tables' pointers are sdd's, std atomics inside).
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use std::sync::PoisonError;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unpoisoned};
 use table::{Found, Table};
 
 /// Segments per store, chosen by the hash's top [`SEGMENT_BITS`] bits.
@@ -190,7 +189,7 @@ struct Placed<'g> {
 /// retired (whole outgrown tables, and with them their keys' destructors), which must
 /// not happen while a segment is held.
 fn lock<K>(segment: &Segment<K>) -> Held<'_> {
-    let held = Held(segment.lock.lock().unwrap_or_else(PoisonError::into_inner));
+    let held = Held(segment.lock.lock().unpoisoned());
     #[cfg(test)]
     tests::LOCKS_HELD.with(|held| held.set(held.get() + 1));
     held

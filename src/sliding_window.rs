@@ -1,9 +1,11 @@
 //! The sliding window counter's state word and its pure step functions.
 //!
-//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
-//! shared compare-and-set loop, and the property tests and loom models check it.
+//! As for the token bucket: the lock-free limiter applies
+//! [`acquire`](WordAlgorithm::acquire) inside the shared compare-and-set loop, and the
+//! property tests and loom models check it.
 
 use crate::Decision;
+use crate::algorithm::FromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
@@ -26,19 +28,19 @@ use std::time::Duration;
 ///   limiter's epoch; it must hold every window a `u64` nanosecond clock can reach,
 ///   `u64::MAX / window`, so nothing wraps.
 ///
-/// Two counts beside the index do not fit every [`Quota`]: [`SlidingWindowRules::new`] refuses a
-/// quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 64` (the index keeping
-/// at least one bit), about `limit <= sqrt(window in ns)`. That bound is what one
-/// word holds, not a choice: the weighted estimate needs both counts exactly, each
+/// Two counts beside the index do not fit every [`Quota`]: [`SlidingWindowRules::new`]
+/// refuses a quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 64` (the index
+/// keeping at least one bit), about `limit <= sqrt(window in ns)`. That bound is what
+/// one word holds, not a choice: the weighted estimate needs both counts exactly, each
 /// up to `limit` (`bits(limit)` bits apiece), and the window index must reach every
-/// window of the clock's 584 years so that no key's window ever wraps onto a later
-/// one. A larger limit needs a wider word or a shorter clock; the token bucket, the
-/// fixed window and the sliding log hold every quota.
+/// window of the clock's 584 years so that no key's window ever wraps onto a later one.
+/// A larger limit needs a wider word or a shorter clock; the token bucket, the fixed
+/// window and the sliding log hold every quota.
 ///
 /// The current count reaches `limit` only when the previous one is 0 (see
-/// [`acquire`]), so a word with both counts all-ones never occurs and stays free to
-/// mark a retired word. A word two windows old carries no information, so every new
-/// key starts as the constant word 0.
+/// [`acquire`](WordAlgorithm::acquire)), so a word with both counts all-ones never
+/// occurs and stays free to mark a retired word. A word two windows old carries no
+/// information, so every new key starts as the constant word 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindowRules {
     limit: u64,
@@ -95,12 +97,6 @@ impl SlidingWindowRules {
             interval,
             count_bits,
         })
-    }
-
-    /// The word of every new key: window 0, nothing counted.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
     }
 
     /// The word holding window `index` with `previous` and `current` admitted.
@@ -172,25 +168,81 @@ impl SlidingWindowRules {
     }
 }
 
+/// Refuses the quotas [`new`](SlidingWindowRules::new) names: building fails on those.
+impl FromQuota for SlidingWindowRules {
+    type Error = QuotaError;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        Self::new(quota)
+    }
+}
+
 impl WordAlgorithm for SlidingWindowRules {
+    /// The word of every new key: window 0, nothing counted.
     #[inline]
     fn fresh(&self) -> u64 {
-        SlidingWindowRules::fresh(self)
+        0
     }
 
+    /// One request for `cost` at `now`: the word to store and the decision.
+    ///
+    /// Admitted iff `counted + cost <= limit` — with the exact, unrounded weighted count
+    /// this is the same test, since `cost` and the current count are whole. So an
+    /// admission leaves `previous × (limit − elapsed) / limit + current <= limit`, which
+    /// is why a full current count implies an empty previous one.
+    ///
+    /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
+    /// cost above the limit returns `word` itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-        acquire(self, word, now, cost)
+        let at = self.at(word, now);
+        let remaining = self.limit.saturating_sub(self.counted(&at));
+        let cost = u64::from(cost);
+        if cost > self.limit {
+            let decision = Decision::ExceedsCapacity {
+                remaining: remaining as u32,
+                capacity: self.limit as u32,
+            };
+            return (word, decision);
+        }
+        if cost > remaining {
+            let decision = Decision::Denied {
+                remaining: remaining as u32,
+                retry_after: wait(self, &at, cost, now),
+            };
+            return (word, decision);
+        }
+        let decision = Decision::Allowed {
+            remaining: (remaining - cost) as u32,
+        };
+        if cost == 0 {
+            return (word, decision);
+        }
+        (
+            self.pack(at.index, at.previous, at.current + cost),
+            decision,
+        )
     }
 
+    /// Requests `word` can still admit at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
-        available(self, word, now)
+        let at = self.at(word, now);
+        self.limit.saturating_sub(self.counted(&at)) as u32
     }
 
+    /// `cost` admissions given back from the current window's count as seen at `now` (at
+    /// most what it holds): the word to store. The previous window's count is history
+    /// the estimate weighs; it is left as it is.
     #[inline]
     fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
-        refund(self, word, now, cost)
+        let at = self.at(word, now);
+        let left = at.current.saturating_sub(u64::from(cost));
+        if left == at.current {
+            word
+        } else {
+            self.pack(at.index, at.previous, left)
+        }
     }
 
     /// From the start of the first window in which nothing is counted in it nor in
@@ -210,74 +262,13 @@ impl WordAlgorithm for SlidingWindowRules {
     }
 }
 
-/// One request for `cost` at `now`: the word to store and the decision.
-///
-/// Admitted iff `counted + cost <= limit` — with the exact, unrounded weighted count
-/// this is the same test, since `cost` and the current count are whole. So an
-/// admission leaves `previous × (limit − elapsed) / limit + current <= limit`, which
-/// is why a full current count implies an empty previous one.
-///
-/// Only an admitted request with a cost changes the word; a denial, a zero cost or a
-/// cost above the limit returns `word` itself, so callers write nothing.
-#[inline]
-pub fn acquire(layout: &SlidingWindowRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-    let at = layout.at(word, now);
-    let remaining = layout.limit.saturating_sub(layout.counted(&at));
-    let cost = u64::from(cost);
-    if cost > layout.limit {
-        let decision = Decision::ExceedsCapacity {
-            remaining: remaining as u32,
-            capacity: layout.limit as u32,
-        };
-        return (word, decision);
-    }
-    if cost > remaining {
-        let decision = Decision::Denied {
-            remaining: remaining as u32,
-            retry_after: wait(layout, &at, cost, now),
-        };
-        return (word, decision);
-    }
-    let decision = Decision::Allowed {
-        remaining: (remaining - cost) as u32,
-    };
-    if cost == 0 {
-        return (word, decision);
-    }
-    (
-        layout.pack(at.index, at.previous, at.current + cost),
-        decision,
-    )
-}
-
-/// `cost` admissions given back from the current window's count as seen at `now` (at
-/// most what it holds): the word to store. The previous window's count is history
-/// the estimate weighs; it is left as it is.
-#[inline]
-pub fn refund(layout: &SlidingWindowRules, word: u64, now: u64, cost: u32) -> u64 {
-    let at = layout.at(word, now);
-    let left = at.current.saturating_sub(u64::from(cost));
-    if left == at.current {
-        word
-    } else {
-        layout.pack(at.index, at.previous, left)
-    }
-}
-
-/// Requests `word` can still admit at `now`, without taking any.
-#[inline]
-pub fn available(layout: &SlidingWindowRules, word: u64, now: u64) -> u32 {
-    let at = layout.at(word, now);
-    layout.limit.saturating_sub(layout.counted(&at)) as u32
-}
-
 /// Exact time from `now` until a denied request for `cost <= limit` is admitted, if
 /// nothing else is. The count only falls with time, and only at grid points, so this
 /// is the first grid point where it has fallen far enough. Out of line, to keep the
 /// admitting path short.
 #[inline(never)]
-fn wait(layout: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
-    let limit = layout.limit;
+fn wait(rules: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
+    let limit = rules.limit;
     let ready = if at.current + cost <= limit {
         // Later in this window, once `previous × (limit − q) <= room × limit`, i.e. at
         // interval q = limit − ⌊room × limit / previous⌋ (limit itself: the next
@@ -293,7 +284,7 @@ fn wait(layout: &SlidingWindowRules, at: &At, cost: u64, now: u64) -> Duration {
         (u128::from(at.index) + 1) * u128::from(limit)
             + u128::from(limit - room * limit / at.current)
     };
-    nanos_to_duration(ready * u128::from(layout.interval.get()) - u128::from(now))
+    nanos_to_duration(ready * u128::from(rules.interval.get()) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -339,15 +330,15 @@ mod tests {
         let l = four_per_400ms();
         let word = l.pack(0, 0, 4);
         // Window 1, 0..99 ms in: the previous window overlaps 4 of 4 intervals.
-        assert_eq!(available(&l, word, 400 * MS), 0);
+        assert_eq!(l.available(word, 400 * MS), 0);
         // 100 ms in: 3 of 4 intervals, 4 × 3/4 = 3 counted.
-        assert_eq!(available(&l, word, 500 * MS), 1);
-        assert_eq!(available(&l, word, 599 * MS), 1);
-        assert_eq!(available(&l, word, 700 * MS), 3);
+        assert_eq!(l.available(word, 500 * MS), 1);
+        assert_eq!(l.available(word, 599 * MS), 1);
+        assert_eq!(l.available(word, 700 * MS), 3);
         // Two windows later, nothing is left.
-        assert_eq!(available(&l, word, 800 * MS), 4);
+        assert_eq!(l.available(word, 800 * MS), 4);
         // 3 previous at 1 of 4 intervals elapsed: 3 × 3/4 = 2.25, counted as 3.
-        assert_eq!(available(&l, l.pack(1, 3, 0), 500 * MS), 1);
+        assert_eq!(l.available(l.pack(1, 3, 0), 500 * MS), 1);
     }
 
     #[test]
@@ -355,28 +346,28 @@ mod tests {
         let l = four_per_400ms();
         let word = l.pack(1, 4, 0);
         // At 450 ms, 4 counted; 2 fit once 4 × (4 − q)/4 <= 2, i.e. q = 2: 600 ms.
-        let (same, d) = acquire(&l, word, 450 * MS, 2);
+        let (same, d) = l.acquire(word, 450 * MS, 2);
         assert_eq!(same, word);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(150)));
-        assert!(!acquire(&l, word, 600 * MS - 1, 2).1.is_allowed());
-        assert!(acquire(&l, word, 600 * MS, 2).1.is_allowed());
+        assert!(!l.acquire(word, 600 * MS - 1, 2).1.is_allowed());
+        assert!(l.acquire(word, 600 * MS, 2).1.is_allowed());
         // A full window's worth waits for the window after: nothing of the previous
         // may remain.
-        let (_, d) = acquire(&l, word, 450 * MS, 4);
+        let (_, d) = l.acquire(word, 450 * MS, 4);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(350)));
     }
 
     #[test]
     fn a_full_current_window_waits_into_the_next_one() {
         let l = four_per_400ms();
-        let (word, _) = acquire(&l, l.fresh(), 50 * MS, 4);
+        let (word, _) = l.acquire(l.fresh(), 50 * MS, 4);
         // Window 1 counts these 4 as previous: 1 fits once 4 × (4 − q)/4 <= 3, q = 1.
-        let (_, d) = acquire(&l, word, 50 * MS, 1);
+        let (_, d) = l.acquire(word, 50 * MS, 1);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(450)));
-        let (_, d) = acquire(&l, word, 50 * MS, 4);
+        let (_, d) = l.acquire(word, 50 * MS, 4);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(750)));
-        assert!(acquire(&l, word, 800 * MS, 4).1.is_allowed());
-        assert!(!acquire(&l, word, 800 * MS - 1, 4).1.is_allowed());
+        assert!(l.acquire(word, 800 * MS, 4).1.is_allowed());
+        assert!(!l.acquire(word, 800 * MS - 1, 4).1.is_allowed());
     }
 
     #[test]
@@ -394,7 +385,7 @@ mod tests {
             }
         );
         // The wait runs from the reading itself: 1 fits at 900 ms.
-        let (_, d) = acquire(&l, word, 300 * MS, 1);
+        let (_, d) = l.acquire(word, 300 * MS, 1);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(600)));
     }
 
@@ -451,9 +442,9 @@ mod tests {
     #[test]
     fn readings_at_the_end_of_the_clock_are_exact() {
         let l = four_per_400ms();
-        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 4);
+        let (word, d) = l.acquire(l.fresh(), u64::MAX, 4);
         assert!(d.is_allowed());
-        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        let (_, d) = l.acquire(word, u64::MAX, 1);
         // Window index of u64::MAX, then q = 1 of the next window.
         let window = 400 * u128::from(MS);
         let next = (u128::from(u64::MAX) / window + 1) * window + 100 * u128::from(MS);

@@ -1,8 +1,9 @@
-//! The word of a leased key: the tokens a process holds for one key of a Redis bucket
-//! and when they stop counting, in one `AtomicU64` taken by a compare-and-set loop.
+//! A leased key's hold: the tokens a process holds for one key of a Redis bucket and
+//! when they stop counting, in one `AtomicU64` taken by a compare-and-set loop.
 //!
-//! Used by the leased Redis limiter (`redis::RedisLeasedTokenBucket`); it lives outside
-//! the `redis` feature so the loom models in `loom-tests/` check it without Redis.
+//! Used by the leased Redis limiter (`redis::RedisLeasedTokenBucket`); under
+//! `--cfg turnstile_loom` it is compiled alone, without the `redis` feature, so the
+//! loom models in `loom-tests/` check it without Redis (see `lib.rs`).
 //!
 //! # Layout
 //! The lower [`TOKEN_BITS`] (24) bits hold the tokens held, at most [`MAX_HELD`]; the

@@ -1,8 +1,9 @@
 //! The token bucket's state word and its pure step functions.
 //!
 //! Everything here is a function of plain values: the lock-free limiter applies
-//! [`acquire`] inside a compare-and-set loop, the baselines apply it under their locks,
-//! and the property tests and loom models check it. One definition of the semantics.
+//! [`acquire`](WordAlgorithm::acquire) inside a compare-and-set loop, the baselines
+//! apply it under their locks, and the property tests and loom models check it. One
+//! definition of the semantics.
 
 use crate::Decision;
 use crate::clock::nanos_to_duration;
@@ -129,56 +130,61 @@ impl WordAlgorithm for TokenBucketRules {
         (word <= self.last_index).then(|| word * self.interval.get())
     }
 
+    /// One request for `cost` tokens at `now`: the word to store and the decision.
+    ///
+    /// The returned word equals `word` exactly when the state did not change (every
+    /// denial, a cost above capacity), so callers write nothing then.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-        acquire(self, word, now, cost)
+        let index = self.index(now);
+        let tokens = self.tokens(word, index);
+        let cost = u64::from(cost);
+        if cost <= tokens {
+            // `word.max(index) + cost ≤ index + capacity` (the tokens held are what is not
+            // missing at `index`), at most `last_index + capacity`: never a marker.
+            let decision = Decision::Allowed {
+                remaining: (tokens - cost) as u32,
+            };
+            (word.max(index) + cost, decision)
+        } else if cost > self.capacity {
+            let decision = Decision::ExceedsCapacity {
+                remaining: tokens as u32,
+                capacity: self.capacity as u32,
+            };
+            (word, decision)
+        } else {
+            let decision = Decision::Denied {
+                remaining: tokens as u32,
+                retry_after: wait_for(self, word, cost, now),
+            };
+            (word, decision)
+        }
     }
 
+    /// Tokens available at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
-        available(self, word, now)
+        self.tokens(word, self.index(now)) as u32
     }
 
+    /// `cost` tokens given back at `now`, capped at the capacity: the word to store. A
+    /// bucket already full at `now` is left exactly as it is — it has nothing missing,
+    /// and a new key's canonical full word must stay indistinguishable from no key.
     #[inline]
     fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
-        refund(self, word, now, cost)
+        let index = self.index(now);
+        if word <= index {
+            return word;
+        }
+        // Full at `index` at the most: a refund never gives more than the capacity.
+        word.saturating_sub(u64::from(cost)).max(index)
     }
 }
 
-/// One request for `cost` tokens at `now`: the word to store and the decision.
-///
-/// The returned word equals `word` exactly when the state did not change (every
-/// denial, a cost above capacity), so callers write nothing then.
-#[inline]
-pub fn acquire(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-    let index = rules.index(now);
-    let tokens = rules.tokens(word, index);
-    let cost = u64::from(cost);
-    if cost <= tokens {
-        // `word.max(index) + cost ≤ index + capacity` (the tokens held are what is not
-        // missing at `index`), at most `last_index + capacity`: never a marker.
-        let decision = Decision::Allowed {
-            remaining: (tokens - cost) as u32,
-        };
-        (word.max(index) + cost, decision)
-    } else if cost > rules.capacity {
-        let decision = Decision::ExceedsCapacity {
-            remaining: tokens as u32,
-            capacity: rules.capacity as u32,
-        };
-        (word, decision)
-    } else {
-        let decision = Decision::Denied {
-            remaining: tokens as u32,
-            retry_after: wait_for(rules, word, cost, now),
-        };
-        (word, decision)
-    }
-}
-
-/// [`acquire`]'s verdict and word without its decision: the word to store if a
-/// request for `cost` at `now` is allowed, `None` if it is not (denied, or a cost
-/// above the capacity). For a caller that asks only whether (the direct limiter's
+/// [`acquire`](WordAlgorithm::acquire)'s verdict and word without its decision: the
+/// word to store if a request for `cost` at `now` is allowed, `None` if it is not
+/// (denied, or a cost above the capacity). For a caller that asks only whether (the
+/// direct limiter's
 /// `try_acquire`).
 ///
 /// It decides without dividing: "the reading's grid index is at least `p`" is
@@ -220,25 +226,6 @@ pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option
 #[inline(never)]
 fn refilled(rules: &TokenBucketRules, now: u64, cost: u64) -> u64 {
     rules.index(now) + cost
-}
-
-/// Tokens available at `now`, without taking any.
-#[inline]
-pub fn available(rules: &TokenBucketRules, word: u64, now: u64) -> u32 {
-    rules.tokens(word, rules.index(now)) as u32
-}
-
-/// `cost` tokens given back at `now`, capped at the capacity: the word to store. A
-/// bucket already full at `now` is left exactly as it is — it has nothing missing,
-/// and a new key's canonical full word must stay indistinguishable from no key.
-#[inline]
-pub fn refund(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> u64 {
-    let index = rules.index(now);
-    if word <= index {
-        return word;
-    }
-    // Full at `index` at the most: a refund never gives more than the capacity.
-    word.saturating_sub(u64::from(cost)).max(index)
 }
 
 /// Exact time from `now` until a request for `cost` (at most the capacity, more than
@@ -298,7 +285,7 @@ mod tests {
         ) {
             let rules = TokenBucketRules::new(&quota);
             let word = earlier.iter().fold(rules.full(), |word, &(at, cost)| {
-                acquire(&rules, word, at, cost).0
+                rules.acquire(word, at, cost).0
             });
             // Readings on and just around the grid points that decide: where the
             // bucket holds `cost`, and where it is full again.
@@ -309,7 +296,7 @@ mod tests {
                 ready.saturating_mul(interval).saturating_add(near).saturating_sub(1),
                 word.saturating_add(1).saturating_mul(interval).saturating_add(near).saturating_sub(1),
             ] {
-                let (new, decision) = acquire(&rules, word, at, cost);
+                let (new, decision) = rules.acquire(word, at, cost);
                 prop_assert_eq!(
                     admit(&rules, word, at, cost),
                     decision.is_allowed().then_some(new),
@@ -319,17 +306,17 @@ mod tests {
         }
     }
 
-    fn layout(capacity: u32, interval: Duration) -> TokenBucketRules {
+    fn rules(capacity: u32, interval: Duration) -> TokenBucketRules {
         TokenBucketRules::new(&Quota::new(capacity, interval).unwrap())
     }
 
     /// Runs requests of cost 1 at the given millisecond readings from a full bucket.
-    fn allowed_at(layout: &TokenBucketRules, readings_ms: &[u64]) -> Vec<bool> {
-        let mut word = layout.full();
+    fn allowed_at(rules: &TokenBucketRules, readings_ms: &[u64]) -> Vec<bool> {
+        let mut word = rules.full();
         readings_ms
             .iter()
             .map(|&ms| {
-                let (new, decision) = acquire(layout, word, ms * MS, 1);
+                let (new, decision) = rules.acquire(word, ms * MS, 1);
                 word = new;
                 decision.is_allowed()
             })
@@ -340,7 +327,7 @@ mod tests {
     fn the_design_notes_example_keeps_the_unfinished_part_of_an_interval() {
         // Capacity 1, one token per second: 0, 1500 and 2000 ms pass; 2999 does not;
         // 3000 does. Refilling to `now` instead of the grid point would deny 2000.
-        let l = layout(1, Duration::from_secs(1));
+        let l = rules(1, Duration::from_secs(1));
         assert_eq!(
             allowed_at(&l, &[0, 1500, 2000, 2999, 3000]),
             [true, true, true, false, true]
@@ -349,7 +336,7 @@ mod tests {
 
     #[test]
     fn the_capacity_caps_what_silence_buys() {
-        let l = layout(3, Duration::from_secs(1));
+        let l = rules(3, Duration::from_secs(1));
         // An hour of silence after draining buys 3 requests, not 3600.
         let out = allowed_at(
             &l,
@@ -360,18 +347,18 @@ mod tests {
 
     #[test]
     fn a_denied_request_without_refill_leaves_the_word_untouched() {
-        let l = layout(2, Duration::from_secs(1));
-        let (drained, _) = acquire(&l, l.full(), 10 * MS, 2);
-        let (after, decision) = acquire(&l, drained, 500 * MS, 1);
+        let l = rules(2, Duration::from_secs(1));
+        let (drained, _) = l.acquire(l.full(), 10 * MS, 2);
+        let (after, decision) = l.acquire(drained, 500 * MS, 1);
         assert!(!decision.is_allowed());
         assert_eq!(after, drained);
     }
 
     #[test]
     fn a_denial_writes_nothing_even_after_a_refill() {
-        let l = layout(5, Duration::from_secs(1));
-        let (drained, _) = acquire(&l, l.full(), 0, 5);
-        let (after, decision) = acquire(&l, drained, 2500 * MS, 3);
+        let l = rules(5, Duration::from_secs(1));
+        let (drained, _) = l.acquire(l.full(), 0, 5);
+        let (after, decision) = l.acquire(drained, 2500 * MS, 3);
         assert_eq!(
             decision,
             Decision::Denied {
@@ -384,10 +371,10 @@ mod tests {
 
     #[test]
     fn weighted_requests_are_all_or_nothing() {
-        let l = layout(10, Duration::from_secs(1));
-        let (word, d) = acquire(&l, l.full(), 0, 7);
+        let l = rules(10, Duration::from_secs(1));
+        let (word, d) = l.acquire(l.full(), 0, 7);
         assert_eq!(d, Decision::Allowed { remaining: 3 });
-        let (word2, d) = acquire(&l, word, 0, 4);
+        let (word2, d) = l.acquire(word, 0, 4);
         assert_eq!(d.remaining(), 3);
         assert!(!d.is_allowed());
         assert_eq!(word2, word);
@@ -395,21 +382,21 @@ mod tests {
 
     #[test]
     fn retry_after_is_the_exact_wait_and_never_rounds_down() {
-        let l = layout(4, Duration::from_millis(250));
-        let (word, _) = acquire(&l, l.full(), 100 * MS, 4);
+        let l = rules(4, Duration::from_millis(250));
+        let (word, _) = l.acquire(l.full(), 100 * MS, 4);
         // At 100 ms: 0 tokens; 3 more arrive at 250, 500 and 750 ms.
-        let (_, d) = acquire(&l, word, 100 * MS, 3);
+        let (_, d) = l.acquire(word, 100 * MS, 3);
         let wait = d.retry_after().unwrap();
         assert_eq!(wait, Duration::from_millis(650));
         let at = 100 * MS + wait.as_nanos() as u64;
-        assert!(acquire(&l, word, at, 3).1.is_allowed());
-        assert!(!acquire(&l, word, at - 1, 3).1.is_allowed());
+        assert!(l.acquire(word, at, 3).1.is_allowed());
+        assert!(!l.acquire(word, at - 1, 3).1.is_allowed());
     }
 
     #[test]
     fn a_cost_above_capacity_is_reported_as_never_satisfiable() {
-        let l = layout(3, Duration::from_secs(1));
-        let (word, d) = acquire(&l, l.full(), 0, 4);
+        let l = rules(3, Duration::from_secs(1));
+        let (word, d) = l.acquire(l.full(), 0, 4);
         assert_eq!(
             d,
             Decision::ExceedsCapacity {
@@ -423,63 +410,63 @@ mod tests {
 
     #[test]
     fn a_reading_older_than_the_last_write_sees_the_tokens_still_to_come_as_missing() {
-        let l = layout(4, Duration::from_secs(1));
+        let l = rules(4, Duration::from_secs(1));
         // At 5 s, 3 of 4 taken: full again at grid point 8.
-        let (word, _) = acquire(&l, l.full(), 5000 * MS, 3);
+        let (word, _) = l.acquire(l.full(), 5000 * MS, 3);
         assert_eq!(word, 8);
-        assert_eq!(available(&l, word, 5000 * MS), 1);
+        assert_eq!(l.available(word, 5000 * MS), 1);
         // Another core reads 4.5 s (grid point 4): 4 of 4 still to come, none held.
-        assert_eq!(available(&l, word, 4500 * MS), 0);
-        let (after, d) = acquire(&l, word, 4500 * MS, 1);
+        assert_eq!(l.available(word, 4500 * MS), 0);
+        let (after, d) = l.acquire(word, 4500 * MS, 1);
         assert_eq!(after, word);
         assert_eq!(d.remaining(), 0);
         // Its wait is to grid point 5, where the token it asks for is there.
         assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
         // A reading far behind (grid point 1) finds nothing and owes more than the
         // capacity's worth of intervals; no subtraction wraps.
-        let (_, d) = acquire(&l, word, 1000 * MS, 4);
+        let (_, d) = l.acquire(word, 1000 * MS, 4);
         assert_eq!(d.remaining(), 0);
         assert_eq!(d.retry_after(), Some(Duration::from_secs(7)));
         // A lagging reading that is allowed takes after what is spoken for: full
         // again one grid point later, never earlier. (At grid point 4 the bucket full
         // at 6 holds 2, so 1 remains.)
-        let (word, _) = acquire(&l, l.full(), 5000 * MS, 1);
-        let (after, d) = acquire(&l, word, 4000 * MS, 1);
+        let (word, _) = l.acquire(l.full(), 5000 * MS, 1);
+        let (after, d) = l.acquire(word, 4000 * MS, 1);
         assert_eq!(d, Decision::Allowed { remaining: 1 });
         assert_eq!(after, word + 1);
-        assert_eq!(available(&l, after, 5000 * MS), 2);
+        assert_eq!(l.available(after, 5000 * MS), 2);
     }
 
     #[test]
     fn any_idle_span_leaves_a_full_bucket() {
-        let l = layout(7, Duration::from_millis(10));
-        let (word, _) = acquire(&l, l.full(), 0, 7);
+        let l = rules(7, Duration::from_millis(10));
+        let (word, _) = l.acquire(l.full(), 0, 7);
         let ten_years = 10 * 365 * 24 * 3600 * 1000 * MS;
-        assert_eq!(available(&l, word, ten_years), 7);
-        assert_eq!(available(&l, word, u64::MAX), 7);
-        let (word, d) = acquire(&l, word, u64::MAX - 1, 7);
+        assert_eq!(l.available(word, ten_years), 7);
+        assert_eq!(l.available(word, u64::MAX), 7);
+        let (word, d) = l.acquire(word, u64::MAX - 1, 7);
         assert!(d.is_allowed());
-        assert_eq!(available(&l, word, u64::MAX), 0);
+        assert_eq!(l.available(word, u64::MAX), 0);
     }
 
     #[test]
     fn every_capacity_fits_beside_every_interval_and_no_state_is_a_marker() {
         for interval in [1, 2, 3, 1000, MS, 1 << 40, u64::MAX] {
             for capacity in [1, 2, 1000, u32::MAX - 1, u32::MAX] {
-                let l = layout(capacity, Duration::from_nanos(interval));
+                let l = rules(capacity, Duration::from_nanos(interval));
                 // The latest reading there is, draining the bucket: the largest word.
-                let (word, d) = acquire(&l, l.full(), u64::MAX, capacity);
+                let (word, d) = l.acquire(l.full(), u64::MAX, capacity);
                 assert_eq!(
                     d,
                     Decision::Allowed { remaining: 0 },
                     "{interval} {capacity}"
                 );
                 assert!(word < MOVED, "{interval} {capacity}: {word}");
-                assert_eq!(available(&l, word, u64::MAX), 0);
+                assert_eq!(l.available(word, u64::MAX), 0);
                 // The next token comes after the clock's last reading: at a grid
                 // point the clock cannot reach (an exact wait), or never, where a
                 // 1 ns grid stops first.
-                let (_, d) = acquire(&l, word, u64::MAX, 1);
+                let (_, d) = l.acquire(word, u64::MAX, 1);
                 assert!(!d.is_allowed(), "{interval} {capacity}");
                 let wait = d.retry_after().expect("a denial");
                 assert!(wait > Duration::ZERO, "{interval} {capacity}");
@@ -494,18 +481,18 @@ mod tests {
     fn a_million_a_second_and_the_largest_burst_at_one_nanosecond_work() {
         // One token every microsecond, a million at once.
         let l = TokenBucketRules::new(&Quota::per_second(1_000_000).unwrap());
-        let (word, d) = acquire(&l, l.full(), 0, 1_000_000);
+        let (word, d) = l.acquire(l.full(), 0, 1_000_000);
         assert_eq!(d, Decision::Allowed { remaining: 0 });
-        let (_, d) = acquire(&l, word, 0, 1);
+        let (_, d) = l.acquire(word, 0, 1);
         assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
-        assert_eq!(available(&l, word, 250 * MS), 250_000);
+        assert_eq!(l.available(word, 250 * MS), 250_000);
         // u32::MAX at once, one more every nanosecond.
-        let l = layout(u32::MAX, Duration::from_nanos(1));
-        let (word, d) = acquire(&l, l.full(), 7, u32::MAX);
+        let l = rules(u32::MAX, Duration::from_nanos(1));
+        let (word, d) = l.acquire(l.full(), 7, u32::MAX);
         assert_eq!(d, Decision::Allowed { remaining: 0 });
-        assert_eq!(available(&l, word, 7 + 1_000), 1_000);
-        assert_eq!(available(&l, word, 7 + u64::from(u32::MAX)), u32::MAX);
-        let (_, d) = acquire(&l, word, 7, u32::MAX);
+        assert_eq!(l.available(word, 7 + 1_000), 1_000);
+        assert_eq!(l.available(word, 7 + u64::from(u32::MAX)), u32::MAX);
+        let (_, d) = l.acquire(word, 7, u32::MAX);
         assert_eq!(
             d.retry_after(),
             Some(Duration::from_nanos(u64::from(u32::MAX)))
@@ -514,35 +501,35 @@ mod tests {
 
     #[test]
     fn a_one_nanosecond_grid_stops_capacity_nanoseconds_before_the_clocks_end() {
-        let l = layout(10, Duration::from_nanos(1));
+        let l = rules(10, Duration::from_nanos(1));
         let last = u64::MAX - 2 - 10;
-        let (word, _) = acquire(&l, l.full(), last - 3, 10);
+        let (word, _) = l.acquire(l.full(), last - 3, 10);
         // Three tokens by the last grid point, none after it.
-        assert_eq!(available(&l, word, last), 3);
-        assert_eq!(available(&l, word, u64::MAX), 3);
-        let (_, d) = acquire(&l, word, u64::MAX, 4);
+        assert_eq!(l.available(word, last), 3);
+        assert_eq!(l.available(word, u64::MAX), 3);
+        let (_, d) = l.acquire(word, u64::MAX, 4);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 
     #[test]
     fn a_refund_gives_tokens_back_up_to_the_capacity() {
-        let l = layout(5, Duration::from_secs(1));
-        let (word, _) = acquire(&l, l.full(), 0, 4);
-        let word = refund(&l, word, 0, 3);
-        assert_eq!(available(&l, word, 0), 4);
-        assert_eq!(available(&l, refund(&l, word, 0, 3), 0), 5);
+        let l = rules(5, Duration::from_secs(1));
+        let (word, _) = l.acquire(l.full(), 0, 4);
+        let word = l.refund(word, 0, 3);
+        assert_eq!(l.available(word, 0), 4);
+        assert_eq!(l.available(l.refund(word, 0, 3), 0), 5);
         // Refilled first: at 2 s, 1 + 2 tokens, then 2 back, capped at 5: full at 2 s.
-        let (word, _) = acquire(&l, l.full(), 0, 4);
-        assert_eq!(refund(&l, word, 2000 * MS, 2), 2);
+        let (word, _) = l.acquire(l.full(), 0, 4);
+        assert_eq!(l.refund(word, 2000 * MS, 2), 2);
         // A full bucket is left as it is.
-        assert_eq!(refund(&l, l.full(), 2000 * MS, 2), l.full());
+        assert_eq!(l.refund(l.full(), 2000 * MS, 2), l.full());
     }
 
     #[test]
     fn a_wait_beyond_durations_range_saturates() {
-        let l = layout(u32::MAX, Duration::from_nanos(u64::MAX));
-        let (word, _) = acquire(&l, l.full(), 0, u32::MAX);
-        let (_, d) = acquire(&l, word, 0, u32::MAX);
+        let l = rules(u32::MAX, Duration::from_nanos(u64::MAX));
+        let (word, _) = l.acquire(l.full(), 0, u32::MAX);
+        let (_, d) = l.acquire(word, 0, u32::MAX);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 }

@@ -1,7 +1,8 @@
 //! The fixed window's state word and its pure step functions.
 //!
-//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
-//! shared compare-and-set loop, and the property tests and loom models check it.
+//! As for the token bucket: the lock-free limiter applies
+//! [`acquire`](WordAlgorithm::acquire) inside the shared compare-and-set loop, and the
+//! property tests and loom models check it.
 
 use crate::Decision;
 use crate::clock::nanos_to_duration;
@@ -67,12 +68,6 @@ impl FixedWindowRules {
         }
     }
 
-    /// The word of every new key: window 0, nothing counted.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
-    }
-
     /// The word holding window `index` with `count` admitted.
     #[inline]
     pub const fn pack(&self, index: u64, count: u64) -> u64 {
@@ -113,24 +108,62 @@ impl FixedWindowRules {
 impl WordAlgorithm for FixedWindowRules {
     const RESERVES_MOVED: bool = true;
 
+    /// The word of every new key: window 0, nothing counted.
     #[inline]
     fn fresh(&self) -> u64 {
-        FixedWindowRules::fresh(self)
+        0
     }
 
+    /// One request for `cost` at `now`: the word to store and the decision.
+    ///
+    /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
+    /// cost above the limit returns `word` itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-        acquire(self, word, now, cost)
+        let (index, count) = self.at(word, now);
+        let remaining = self.limit - count;
+        let cost = u64::from(cost);
+        if cost > self.limit {
+            let decision = Decision::ExceedsCapacity {
+                remaining: remaining as u32,
+                capacity: self.limit as u32,
+            };
+            return (word, decision);
+        }
+        if cost > remaining {
+            let decision = Decision::Denied {
+                remaining: remaining as u32,
+                retry_after: wait(self, index, now),
+            };
+            return (word, decision);
+        }
+        let decision = Decision::Allowed {
+            remaining: (remaining - cost) as u32,
+        };
+        if cost == 0 {
+            return (word, decision);
+        }
+        (self.pack(index, count + cost), decision)
     }
 
+    /// Requests `word` can still admit at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
-        available(self, word, now)
+        (self.limit - self.at(word, now).1) as u32
     }
 
+    /// `cost` admissions given back in the key's window as seen at `now` (at most what
+    /// it counts): the word to store. Admissions of a window that has passed are gone
+    /// with it, so there is nothing left to give back.
     #[inline]
     fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
-        refund(self, word, now, cost)
+        let (index, count) = self.at(word, now);
+        let left = count.saturating_sub(u64::from(cost));
+        if left == count {
+            word
+        } else {
+            self.pack(index, left)
+        }
     }
 
     /// From the start of the first window with nothing counted (the word's own, if
@@ -144,68 +177,16 @@ impl WordAlgorithm for FixedWindowRules {
     }
 }
 
-/// One request for `cost` at `now`: the word to store and the decision.
-///
-/// Only an admitted request with a cost changes the word; a denial, a zero cost or a
-/// cost above the limit returns `word` itself, so callers write nothing.
-#[inline]
-pub fn acquire(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-    let (index, count) = layout.at(word, now);
-    let remaining = layout.limit - count;
-    let cost = u64::from(cost);
-    if cost > layout.limit {
-        let decision = Decision::ExceedsCapacity {
-            remaining: remaining as u32,
-            capacity: layout.limit as u32,
-        };
-        return (word, decision);
-    }
-    if cost > remaining {
-        let decision = Decision::Denied {
-            remaining: remaining as u32,
-            retry_after: wait(layout, index, now),
-        };
-        return (word, decision);
-    }
-    let decision = Decision::Allowed {
-        remaining: (remaining - cost) as u32,
-    };
-    if cost == 0 {
-        return (word, decision);
-    }
-    (layout.pack(index, count + cost), decision)
-}
-
 /// Exact time from `now` until the window after `index` starts: it starts empty, and
 /// a denied cost is at most the limit. Out of line, to keep the admitting path short.
 #[inline(never)]
-fn wait(layout: &FixedWindowRules, index: u64, now: u64) -> Duration {
-    if index >= layout.last_index && layout.last_index < layout.window.last_index() {
+fn wait(rules: &FixedWindowRules, index: u64, now: u64) -> Duration {
+    if index >= rules.last_index && rules.last_index < rules.window.last_index() {
         // The last window the index field holds never ends.
         return Duration::MAX;
     }
     // `index` is the reading's window or a later one, so the next starts after it.
-    nanos_to_duration(layout.window.start(index + 1) - u128::from(now))
-}
-
-/// `cost` admissions given back in the key's window as seen at `now` (at most what
-/// it counts): the word to store. Admissions of a window that has passed are gone
-/// with it, so there is nothing left to give back.
-#[inline]
-pub fn refund(layout: &FixedWindowRules, word: u64, now: u64, cost: u32) -> u64 {
-    let (index, count) = layout.at(word, now);
-    let left = count.saturating_sub(u64::from(cost));
-    if left == count {
-        word
-    } else {
-        layout.pack(index, left)
-    }
-}
-
-/// Requests `word` can still admit at `now`, without taking any.
-#[inline]
-pub fn available(layout: &FixedWindowRules, word: u64, now: u64) -> u32 {
-    (layout.limit - layout.at(word, now).1) as u32
+    nanos_to_duration(rules.window.start(index + 1) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -238,27 +219,27 @@ mod tests {
         }
     }
 
-    fn layout(limit: u32, interval: Duration) -> FixedWindowRules {
+    fn rules(limit: u32, interval: Duration) -> FixedWindowRules {
         FixedWindowRules::new(&Quota::new(limit, interval).unwrap())
     }
 
     #[test]
     fn a_new_window_resets_the_count() {
         // 3 per 300 ms window.
-        let l = layout(3, Duration::from_millis(100));
-        let (word, d) = acquire(&l, l.fresh(), 10 * MS, 3);
+        let l = rules(3, Duration::from_millis(100));
+        let (word, d) = l.acquire(l.fresh(), 10 * MS, 3);
         assert_eq!(d, Decision::Allowed { remaining: 0 });
-        assert_eq!(acquire(&l, word, 299 * MS, 1).0, word);
-        let (word, d) = acquire(&l, word, 300 * MS, 1);
+        assert_eq!(l.acquire(word, 299 * MS, 1).0, word);
+        let (word, d) = l.acquire(word, 300 * MS, 1);
         assert_eq!(d, Decision::Allowed { remaining: 2 });
         assert_eq!(l.unpack(word), (1, 1));
     }
 
     #[test]
     fn a_denial_waits_exactly_until_the_next_window() {
-        let l = layout(2, Duration::from_millis(100));
-        let (word, _) = acquire(&l, l.fresh(), 50 * MS, 2);
-        let (same, d) = acquire(&l, word, 120 * MS, 1);
+        let l = rules(2, Duration::from_millis(100));
+        let (word, _) = l.acquire(l.fresh(), 50 * MS, 2);
+        let (same, d) = l.acquire(word, 120 * MS, 1);
         assert_eq!(same, word);
         assert_eq!(
             d,
@@ -267,32 +248,32 @@ mod tests {
                 retry_after: Duration::from_millis(80)
             }
         );
-        assert!(!acquire(&l, word, 200 * MS - 1, 1).1.is_allowed());
-        assert!(acquire(&l, word, 200 * MS, 1).1.is_allowed());
+        assert!(!l.acquire(word, 200 * MS - 1, 1).1.is_allowed());
+        assert!(l.acquire(word, 200 * MS, 1).1.is_allowed());
     }
 
     #[test]
     fn a_reading_older_than_the_keys_window_sees_that_window() {
-        let l = layout(2, Duration::from_millis(100));
-        let (word, _) = acquire(&l, l.fresh(), 450 * MS, 2); // window 2
+        let l = rules(2, Duration::from_millis(100));
+        let (word, _) = l.acquire(l.fresh(), 450 * MS, 2); // window 2
         // Another core reads 150 ms (window 0): no reset, and the wait runs from the
         // reading itself to the start of window 3.
-        let (same, d) = acquire(&l, word, 150 * MS, 1);
+        let (same, d) = l.acquire(word, 150 * MS, 1);
         assert_eq!(same, word);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(450)));
-        assert_eq!(available(&l, word, 150 * MS), 0);
+        assert_eq!(l.available(word, 150 * MS), 0);
     }
 
     #[test]
     fn zero_costs_and_costs_above_the_limit_change_nothing() {
-        let l = layout(2, Duration::from_millis(100));
-        let (word, _) = acquire(&l, l.fresh(), 0, 1);
+        let l = rules(2, Duration::from_millis(100));
+        let (word, _) = l.acquire(l.fresh(), 0, 1);
         assert_eq!(
-            acquire(&l, word, 500 * MS, 0),
+            l.acquire(word, 500 * MS, 0),
             (word, Decision::Allowed { remaining: 2 })
         );
         assert_eq!(
-            acquire(&l, word, 0, 3),
+            l.acquire(word, 0, 3),
             (
                 word,
                 Decision::ExceedsCapacity {
@@ -307,7 +288,7 @@ mod tests {
     fn the_largest_window_index_and_count_fit_without_overlap() {
         for interval in [1, 2, 3, 4, 5, 7, 1000, 1023, 1024, MS, 1 << 40, u64::MAX] {
             for limit in [1, 2, 1000, 1 << 20, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
-                let l = layout(limit, Duration::from_nanos(interval));
+                let l = rules(limit, Duration::from_nanos(interval));
                 let last = l.clamp(l.window.index(u64::MAX));
                 let word = l.pack(last, l.limit);
                 assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
@@ -331,30 +312,30 @@ mod tests {
     fn a_window_the_index_cannot_reach_never_comes() {
         // u32::MAX per 4.29 s window at 1 ns: the index holds 2³¹ windows (292 years
         // of them: 146 years and more), not the clock's 4.29 billion.
-        let l = layout(u32::MAX, Duration::from_nanos(1));
+        let l = rules(u32::MAX, Duration::from_nanos(1));
         let last = l.clamp(l.window.index(u64::MAX));
         assert_eq!(last, (1 << 31) - 1);
         let end = u64::try_from(l.window.start(last + 1)).unwrap();
-        let (word, d) = acquire(&l, l.fresh(), end - 1, u32::MAX);
+        let (word, d) = l.acquire(l.fresh(), end - 1, u32::MAX);
         assert!(d.is_allowed());
         // The next window would start at `end`; past the index it never does, and
         // a denial says so rather than promising a wait that would not pass.
-        let (_, d) = acquire(&l, word, end, 1);
+        let (_, d) = l.acquire(word, end, 1);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
-        let (_, d) = acquire(&l, word, end - 1, 1);
+        let (_, d) = l.acquire(word, end - 1, 1);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
         // A window before the last ends as any does.
-        let (word, _) = acquire(&l, l.fresh(), end - (1 << 33), u32::MAX);
-        let (_, d) = acquire(&l, word, end - (1 << 33), 1);
+        let (word, _) = l.acquire(l.fresh(), end - (1 << 33), u32::MAX);
+        let (_, d) = l.acquire(word, end - (1 << 33), 1);
         assert!(d.retry_after() < Some(Duration::from_secs(5)), "{d:?}");
     }
 
     #[test]
     fn readings_at_the_end_of_the_clock_are_exact() {
-        let l = layout(5, Duration::from_millis(1));
-        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 5);
+        let l = rules(5, Duration::from_millis(1));
+        let (word, d) = l.acquire(l.fresh(), u64::MAX, 5);
         assert!(d.is_allowed());
-        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        let (_, d) = l.acquire(word, u64::MAX, 1);
         let next_window = (u128::from(u64::MAX) / 5_000_000 + 1) * 5_000_000;
         let wait = (next_window - u128::from(u64::MAX)) as u64;
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(wait)));

@@ -1,9 +1,11 @@
 //! GCRA's state word and its pure step functions.
 //!
-//! As for the token bucket: the lock-free limiter applies [`acquire`] inside the
-//! shared compare-and-set loop, and the property tests and loom models check it.
+//! As for the token bucket: the lock-free limiter applies
+//! [`acquire`](WordAlgorithm::acquire) inside the shared compare-and-set loop, and the
+//! property tests and loom models check it.
 
 use crate::Decision;
+use crate::algorithm::FromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
@@ -73,12 +75,6 @@ impl GcraRules {
         }
     }
 
-    /// The word of every new key: TAT 0, a full bucket at every reading.
-    #[inline]
-    pub const fn fresh(&self) -> u64 {
-        0
-    }
-
     /// The last instant this limiter tells apart; later readings count as it.
     #[cfg(any(test, turnstile_loom))]
     pub const fn end(&self) -> u64 {
@@ -101,25 +97,74 @@ impl GcraRules {
     }
 }
 
+/// Refuses the quotas [`new`](GcraRules::new) names: building fails on those.
+impl FromQuota for GcraRules {
+    type Error = QuotaError;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        Self::new(quota)
+    }
+}
+
 impl WordAlgorithm for GcraRules {
+    /// The word of every new key: TAT 0, a full bucket at every reading.
     #[inline]
     fn fresh(&self) -> u64 {
-        GcraRules::fresh(self)
+        0
     }
 
+    /// One request for `cost` at `now`: the new TAT and the decision.
+    ///
+    /// Admitted iff the key holds at least `cost` tokens, i.e. `max(TAT, t) + cost ×
+    /// interval <= t + capacity × interval`. Only an admitted request with a cost changes
+    /// the word; a denial, a zero cost or a cost above the capacity returns `word`
+    /// itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-        acquire(self, word, now, cost)
+        let t = now.min(self.end);
+        let remaining = self.tokens(word, t);
+        let cost = u64::from(cost);
+        if cost > self.capacity {
+            let decision = Decision::ExceedsCapacity {
+                remaining: remaining as u32,
+                capacity: self.capacity as u32,
+            };
+            return (word, decision);
+        }
+        if cost > remaining {
+            let decision = Decision::Denied {
+                remaining: remaining as u32,
+                retry_after: wait(self, word, t, cost),
+            };
+            return (word, decision);
+        }
+        let decision = Decision::Allowed {
+            remaining: (remaining - cost) as u32,
+        };
+        if cost == 0 {
+            return (word, decision);
+        }
+        // At most t + full_refill <= end + full_refill = u64::MAX − 1: no overflow.
+        (word.max(t) + cost * self.interval.get(), decision)
     }
 
+    /// Whole tokens `word` holds at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
-        available(self, word, now)
+        self.tokens(word, now.min(self.end)) as u32
     }
 
+    /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
+    /// never before the reading — a full bucket holds no more. The word to store.
     #[inline]
     fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
-        refund(self, word, now, cost)
+        let t = now.min(self.end);
+        if word <= t {
+            return word;
+        }
+        // Saturating: a cost above the capacity refunds everything, however large.
+        word.saturating_sub(u64::from(cost).saturating_mul(self.interval.get()))
+            .max(t)
     }
 
     /// From the TAT on (if the clock's range reaches it): the bucket is full at every
@@ -130,44 +175,10 @@ impl WordAlgorithm for GcraRules {
     }
 }
 
-/// One request for `cost` at `now`: the new TAT and the decision.
-///
-/// Admitted iff the key holds at least `cost` tokens, i.e. `max(TAT, t) + cost ×
-/// interval <= t + capacity × interval`. Only an admitted request with a cost changes
-/// the word; a denial, a zero cost or a cost above the capacity returns `word`
-/// itself, so callers write nothing.
-#[inline]
-pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Decision) {
-    let t = now.min(layout.end);
-    let remaining = layout.tokens(word, t);
-    let cost = u64::from(cost);
-    if cost > layout.capacity {
-        let decision = Decision::ExceedsCapacity {
-            remaining: remaining as u32,
-            capacity: layout.capacity as u32,
-        };
-        return (word, decision);
-    }
-    if cost > remaining {
-        let decision = Decision::Denied {
-            remaining: remaining as u32,
-            retry_after: wait(layout, word, t, cost),
-        };
-        return (word, decision);
-    }
-    let decision = Decision::Allowed {
-        remaining: (remaining - cost) as u32,
-    };
-    if cost == 0 {
-        return (word, decision);
-    }
-    // At most t + full_refill <= end + full_refill = u64::MAX − 1: no overflow.
-    (word.max(t) + cost * layout.interval.get(), decision)
-}
-
-/// [`acquire`]'s verdict and word without its decision: the TAT to store if a
-/// request for `cost` at `now` is allowed, `None` if it is not (denied, or a cost
-/// above the capacity). For a caller that asks only whether (the direct limiter's
+/// [`acquire`](WordAlgorithm::acquire)'s verdict and word without its decision: the TAT
+/// to store if a request for `cost` at `now` is allowed, `None` if it is not (denied,
+/// or a cost above the capacity). For a caller that asks only whether (the direct
+/// limiter's
 /// `try_acquire`).
 ///
 /// It compares instants, as governor's GCRA does: the TAT against the latest one at
@@ -178,10 +189,10 @@ pub fn acquire(layout: &GcraRules, word: u64, now: u64, cost: u32) -> (u64, Deci
 /// is one comparison, a maximum and an addition. The property tests hold it to
 /// `acquire`, verdict and word, on every input.
 #[inline]
-pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
-    let t = now.min(layout.end);
+pub fn admit(rules: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
+    let t = now.min(rules.end);
     let cost = u64::from(cost);
-    if cost > layout.capacity {
+    if cost > rules.capacity {
         return None;
     }
     if cost == 0 {
@@ -191,25 +202,12 @@ pub fn admit(layout: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> 
     // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
     // whole tokens iff it owes at most `full_refill − weight`; the bound is at most
     // `end + full_refill = u64::MAX − 1`, and so is the new TAT.
-    let weight = cost * layout.interval.get();
-    let latest = t + (layout.full_refill - weight);
+    let weight = cost * rules.interval.get();
+    let latest = t + (rules.full_refill - weight);
     if word > latest {
         return None;
     }
     Some(word.max(t) + weight)
-}
-
-/// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
-/// never before the reading — a full bucket holds no more. The word to store.
-#[inline]
-pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
-    let t = now.min(layout.end);
-    if word <= t {
-        return word;
-    }
-    // Saturating: a cost above the capacity refunds everything, however large.
-    word.saturating_sub(u64::from(cost).saturating_mul(layout.interval.get()))
-        .max(t)
 }
 
 /// Exact time from reading `t` until a key with TAT `tat` holds `cost` tokens: when
@@ -218,20 +216,14 @@ pub fn refund(layout: &GcraRules, word: u64, now: u64, cost: u32) -> u64 {
 /// readings count as `end`): `Duration::MAX`, never, as [`Decision::Denied`] says.
 /// Out of line, to keep the admitting path short.
 #[inline(never)]
-fn wait(layout: &GcraRules, tat: u64, t: u64, cost: u64) -> Duration {
-    let ready = tat - (layout.capacity - cost) * layout.interval.get();
-    if ready > layout.end {
+fn wait(rules: &GcraRules, tat: u64, t: u64, cost: u64) -> Duration {
+    let ready = tat - (rules.capacity - cost) * rules.interval.get();
+    if ready > rules.end {
         // Found by the `quota` fuzz target: a TAT close to the end of the limiter's
         // time told a wait after which the key still held too little.
         return Duration::MAX;
     }
     nanos_to_duration(u128::from(ready - t))
-}
-
-/// Whole tokens `word` holds at `now`, without taking any.
-#[inline]
-pub fn available(layout: &GcraRules, word: u64, now: u64) -> u32 {
-    layout.tokens(word, now.min(layout.end)) as u32
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -269,14 +261,14 @@ mod tests {
         ) {
             let Ok(rules) = GcraRules::new(&quota) else { return Ok(()) };
             let word = earlier.iter().fold(rules.fresh(), |word, &(at, cost)| {
-                acquire(&rules, word, at, cost).0
+                rules.acquire(word, at, cost).0
             });
             // Readings on and just around the instant the key holds `cost`.
             let owed = (rules.capacity.saturating_sub(u64::from(cost)))
                 .saturating_mul(rules.interval.get());
             let ready = word.saturating_sub(owed);
             for at in [now, ready.saturating_add(near).saturating_sub(1), word] {
-                let (new, decision) = acquire(&rules, word, at, cost);
+                let (new, decision) = rules.acquire(word, at, cost);
                 prop_assert_eq!(
                     admit(&rules, word, at, cost),
                     decision.is_allowed().then_some(new),
@@ -286,36 +278,36 @@ mod tests {
         }
     }
 
-    fn layout(capacity: u32, interval: Duration) -> GcraRules {
+    fn rules(capacity: u32, interval: Duration) -> GcraRules {
         GcraRules::new(&Quota::new(capacity, interval).unwrap()).unwrap()
     }
 
     #[test]
     fn a_refund_of_the_largest_cost_refills_the_key_without_overflowing() {
-        let l = layout(2, Duration::from_secs(3600));
-        let (word, _) = acquire(&l, l.fresh(), 0, 2);
-        let word = refund(&l, word, 0, u32::MAX);
-        assert_eq!(available(&l, word, 0), 2);
+        let l = rules(2, Duration::from_secs(3600));
+        let (word, _) = l.acquire(l.fresh(), 0, 2);
+        let word = l.refund(word, 0, u32::MAX);
+        assert_eq!(l.available(word, 0), 2);
     }
 
     #[test]
     fn tokens_accrue_continuously_one_per_interval() {
-        let l = layout(3, Duration::from_millis(100));
-        let (word, d) = acquire(&l, l.fresh(), 1000 * MS, 3);
+        let l = rules(3, Duration::from_millis(100));
+        let (word, d) = l.acquire(l.fresh(), 1000 * MS, 3);
         assert_eq!(d, Decision::Allowed { remaining: 0 });
         assert_eq!(word, 1300 * MS);
         // One token exactly one interval after the drain, not at a grid point.
-        assert_eq!(available(&l, word, 1099 * MS), 0);
-        assert_eq!(available(&l, word, 1100 * MS), 1);
-        assert_eq!(available(&l, word, 1250 * MS), 2);
-        assert_eq!(available(&l, word, 5000 * MS), 3);
+        assert_eq!(l.available(word, 1099 * MS), 0);
+        assert_eq!(l.available(word, 1100 * MS), 1);
+        assert_eq!(l.available(word, 1250 * MS), 2);
+        assert_eq!(l.available(word, 5000 * MS), 3);
     }
 
     #[test]
     fn retry_after_is_exact_and_a_denial_changes_nothing() {
-        let l = layout(3, Duration::from_millis(100));
-        let (word, _) = acquire(&l, l.fresh(), 1000 * MS, 3);
-        let (same, d) = acquire(&l, word, 1030 * MS, 2);
+        let l = rules(3, Duration::from_millis(100));
+        let (word, _) = l.acquire(l.fresh(), 1000 * MS, 3);
+        let (same, d) = l.acquire(word, 1030 * MS, 2);
         assert_eq!(same, word);
         assert_eq!(
             d,
@@ -324,30 +316,30 @@ mod tests {
                 retry_after: Duration::from_millis(170)
             }
         );
-        assert!(!acquire(&l, word, 1200 * MS - 1, 2).1.is_allowed());
-        let (word, d) = acquire(&l, word, 1200 * MS, 2);
+        assert!(!l.acquire(word, 1200 * MS - 1, 2).1.is_allowed());
+        let (word, d) = l.acquire(word, 1200 * MS, 2);
         assert_eq!(d, Decision::Allowed { remaining: 0 });
         assert_eq!(word, 1500 * MS); // TAT moves on from 1300 ms, not from the reading
     }
 
     #[test]
     fn a_reading_before_the_last_admission_owes_more_never_less() {
-        let l = layout(2, Duration::from_millis(100));
-        let (word, _) = acquire(&l, l.fresh(), 1000 * MS, 2); // TAT 1200 ms
+        let l = rules(2, Duration::from_millis(100));
+        let (word, _) = l.acquire(l.fresh(), 1000 * MS, 2); // TAT 1200 ms
         // A lagging core reads 900 ms: it owes 300 ms, more than a full refill; it
         // counts as no tokens, without underflow, and waits the extra 100 ms.
-        assert_eq!(available(&l, word, 900 * MS), 0);
-        let (same, d) = acquire(&l, word, 900 * MS, 1);
+        assert_eq!(l.available(word, 900 * MS), 0);
+        let (same, d) = l.acquire(word, 900 * MS, 1);
         assert_eq!(same, word);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
-        assert_eq!(acquire(&l, word, 900 * MS, 0).1.remaining(), 0);
+        assert_eq!(l.acquire(word, 900 * MS, 0).1.remaining(), 0);
     }
 
     #[test]
     fn costs_above_the_capacity_are_never_satisfiable() {
-        let l = layout(2, Duration::from_millis(100));
+        let l = rules(2, Duration::from_millis(100));
         assert_eq!(
-            acquire(&l, l.fresh(), 0, 3),
+            l.acquire(l.fresh(), 0, 3),
             (
                 l.fresh(),
                 Decision::ExceedsCapacity {
@@ -360,32 +352,32 @@ mod tests {
 
     #[test]
     fn the_limiter_ends_one_full_refill_before_the_clock() {
-        let l = layout(4, Duration::from_millis(1));
+        let l = rules(4, Duration::from_millis(1));
         assert_eq!(l.end(), u64::MAX - 1 - 4 * MS);
-        let (word, d) = acquire(&l, l.fresh(), u64::MAX, 4);
+        let (word, d) = l.acquire(l.fresh(), u64::MAX, 4);
         assert!(d.is_allowed());
         assert_eq!(word, u64::MAX - 1, "the all-ones word stays free");
         // Later readings count as the end: time stands still, nothing is gained.
-        assert_eq!(available(&l, word, u64::MAX), 0);
+        assert_eq!(l.available(word, u64::MAX), 0);
         // So a wait ending after the end never ends (this said 1 ms, after which
         // the key still held nothing, until the `quota` fuzz target caught it).
-        let (_, d) = acquire(&l, word, u64::MAX, 1);
+        let (_, d) = l.acquire(word, u64::MAX, 1);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 
     #[test]
     fn a_wait_ending_at_the_end_is_exact_and_one_past_it_is_never() {
-        let l = layout(4, Duration::from_millis(1));
+        let l = rules(4, Duration::from_millis(1));
         // Emptied one millisecond before the end: the first token is back at the end.
         let t = l.end() - MS;
-        let (word, d) = acquire(&l, l.fresh(), t, 4);
+        let (word, d) = l.acquire(l.fresh(), t, 4);
         assert!(d.is_allowed());
-        let (_, d) = acquire(&l, word, t, 1);
+        let (_, d) = l.acquire(word, t, 1);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(1)));
-        let (_, d) = acquire(&l, word, l.end(), 1);
+        let (_, d) = l.acquire(word, l.end(), 1);
         assert!(d.is_allowed(), "{d:?}");
         // Two tokens are due one millisecond after the end: never.
-        let (_, d) = acquire(&l, word, t, 2);
+        let (_, d) = l.acquire(word, t, 2);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
     }
 

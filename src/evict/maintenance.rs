@@ -25,7 +25,8 @@
 //! park return at once (a park token is never lost), so no request is lost (loom model
 //! 12, with a mutant that unparks before it sets what it wants).
 
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::mutants::{Mutant, active};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Unpoisoned};
 use std::io;
 use std::sync::OnceLock;
 
@@ -65,7 +66,7 @@ impl Drop for Ending {
 
 /// What the thread is asked to do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Wants {
+pub(crate) struct Work {
     /// A sweep is due.
     pub(crate) sweep: bool,
     /// The store would like its next stretch of memory prepared.
@@ -81,8 +82,7 @@ impl Signal {
 
     /// Sets `want` and wakes the thread.
     fn ask(&self, want: usize) {
-        #[cfg(any(turnstile_loom, turnstile_shuttle))]
-        if crate::sync::mutants::active(crate::sync::mutants::Mutant::WakeFirst) {
+        if active(Mutant::WakeFirst) {
             self.wake();
             // Release: as below.
             self.wants.fetch_or(want, Ordering::Release);
@@ -113,7 +113,7 @@ impl Signal {
 
     /// Waits for a request, and takes it (everything asked for since the last);
     /// `None` once the limiter is being dropped.
-    pub(crate) fn wait(&self) -> Option<Wants> {
+    pub(crate) fn wait(&self) -> Option<Work> {
         loop {
             if self.stopping() {
                 return None;
@@ -121,7 +121,7 @@ impl Signal {
             // Acquire: pairs with the requests' Release (`ask`).
             let wants = self.wants.swap(0, Ordering::Acquire);
             if wants != 0 {
-                return Some(Wants {
+                return Some(Work {
                     sweep: wants & SWEEP != 0,
                     prepare: wants & PREPARE != 0,
                 });
@@ -154,7 +154,7 @@ impl Signal {
 }
 
 /// How the sweeper thread shares a CPU with requests: at points where it holds no lock
-/// of the store, it hands its CPU to a waiting thread once [`Pace::TURN`] has passed
+/// of the store, it hands its CPU to a waiting thread once [`TurnTimer::TURN`] has passed
 /// since it last did. (It may hold the limiter's sweep lock there, which requests
 /// wait on only when the thread has fallen far behind and they sweep themselves; and
 /// the turn is wall time, so after the OS has taken the CPU from it the thread yields
@@ -171,12 +171,12 @@ impl Signal {
 /// (50 or 200 µs) cut those sleeps further but switched so often that p99.9 at 4
 /// request threads doubled.
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-pub(crate) struct Pace {
+pub(crate) struct TurnTimer {
     since: std::cell::Cell<std::time::Instant>,
 }
 
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-impl Pace {
+impl TurnTimer {
     /// Work between two yields, at most (give or take one step of the caller's).
     const TURN: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -203,10 +203,10 @@ impl Pace {
 /// run a request against the half-swept store (deterministically, unlike a turn of
 /// wall time, so that a failing schedule replays).
 #[cfg(turnstile_shuttle)]
-pub(crate) struct Pace;
+pub(crate) struct TurnTimer;
 
 #[cfg(turnstile_shuttle)]
-impl Pace {
+impl TurnTimer {
     /// A pace with nothing to measure.
     pub(crate) fn new() -> Self {
         Self
@@ -263,7 +263,7 @@ impl Maintenance {
     /// A thread that runs `work` with what is wanted whenever something is requested,
     /// until `work` returns `false` (the limiter is gone).
     #[cfg(not(turnstile_loom))]
-    pub(crate) fn on_thread(mut work: impl FnMut(Wants) -> bool + Send + 'static) -> Self {
+    pub(crate) fn on_thread(mut work: impl FnMut(Work) -> bool + Send + 'static) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             crate::sync::thread::Builder::new()
                 .name("turnstile-sweeper".into())
@@ -324,12 +324,12 @@ impl Maintenance {
     /// Starts the thread, for the one request that moved `state` to `STARTING`;
     /// whether it started.
     fn start_thread(&self) -> bool {
-        let start = lock(&self.start).take();
+        let start = self.start.lock().unpoisoned().take();
         match start.map(|start| start(Arc::clone(&self.signal))) {
             Some(Ok(started)) => {
                 #[cfg(not(turnstile_loom))]
                 self.signal.set_waiter(started.thread().clone());
-                *lock(&self.thread) = Some(started);
+                *self.thread.lock().unpoisoned() = Some(started);
                 // Release: the waiter is set before anyone sees the thread started.
                 self.state.store(STARTED, Ordering::Release);
                 true
@@ -362,7 +362,7 @@ impl Maintenance {
     /// Stops the thread and waits for it.
     pub(crate) fn stop(&self) {
         self.signal.stop();
-        let thread = lock(&self.thread).take();
+        let thread = self.thread.lock().unpoisoned().take();
         #[cfg(not(turnstile_loom))]
         if let Some(thread) = thread {
             // A panic on the thread was a sweep's; the limiter is going anyway.
@@ -371,13 +371,6 @@ impl Maintenance {
         #[cfg(turnstile_loom)]
         let _ = thread;
     }
-}
-
-/// `mutex`'s guard, even if a thread panicked holding it: each holder leaves it whole.
-fn lock<T>(mutex: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
