@@ -112,9 +112,9 @@ pub(crate) struct ScriptedAlgorithm {
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
     /// (microseconds).
     pub(crate) params: [u64; 2],
-    /// Reads an acquire reply, less its last element (the `replaced` flag every
-    /// script appends); `None` when it is not one the script gives.
-    pub(crate) decide: fn(params: [u64; 2], reply: &[i64]) -> Option<Decision>,
+    /// Reads an acquire reply for a cost, less its last element (the `replaced` flag
+    /// every script appends); `None` when it is not one the script gives.
+    pub(crate) decide: fn(params: [u64; 2], reply: &[i64], cost: u32) -> Option<Decision>,
 }
 
 impl ScriptedAlgorithm {
@@ -124,7 +124,7 @@ impl ScriptedAlgorithm {
     /// exceeds a capacity it fits (a proxy's reply, a foreign script's). Passed on,
     /// such a reply would tell the caller of tokens that do not exist.
     fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
-        let decision = (self.decide)(self.params, reply)?;
+        let decision = (self.decide)(self.params, reply, cost)?;
         let capacity = self.params[0];
         let cost = u64::from(cost);
         let possible = match decision {
@@ -545,14 +545,21 @@ mod tests {
         .unwrap();
         let window = super::super::fixed_window::algorithm(8, Duration::from_secs(1)).unwrap();
         // Token bucket replies {status, tokens, ahead, missing}; fixed window
-        // replies {status, remaining, wait}.
-        type Reply = fn(i64, i64) -> Vec<i64>;
+        // replies {status, remaining, wait}; the wait fields only on a denial.
+        type Reply = fn(i64, i64, u32) -> Vec<i64>;
         let cases: [(&ScriptedAlgorithm, Reply); 2] = [
-            (&bucket, |status, left| vec![status, left, 0, 1]),
-            (&window, |status, left| vec![status, left, 1000]),
+            (&bucket, |status, left, cost| match status {
+                1 => vec![1, left, 0, i64::from(cost) - left],
+                _ => vec![status, left, 0, 0],
+            }),
+            (&window, |status, left, _| match status {
+                1 => vec![1, left, 1000],
+                _ => vec![status, left, 0],
+            }),
         ];
         for (algorithm, reply) in cases {
-            let decision = |status, left, cost| algorithm.decision(&reply(status, left), cost);
+            let decision =
+                |status, left, cost| algorithm.decision(&reply(status, left, cost), cost);
             // What the scripts give.
             assert_eq!(decision(0, 8, 0), Some(Decision::Allowed { remaining: 8 }));
             assert_eq!(decision(0, 5, 3), Some(Decision::Allowed { remaining: 5 }));
@@ -581,7 +588,7 @@ mod tests {
                     decision(status, left, cost),
                     None,
                     "{:?} for {cost} taken as a decision",
-                    reply(status, left)
+                    reply(status, left, cost)
                 );
             }
         }
