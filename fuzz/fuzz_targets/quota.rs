@@ -6,15 +6,25 @@
 //! - `Quota::new` refuses exactly a zero capacity, an interval under 1 ns or over
 //!   `u64::MAX` ns, and keeps what it accepts exactly; `per_second`, `per_minute` and
 //!   `per_hour` round the interval up;
-//! - each algorithm's constructor accepts a quota or gives a clear error, never
-//!   panics; the keyed limiter and its direct twin decide every request alike;
+//! - each algorithm's constructor refuses (`QuotaError::Unsupported`) exactly the
+//!   quotas its documentation says it cannot hold — GCRA when `capacity ×
+//!   refill_every` exceeds 2^63 ns, the sliding window counter unless `2 ×
+//!   bits(capacity) + max(1, bits(u64::MAX / window)) <= 64` — and accepts the rest;
+//!   the keyed limiter and its direct twin decide every request alike;
 //! - every decision is consistent (`remaining` at most the capacity, a denial's
 //!   wait positive, a cost over the capacity refused as such) and a denial's
-//!   `retry_after` is exact: after that wait the same request passes;
-//! - over the span of clock readings the requests saw, a key admits (net of refunds)
-//!   at most `k × capacity + span / refill_every + 1` — `k = 1` for the token bucket,
-//!   GCRA and the sliding log, `k = 2` for the windows, which may admit a window's
-//!   worth on each side of a boundary. Time running backwards gives nothing.
+//!   `retry_after` is exact, as `Decision::Denied` promises for every algorithm: 1 ns
+//!   before it the same request is still denied, at it it passes;
+//! - every run of consecutive requests admits, net of refunds, at most its
+//!   algorithm's bound over the span `[lo, hi]` of its readings (since the epoch):
+//!   the token bucket `capacity` plus the grid points in `(lo, hi]`; GCRA `capacity
+//!   + ⌊(hi − lo) / refill_every⌋`; the fixed window `capacity` per window touched;
+//!   the sliding log `capacity` in any window of the times it records (a lagging
+//!   reading is recorded as the key's newest); the sliding window counter its
+//!   documented `limit + ⌊(d − 1) / refill_every⌋` in any span of `d <= window`
+//!   nanoseconds (so `2 × limit − 1` per whole window), checked only on runs from
+//!   which the clock never reads earlier than before, as documented. Refunds come
+//!   only right after an admission, at its reading, so every algorithm credits them.
 #![no_main]
 
 use arbitrary::Arbitrary;
