@@ -11,8 +11,12 @@
 //! - `/user` is keyed by `x-api-key` when it is present once, not empty, at most 256
 //!   bytes and visible ASCII (else 400); every other path by the peer's address, an
 //!   IPv4-mapped IPv6 address as its IPv4 address, IPv6 by its `/64` (no peer: 400);
-//! - `Retry-After`, `RateLimit-Policy` and `RateLimit` always parse
-//!   ([`turnstile_fuzz::assert_well_formed`]).
+//! - every response well formed ([`turnstile_fuzz::assert_well_formed`]: a 429
+//!   carries `Retry-After`, refusals and only they a problem-details body, the
+//!   RateLimit fields' parameters integers and consistent);
+//! - on the clock this target never moves, a key's first request announces
+//!   `"<check>";q=1;w=3600` and `"<check>";r=0;t=3600`, and a refused one the same
+//!   and `Retry-After: 3600`: the next token, an hour after the epoch, exactly.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -23,7 +27,7 @@ use std::sync::Arc;
 use turnstile::http::{HeaderKey, PeerIp, RateLimitLayer};
 use turnstile::policy::{Check, Limit, Policy};
 use turnstile::{ManualClock, Quota, TokenBucket};
-use turnstile_fuzz::{assert_well_formed, send, under_prefix};
+use turnstile_fuzz::{Reply, assert_well_formed, field, retry_after_secs, send, under_prefix};
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
@@ -182,6 +186,38 @@ fn headers(list: &[Header], keep_api_key: bool) -> Vec<(HeaderName, HeaderValue)
         .collect()
 }
 
+/// The fields of a key's first request (allowed) and a later one (refused) on the
+/// clock this target never moves, exactly: the one check's quota is 1 and its window
+/// an hour (`q=1;w=3600`); the bucket was full, so after the first nothing is left
+/// and the next token comes on the grid point an hour after the epoch, the instant
+/// both requests read (`r=0;t=3600`, `Retry-After: 3600`; `t` is the smaller of the
+/// wait and the refill interval, both an hour).
+fn check_hourly(first: &Reply, refused: &Reply, user_route: bool) {
+    let name = if user_route { "per-user" } else { "per-ip" };
+    let exact = |key: &str, value: i64| (key.to_owned(), value);
+    for reply in [first, refused] {
+        let response = &reply.response;
+        assert_eq!(
+            field(response, "ratelimit-policy"),
+            Some(vec![(
+                name.to_owned(),
+                [exact("q", 1), exact("w", 3600)].into()
+            )]),
+            "{response:?}"
+        );
+        assert_eq!(
+            field(response, "ratelimit"),
+            Some(vec![(
+                name.to_owned(),
+                [exact("r", 0), exact("t", 3600)].into()
+            )]),
+            "{response:?}"
+        );
+    }
+    assert_eq!(first.response.headers().get("retry-after"), None);
+    assert_eq!(retry_after_secs(&refused.response), Some(3600));
+}
+
 fuzz_target!(|input: Input| {
     let method = Method::from_bytes(&input.method).unwrap_or(Method::GET);
     let Ok(uri) = Uri::try_from(input.path.as_slice()) else {
@@ -211,7 +247,11 @@ fuzz_target!(|input: Input| {
     for reply in [&first, &second] {
         assert_well_formed(reply);
     }
-    let (first, second) = (first.response.status(), second.response.status());
+    let (first_reply, second_reply) = (first, second);
+    let (first, second) = (
+        first_reply.response.status(),
+        second_reply.response.status(),
+    );
 
     let has_key = if user_route {
         api_key(&first_headers).is_some()
@@ -222,6 +262,7 @@ fuzz_target!(|input: Input| {
         assert_eq!(first, StatusCode::OK, "a fresh key's first request passes");
         // The same key, whatever else changed: refused for the hour.
         assert_eq!(second, StatusCode::TOO_MANY_REQUESTS);
+        check_hourly(&first_reply, &second_reply, user_route);
     } else {
         assert_eq!(first, StatusCode::BAD_REQUEST);
         assert_eq!(second, StatusCode::BAD_REQUEST);
@@ -231,6 +272,9 @@ fuzz_target!(|input: Input| {
         let third_peer = socket(&input.other_peer);
         let third = send(&layer, request(&method, &uri, &second_headers, third_peer));
         assert_well_formed(&third);
+        if third.response.status() == StatusCode::TOO_MANY_REQUESTS {
+            check_hourly(&first_reply, &third, false);
+        }
         let expected = match third_peer {
             None => StatusCode::BAD_REQUEST,
             Some(other) if peer_key(other) == peer_key(peer) => StatusCode::TOO_MANY_REQUESTS,

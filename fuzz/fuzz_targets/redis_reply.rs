@@ -6,7 +6,10 @@
 //! fail-open or fail-closed:
 //! - never a panic;
 //! - a reply the scripts never give is never a decision: the failure policy answers
-//!   (`Outcome::Fallback`, allowed exactly when the policy is open);
+//!   (`Outcome::Fallback`, allowed exactly when the policy is open); for the token
+//!   bucket and the fixed window, the one reply a check read is held to a plain
+//!   reference of what each script can reply (`script_decision`): a reply in it is
+//!   the decision it says, exactly; one outside it is a fallback;
 //! - every decision is consistent with the limit (`remaining` at most the capacity,
 //!   a denial's wait positive, a cost over the capacity refused as such), and so is
 //!   every count a peek reads.
@@ -85,20 +88,27 @@ enum Answer {
     Silent,
 }
 
-/// A connection answering each command with the next scripted answer (then `Nil`).
+/// A connection answering each command with the next scripted answer (then `Nil`),
+/// and noting each answer it gives: the value replied, or `None` for no value (an
+/// error, silence).
 #[derive(Clone)]
-struct Scripted(Arc<Mutex<VecDeque<Answer>>>);
+struct Scripted(Arc<Mutex<VecDeque<Answer>>>, Arc<Mutex<Vec<Option<Value>>>>);
 
 impl ConnectionLike for Scripted {
     fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> RedisFuture<'a, Value> {
         let answer = self.0.lock().unwrap().pop_front();
+        let value = match &answer {
+            None => Some(Value::Nil),
+            Some(Answer::Reply(resp)) => Some(resp.value(3)),
+            Some(Answer::Numbers(numbers)) => Some(Value::Array(
+                numbers.iter().take(8).copied().map(Value::Int).collect(),
+            )),
+            Some(Answer::Broken | Answer::Silent) => None,
+        };
+        self.1.lock().unwrap().push(value.clone());
         Box::pin(async move {
             match answer {
-                None => Ok(Value::Nil),
-                Some(Answer::Reply(resp)) => Ok(resp.value(3)),
-                Some(Answer::Numbers(numbers)) => Ok(Value::Array(
-                    numbers.into_iter().take(8).map(Value::Int).collect(),
-                )),
+                None | Some(Answer::Reply(_) | Answer::Numbers(_)) => Ok(value.expect("a value")),
                 Some(Answer::Broken) => {
                     Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into())
                 }
@@ -166,6 +176,104 @@ fn check_outcome(outcome: &Outcome, cost: u32, capacity: u32, policy: FailurePol
     }
 }
 
+/// The token bucket's refill interval here, in microseconds.
+const MICROS_PER_TOKEN: u64 = 1000;
+
+/// Which script a plain check ran.
+#[derive(Clone, Copy, Debug)]
+enum Script {
+    Bucket { interval: u64 },
+    Window,
+}
+
+/// The decision `reply` gives to a check of `cost` against `capacity`, if `reply` is
+/// one the script can give (src/redis/token_bucket.lua, fixed_window.lua), else
+/// `None`. Written from the scripts, apart from the limiters' readers. Every reply is
+/// an array of integers ending with `replaced`, 0 or 1.
+///
+/// Token bucket, `{status, held, ahead, missing, replaced}`:
+/// - 2 (cost above the capacity): `held` in `0..=capacity`, `ahead = missing = 0`;
+/// - 0 (allowed): `held` in `0..=capacity − cost`, `ahead = missing = 0`;
+/// - 1 (denied, `0 < cost <= capacity`): `held < cost`; `ahead` is the refill point
+///   less the reading: the latest grid point at or before it (`−interval < ahead <=
+///   0`), then `missing = cost − held`; or a later one the key was last refilled at
+///   (a reading behind it: `ahead > 0`), `behind = ⌈ahead / interval⌉` grid points
+///   ahead, where the bucket holds `tokens = cost − missing` in `0..=capacity` and
+///   the reading `held = max(0, tokens − behind)`. The wait is `ahead + missing ×
+///   interval` µs.
+///
+/// Fixed window, `{status, remaining, wait, replaced}`:
+/// - 2: `remaining` in `0..=capacity`, `wait = 0`;
+/// - 0: `remaining` in `0..=capacity − cost`, `wait = 0`;
+/// - 1 (`0 < cost <= capacity`): `remaining < cost`, `wait >= 1` µs (to the end of the
+///   counted window, which can lie further than one window ahead for a reading
+///   behind it).
+fn script_decision(script: Script, reply: &Value, cost: u32, capacity: u32) -> Option<Decision> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    let numbers: Vec<i64> = items
+        .iter()
+        .map(|item| match item {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let (&replaced, numbers) = numbers.split_last()?;
+    if replaced != 0 && replaced != 1 {
+        return None;
+    }
+    let (cost, capacity) = (i128::from(cost), i128::from(capacity));
+    let numbers: Vec<i128> = numbers.iter().map(|&n| i128::from(n)).collect();
+    let remaining = u32::try_from(*numbers.get(1)?).ok()?;
+    let decision = match (script, &numbers[..]) {
+        (Script::Bucket { .. }, &[2, held, 0, 0]) | (Script::Window, &[2, held, 0])
+            if cost > capacity && (0..=capacity).contains(&held) =>
+        {
+            Decision::ExceedsCapacity {
+                remaining,
+                capacity: capacity as u32,
+            }
+        }
+        (Script::Bucket { .. }, &[0, held, 0, 0]) | (Script::Window, &[0, held, 0])
+            if cost <= capacity && (0..=capacity - cost).contains(&held) =>
+        {
+            Decision::Allowed { remaining }
+        }
+        (Script::Bucket { interval }, &[1, held, ahead, missing])
+            if 0 < cost && cost <= capacity && (0..cost).contains(&held) =>
+        {
+            let interval = i128::from(interval);
+            let possible = if ahead <= 0 {
+                ahead > -interval && missing == cost - held
+            } else {
+                let behind = (ahead + interval - 1) / interval;
+                let tokens = cost - missing;
+                (0..=capacity).contains(&tokens) && held == (tokens - behind).max(0)
+            };
+            if !possible {
+                return None;
+            }
+            let wait = u64::try_from(ahead + missing * interval).ok()?;
+            assert!(wait > 0, "the scripts' arithmetic: a denial waits");
+            Decision::Denied {
+                remaining,
+                retry_after: Duration::from_micros(wait),
+            }
+        }
+        (Script::Window, &[1, held, wait])
+            if 0 < cost && cost <= capacity && held < cost && held >= 0 && wait >= 1 =>
+        {
+            Decision::Denied {
+                remaining,
+                retry_after: Duration::from_micros(u64::try_from(wait).ok()?),
+            }
+        }
+        _ => return None,
+    };
+    Some(decision)
+}
+
 fuzz_target!(|input: Input| {
     let capacity = u32::from(input.capacity).max(1);
     let policy = if input.open {
@@ -173,14 +281,16 @@ fuzz_target!(|input: Input| {
     } else {
         FailurePolicy::Closed
     };
-    let conn = Scripted(Arc::new(Mutex::new(
-        input.answers.into_iter().take(64).collect(),
-    )));
+    let given = Arc::new(Mutex::new(Vec::new()));
+    let conn = Scripted(
+        Arc::new(Mutex::new(input.answers.into_iter().take(64).collect())),
+        Arc::clone(&given),
+    );
     let quota = Quota::per_second(capacity).expect("a quota");
     let timeout = Duration::from_millis(50);
     runtime().block_on(async move {
         // Whole microseconds per token: what the Redis token bucket requires.
-        let quota = Quota::new(capacity, Duration::from_micros(1000)).unwrap_or(quota);
+        let quota = Quota::new(capacity, Duration::from_micros(MICROS_PER_TOKEN)).unwrap_or(quota);
         let window = Duration::from_secs(1);
         enum Limiter {
             Bucket(RedisTokenBucket<Scripted>),
@@ -211,12 +321,45 @@ fuzz_target!(|input: Input| {
             match call {
                 Call::Acquire { key, cost } => {
                     let cost = u32::from(*cost);
+                    let before = given.lock().unwrap().len();
                     let outcome = match &limiter {
                         Limiter::Bucket(l) => l.acquire(key, cost).await,
                         Limiter::Window(l) => l.acquire(key, cost).await,
                         Limiter::Leased(l) => l.acquire(key, cost).await,
                     };
                     check_outcome(&outcome, cost, capacity, policy);
+                    // The one reply this check read, when it sent one command and got
+                    // a value back: the script's, or a reply no script gives.
+                    let reply = {
+                        let given = given.lock().unwrap();
+                        match &given[before..] {
+                            [Some(value)] => Some(value.clone()),
+                            _ => None,
+                        }
+                    };
+                    let script = match &limiter {
+                        Limiter::Bucket(_) => Some(Script::Bucket {
+                            interval: MICROS_PER_TOKEN,
+                        }),
+                        Limiter::Window(_) => Some(Script::Window),
+                        // The lease's fetches are replies of another shape, read
+                        // apart; its decisions come from its lease too.
+                        Limiter::Leased(_) => None,
+                    };
+                    if let (Some(reply), Some(script)) = (reply, script) {
+                        let expected = script_decision(script, &reply, cost, capacity);
+                        match (&outcome, expected) {
+                            (Outcome::Decided(decision), Some(expected)) => assert_eq!(
+                                *decision, expected,
+                                "{reply:?} for {cost} of {capacity} read as another decision"
+                            ),
+                            (Outcome::Fallback { .. }, None) => {}
+                            (outcome, expected) => panic!(
+                                "{script:?} replied {reply:?} for {cost} of {capacity}: \
+                                 {outcome:?}, but the scripts give {expected:?}"
+                            ),
+                        }
+                    }
                 }
                 Call::Peek { key } => {
                     let left = match &limiter {

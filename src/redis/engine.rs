@@ -112,9 +112,9 @@ pub(crate) struct ScriptedAlgorithm {
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
     /// (microseconds).
     pub(crate) params: [u64; 2],
-    /// Reads an acquire reply, less its last element (the `replaced` flag every
-    /// script appends); `None` when it is not one the script gives.
-    pub(crate) decide: fn(params: [u64; 2], reply: &[i64]) -> Option<Decision>,
+    /// Reads an acquire reply for a cost, less its last element (the `replaced` flag
+    /// every script appends); `None` when it is not one the script gives.
+    pub(crate) decide: fn(params: [u64; 2], reply: &[i64], cost: u32) -> Option<Decision>,
 }
 
 impl ScriptedAlgorithm {
@@ -124,7 +124,7 @@ impl ScriptedAlgorithm {
     /// exceeds a capacity it fits (a proxy's reply, a foreign script's). Passed on,
     /// such a reply would tell the caller of tokens that do not exist.
     pub(super) fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
-        let decision = (self.decide)(self.params, reply)?;
+        let decision = (self.decide)(self.params, reply, cost)?;
         let capacity = self.params[0];
         let cost = u64::from(cost);
         let possible = match decision {

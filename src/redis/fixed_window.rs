@@ -149,14 +149,16 @@ pub(super) fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorith
     })
 }
 
-/// A decision from the script's reply `{status, remaining, wait}`.
-fn decide([limit, _window]: [u64; 2], reply: &[i64]) -> Option<Decision> {
+/// A decision from the script's reply `{status, remaining, wait}`; `None` for a reply
+/// the script never gives, an allowance or a cost above the limit with a wait beside
+/// it among them. (The cost is checked against the decision by the engine.)
+fn decide([limit, _window]: [u64; 2], reply: &[i64], _cost: u32) -> Option<Decision> {
     let &[status, remaining, wait] = reply else {
         return None;
     };
     let remaining = u32::try_from(remaining).ok()?;
     match status {
-        0 => Some(Decision::Allowed { remaining }),
+        0 if wait == 0 => Some(Decision::Allowed { remaining }),
         1 => {
             let wait = u64::try_from(wait).ok().filter(|&wait| wait > 0)?;
             Some(Decision::Denied {
@@ -164,7 +166,7 @@ fn decide([limit, _window]: [u64; 2], reply: &[i64]) -> Option<Decision> {
                 retry_after: Duration::from_micros(wait),
             })
         }
-        2 => Some(Decision::ExceedsCapacity {
+        2 if wait == 0 => Some(Decision::ExceedsCapacity {
             remaining,
             capacity: u32::try_from(limit).ok()?,
         }),
@@ -205,20 +207,24 @@ mod tests {
     #[test]
     fn replies_are_read_exactly_and_strange_ones_refused() {
         assert_eq!(
-            decide([3, 1000], &[1, 0, 250]),
+            decide([3, 1000], &[1, 0, 250], 1),
             Some(Decision::Denied {
                 remaining: 0,
                 retry_after: Duration::from_micros(250)
             })
         );
         assert_eq!(
-            decide([3, 1000], &[2, 1, 0]),
+            decide([3, 1000], &[2, 1, 0], 1),
             Some(Decision::ExceedsCapacity {
                 remaining: 1,
                 capacity: 3
             })
         );
-        assert_eq!(decide([3, 1000], &[1, 0, 0]), None);
-        assert_eq!(decide([3, 1000], &[0, 1]), None);
+        assert_eq!(decide([3, 1000], &[1, 0, 0], 1), None);
+        assert_eq!(decide([3, 1000], &[0, 1], 1), None);
+        // Found by the `redis_reply` fuzz target: an allowance, or a cost above the
+        // limit, with a wait beside it was read as a decision.
+        assert_eq!(decide([3, 1000], &[0, 0, 101_284_336], 0), None);
+        assert_eq!(decide([3, 1000], &[2, 1, 250], 4), None);
     }
 }

@@ -269,14 +269,21 @@ mod tests {
                 .unwrap();
         let window = fixed_window::algorithm(8, Duration::from_secs(1)).unwrap();
         // Token bucket replies {status, tokens, ahead, missing}; fixed window
-        // replies {status, remaining, wait}.
-        type Reply = fn(i64, i64) -> Vec<i64>;
+        // replies {status, remaining, wait}; the wait fields only on a denial.
+        type Reply = fn(i64, i64, u32) -> Vec<i64>;
         let cases: [(&ScriptedAlgorithm, Reply); 2] = [
-            (&bucket, |status, left| vec![status, left, 0, 1]),
-            (&window, |status, left| vec![status, left, 1000]),
+            (&bucket, |status, left, cost| match status {
+                1 => vec![1, left, 0, i64::from(cost) - left],
+                _ => vec![status, left, 0, 0],
+            }),
+            (&window, |status, left, _| match status {
+                1 => vec![1, left, 1000],
+                _ => vec![status, left, 0],
+            }),
         ];
         for (algorithm, reply) in cases {
-            let decision = |status, left, cost| algorithm.decision(&reply(status, left), cost);
+            let decision =
+                |status, left, cost| algorithm.decision(&reply(status, left, cost), cost);
             // What the scripts give.
             assert_eq!(decision(0, 8, 0), Some(Decision::Allowed { remaining: 8 }));
             assert_eq!(decision(0, 5, 3), Some(Decision::Allowed { remaining: 5 }));
@@ -305,7 +312,7 @@ mod tests {
                     decision(status, left, cost),
                     None,
                     "{:?} for {cost} taken as a decision",
-                    reply(status, left)
+                    reply(status, left, cost)
                 );
             }
         }

@@ -158,26 +158,45 @@ pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError>
     })
 }
 
-/// A decision from the script's reply `{status, tokens, ahead, missing}`.
-fn decide([capacity, interval]: [u64; 2], reply: &[i64]) -> Option<Decision> {
+/// A decision from the script's reply `{status, tokens, ahead, missing}` to a check
+/// of `cost`; `None` for a reply the script never gives: an allowance or a cost above
+/// the capacity with a wait (`ahead`, `missing`) beside it, or a denial whose numbers
+/// do not fit the bucket (see `script_decision` in `fuzz/fuzz_targets/redis_reply.rs`).
+fn decide([capacity, interval]: [u64; 2], reply: &[i64], cost: u32) -> Option<Decision> {
     let &[status, tokens, ahead, missing] = reply else {
         return None;
     };
     let remaining = u32::try_from(tokens).ok()?;
     match status {
-        0 => Some(Decision::Allowed { remaining }),
+        0 if ahead == 0 && missing == 0 => Some(Decision::Allowed { remaining }),
         1 => {
             // Allowed `missing` grid points after the refill point, which is `ahead`
-            // µs from now (negative: in the past); a reading behind the refill point
-            // has `ahead` positive, and `missing` may then be 0 or below.
-            let wait = i128::from(ahead) + i128::from(missing) * i128::from(interval);
+            // µs from now: the latest grid point at or before the reading (`ahead` in
+            // `(−interval, 0]`, and `missing` what the reading holds short of the
+            // cost), or a later one the key was refilled at, `behind` grid points
+            // ahead of the reading's (`ahead` positive), where the bucket holds
+            // `cost − missing` and the reading that less `behind`.
+            let (interval, cost) = (i128::from(interval), i128::from(cost));
+            let (ahead, missing, held) =
+                (i128::from(ahead), i128::from(missing), i128::from(tokens));
+            let possible = if ahead <= 0 {
+                ahead > -interval && missing == cost - held
+            } else {
+                let behind = (ahead + interval - 1) / interval;
+                let bucket = cost - missing;
+                (0..=i128::from(capacity)).contains(&bucket) && held == (bucket - behind).max(0)
+            };
+            if !possible {
+                return None;
+            }
+            let wait = ahead + missing * interval;
             let wait = u64::try_from(wait).ok().filter(|&wait| wait > 0)?;
             Some(Decision::Denied {
                 remaining,
                 retry_after: Duration::from_micros(wait),
             })
         }
-        2 => Some(Decision::ExceedsCapacity {
+        2 if ahead == 0 && missing == 0 => Some(Decision::ExceedsCapacity {
             remaining,
             capacity: u32::try_from(capacity).ok()?,
         }),
@@ -225,7 +244,7 @@ mod tests {
     #[test]
     fn a_denial_reply_is_read_as_the_exact_wait() {
         // Refill point 300 µs ago, 2 tokens missing, 1000 µs interval: 1700 µs.
-        let decision = decide([5, 1000], &[1, 0, -300, 2]).unwrap();
+        let decision = decide([5, 1000], &[1, 0, -300, 2], 2).unwrap();
         assert_eq!(
             decision,
             Decision::Denied {
@@ -237,10 +256,31 @@ mod tests {
 
     #[test]
     fn replies_the_script_never_gives_are_refused() {
-        assert_eq!(decide([5, 1000], &[0, 1, 0]), None);
-        assert_eq!(decide([5, 1000], &[7, 1, 0, 0]), None);
-        assert_eq!(decide([5, 1000], &[0, -1, 0, 0]), None);
+        assert_eq!(decide([5, 1000], &[0, 1, 0], 1), None);
+        assert_eq!(decide([5, 1000], &[7, 1, 0, 0], 1), None);
+        assert_eq!(decide([5, 1000], &[0, -1, 0, 0], 1), None);
         // A denial whose wait is not in the future.
-        assert_eq!(decide([5, 1000], &[1, 0, -1000, 1]), None);
+        assert_eq!(decide([5, 1000], &[1, 0, -1000, 1], 1), None);
+    }
+
+    /// Found by the `redis_reply` fuzz target (its reference of the script's replies):
+    /// an allowance or a cost above the capacity with a wait beside it, and denials
+    /// whose numbers no bucket gives, were read as decisions.
+    #[test]
+    fn replies_whose_numbers_no_bucket_gives_are_refused() {
+        assert_eq!(decide([5, 1000], &[0, 1, 300, 0], 1), None);
+        assert_eq!(decide([5, 1000], &[0, 1, 0, 2], 1), None);
+        assert_eq!(decide([5, 1000], &[2, 1, 0, 1], 6), None);
+        // The refill point more than an interval before the reading.
+        assert_eq!(decide([5, 1000], &[1, 0, -1500, 2], 2), None);
+        // Not behind, yet missing other than the cost less what the reading holds.
+        assert_eq!(decide([5, 1000], &[1, 1, -300, 3], 2), None);
+        // Behind by one grid point (ahead 700 µs): the bucket holds 2 − 1 = 1 and the
+        // reading none; holding 1 would need a bucket of 2, missing 0.
+        assert!(decide([5, 1000], &[1, 0, 700, 1], 2).is_some());
+        assert_eq!(decide([5, 1000], &[1, 1, 700, 1], 2), None);
+        assert!(decide([5, 1000], &[1, 1, 700, 0], 2).is_some());
+        // A bucket holding more than the capacity.
+        assert_eq!(decide([5, 1000], &[1, 0, 5700, -4], 2), None);
     }
 }
