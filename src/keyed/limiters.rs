@@ -32,7 +32,8 @@ use std::hash::{BuildHasher, Hash};
 /// `u32::MAX` fits beside every interval from 1 ns. Stated in full, with the reasons,
 /// in [`guide::state_word`](crate::guide::state_word).
 ///
-/// Memory: one 8-byte word per key, beside the key in the limiter's table. A key is
+/// Memory: one 8-byte word of state per key, in the limiter's map with the key (the
+/// map's own cost per key: [the guide](crate::guide::algorithms)). A key is
 /// forgotten once its bucket has been full for the eviction margin (a full bucket
 /// carries no information on the shared grid), so memory follows the active keys.
 ///
@@ -79,8 +80,8 @@ pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 /// [`TokenBucket`](crate::TokenBucket).
 ///
 /// Memory: one 8-byte word per key (window index and count, layout in
-/// [the guide](crate::guide::algorithms#fixed-window)), beside the key in the limiter's
-/// table. Every [`Quota`] fits; it is lock-free and allocation-free per check like
+/// [the guide](crate::guide::algorithms#fixed-window)), in the limiter's map with the
+/// key. Every [`Quota`] fits; it is lock-free and allocation-free per check like
 /// `TokenBucket`, sharing its compare-and-set loop.
 ///
 /// ```
@@ -150,7 +151,7 @@ pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill longer
 /// than 2^63 ns (292 years), so every accepted limiter is exact for at least 292 years.
 ///
-/// Memory: one 8-byte word per key, beside the key in the limiter's table. Lock-free
+/// Memory: one 8-byte word of state per key, in the limiter's map with the key. Lock-free
 /// and allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// ```
@@ -202,8 +203,8 @@ pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K
 ///   all came at its start), and deny what the log would admit.
 ///
 /// Memory: one 8-byte word per key (window index and two counts, layout in
-/// [the guide](crate::guide::algorithms#sliding-window-counter)), beside the key in the
-/// limiter's table. Lock-free and allocation-free per check, sharing `TokenBucket`'s
+/// [the guide](crate::guide::algorithms#sliding-window-counter)), in the limiter's map
+/// with the key. Lock-free and allocation-free per check, sharing `TokenBucket`'s
 /// compare-and-set loop.
 ///
 /// Two counts beside the window index do not fit every quota: the constructors
