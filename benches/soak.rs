@@ -1456,7 +1456,7 @@ impl Report<'_> {
         );
         let _ = writeln!(
             md,
-            "- checks Redis decided while marked stopped or killed: {} (only one answered as the signal lands can); **decided though sent and answered wholly while the server was seen stopped or reaped: {}** (must be 0)",
+            "- checks Redis decided while marked stopped or killed: {} (the marked stretch runs from before each signal to after the server is back, so it holds checks Redis answered just before a signal or just after a restart); **decided though sent and answered wholly while the server was seen stopped or reaped: {}** (must be 0)",
             r.decided_in_outage, r.decided_while_down
         );
         let mut restart_times = r.restart_times.clone();
