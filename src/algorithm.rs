@@ -1,7 +1,7 @@
 //! The algorithm contract: what one key's state is and how a request steps it.
 //!
-//! The keyed limiter (`keyed/`) knows maps, clocks and forgetting, and nothing of
-//! tokens or windows; an [`Algorithm`] knows one key's state and nothing of maps. The
+//! The keyed limiter (`keyed/`) knows stores, clocks and forgetting, and nothing of
+//! tokens or windows; an [`Algorithm`] knows one key's state and nothing of stores. The
 //! single-word algorithms implement it through [`WordAlgorithm`](crate::word::WordAlgorithm)
 //! and its compare-and-set loop, the sliding log directly, and per-key quotas as a
 //! wrapper around either ([`PerKey`](crate::per_key::PerKey)).
@@ -111,7 +111,7 @@ pub trait Algorithm<K>: Send + Sync {
 
     /// Moves an [`Outdated`](Blocked::Outdated) state to what `resolved` says, at
     /// `now`: in place when that changes no rule, else by freezing it and handing its
-    /// successor to `swap`, which replaces the state in the map (`false` if it could
+    /// successor to `swap`, which replaces the state in the store (`false` if it could
     /// not, and then the state is thawed as it was).
     fn renew(
         &self,
@@ -235,7 +235,7 @@ pub trait Stored: Sized + Send + Sync {
 }
 
 /// The word algorithms' state: in papaya, or beside its key in the word store
-/// (`store/map.rs`).
+/// (`store/built.rs`).
 #[cfg(not(turnstile_loom))]
 impl Stored for AtomicU64 {
     const WORD: bool = true;

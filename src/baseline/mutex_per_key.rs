@@ -2,7 +2,7 @@
 
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::store::{KeyMap, Store};
+use crate::store::{KeyedStore, Store};
 use crate::sync::Unpoisoned;
 use crate::token_bucket::TokenBucketRules;
 use crate::word::WordAlgorithm;
@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// A token bucket with the same map as [`TokenBucket`](crate::TokenBucket) but
 /// a `Mutex` around each key's state word instead of a compare-and-set loop.
 pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
-    words: KeyMap<K, Mutex<u64>, S>,
+    words: KeyedStore<K, Mutex<u64>, S>,
     rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
@@ -45,7 +45,7 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
-            words: KeyMap::with_hasher(self.hasher, self.expected_keys),
+            words: KeyedStore::with_hasher(self.hasher, self.expected_keys),
             rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,

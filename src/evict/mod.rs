@@ -25,7 +25,7 @@
 //! 2. for each forgettable word, it compare-and-sets the word from the value it
 //!    checked to `RETIRED` (a value no state uses) — this succeeds only if nobody
 //!    changed the word since, and after it nobody can;
-//! 3. it removes retired entries from the map — every one it meets, whoever retired
+//! 3. it removes retired entries from the store — every one it meets, whoever retired
 //!    it (the store may show it an entry twice). A word frozen while its key moves to
 //!    a new quota carries a marker of its own, `MOVED`, and is never removed: its
 //!    mover replaces it.
@@ -39,7 +39,7 @@
 //! whose clock lags by more than the margin) uses the watermark as its reading instead
 //! — a legitimate, slightly later reading — so stale readings never meet a fresh state.
 //!
-//! **Invariant:** every word a request changes is one that the map held and that was
+//! **Invariant:** every word a request changes is one that the store held and that was
 //! not retired at that moment (or, for a new key's first request, the word it is
 //! about to store, before any other thread can see it), and every request's reading
 //! is at least the watermark of any forgetting it can observe. A new key's first
@@ -55,7 +55,7 @@
 //! four.
 //!
 //! # When sweeping happens — and why no request pays for it
-//! A sweep is due when the map holds twice the keys the last sweep kept (at least
+//! A sweep is due when the store holds twice the keys the last sweep kept (at least
 //! [`MIN_SWEEP_KEYS`] keys), once it could forget something: not before a margin has
 //! passed since the earliest instant at which a key the last sweep kept becomes
 //! forgettable (each algorithm's `forgettable_from`), nor since the instant that
@@ -66,14 +66,14 @@
 //! at most one margin after the last sweep began. A limiter counts as swept at its
 //! epoch, keeping nothing: while it fills in its first margin, or while a crowd of new
 //! keys arrives at a limiter whose every key is recent, no sweep runs, since none could
-//! forget a key that was taken from (each doubling of the map used to sweep it in
+//! forget a key that was taken from (each doubling of the store used to sweep it in
 //! vain; results/ANALYSIS.md, "Sweeps that cannot forget"). A clock that stands still
 //! or steps back (a reading no later than the last sweep's start) is not waited for:
 //! sweeps are then due by size alone, as before. An insertion that finds a sweep due
 //! only asks the limiter's own sweeper thread for it (started lazily with the first
 //! request for a sweep, or for the preparation of the word store's next tables, named
 //! `turnstile-sweeper`, stopped and joined when the limiter is dropped): **the
-//! per-request bound is zero keys visited.** Insertions look at the map's size on about
+//! per-request bound is zero keys visited.** Insertions look at the store's size on about
 //! one in [`SIZE_SAMPLE`] insertions (a per-thread random draw; counting sums sixteen
 //! per-thread cells), so a sweep is asked for a few dozen insertions late.
 //!
@@ -113,7 +113,7 @@
 //! No request waits for a sweep, however far the thread falls behind. A thread that
 //! cannot keep up (a machine overloaded, the thread starved of CPU, or churn faster
 //! than one thread can sweep: on papaya a single thread streaming new keys at full
-//! speed outruns it) lets the map grow past twice the active keys until it catches
+//! speed outruns it) lets the store grow past twice the active keys until it catches
 //! up; an insertion that finds it four times behind only checks, without a lock,
 //! that it is running. Earlier, such an insertion swept itself or waited for the
 //! sweep running: on papaya that put requests to sleep for up to 1.5 s under churn
@@ -152,15 +152,15 @@ pub struct KeyStats {
     pub overflowed: u64,
 }
 
-/// A map smaller than this is not swept automatically.
+/// A store smaller than this is not swept automatically.
 #[cfg(not(turnstile_shuttle))]
 pub const MIN_SWEEP_KEYS: usize = 1024;
-/// A map smaller than this is not swept automatically: under `--cfg turnstile_shuttle`
+/// A store smaller than this is not swept automatically: under `--cfg turnstile_shuttle`
 /// two keys, so that a shuttle test with a handful of keys reaches the sweeper thread.
 #[cfg(turnstile_shuttle)]
 pub const MIN_SWEEP_KEYS: usize = 2;
 
-/// Insertions look at the map's size about once in this many (a per-thread random
+/// Insertions look at the store's size about once in this many (a per-thread random
 /// draw).
 pub const SIZE_SAMPLE: u32 = 64;
 
@@ -174,7 +174,7 @@ pub(crate) enum AfterInsertion {
     Nothing,
     /// Ask the sweeper thread for a sweep (this insertion is the one that asks).
     Request,
-    /// The map outgrew its bound while the requested sweep is unfinished: sweep here.
+    /// The store outgrew its bound while the requested sweep is unfinished: sweep here.
     SweepHere,
 }
 
@@ -261,7 +261,7 @@ pub(crate) struct Watermark {
     /// New keys' insertions in flight, which a sweep waits for after raising the
     /// watermark (`insertions.rs`).
     insertions: Insertions,
-    /// Map size at which an insertion asks for a sweep; `REQUESTED` while one is
+    /// Store size at which an insertion asks for a sweep; `REQUESTED` while one is
     /// asked for and unfinished.
     next_sweep: AtomicU64,
     /// No automatic sweep before this instant (ns since epoch): until then none could
@@ -271,7 +271,7 @@ pub(crate) struct Watermark {
     /// the clock stands still or stepped back, and then `useful_from` is not waited
     /// for.
     last_began: AtomicU64,
-    /// Map size at which an insertion sweeps itself, the sweeper thread having fallen
+    /// Store size at which an insertion sweeps itself, the sweeper thread having fallen
     /// behind: four times the size after the last sweep, or twice the size at which
     /// the running sweep was asked for, whichever is larger.
     overloaded_at: AtomicU64,
@@ -341,7 +341,7 @@ impl Watermark {
 
     /// Records a finished sweep that began at `began`, forgot `forgotten` keys and
     /// kept `kept`, none of which is forgettable before `kept_until`: the next is due
-    /// when the map has twice as many keys as it kept, and useful no earlier than a
+    /// when the store has twice as many keys as it kept, and useful no earlier than a
     /// margin after `kept_until` or `began`, whichever is first.
     pub(crate) fn end(&self, forgotten: usize, kept: usize, began: u64, kept_until: u64) {
         // Relaxed: a statistic.
@@ -372,8 +372,8 @@ impl Watermark {
         }
         let len = len as u64;
         if len >= next {
-            // The map may have grown far past `next` while no sweep could forget
-            // anything: the thread is behind only once the map doubles again while the
+            // The store may have grown far past `next` while no sweep could forget
+            // anything: the thread is behind only once the store doubles again while the
             // sweep asked for now runs. Raised before the claim publishes it, and
             // again after it, in case a sweep ended in between and lowered it.
             self.overloaded_at.fetch_max(2 * len, Ordering::Relaxed);
@@ -524,7 +524,7 @@ mod tests {
     fn no_sweep_is_asked_for_before_one_could_forget_a_key() {
         let sweeper = sweeper();
         // A new limiter counts as swept at its epoch: nothing is forgettable within
-        // the first margin (1 s), however large the map.
+        // the first margin (1 s), however large the store.
         let big = 100 * MIN_SWEEP_KEYS;
         assert_eq!(
             sweeper.after_insertion(big, SECOND - 1),
@@ -534,7 +534,7 @@ mod tests {
             sweeper.after_insertion(big, SECOND),
             AfterInsertion::Request
         );
-        // The map kept growing while no sweep could run: the thread is behind only
+        // The store kept growing while no sweep could run: the thread is behind only
         // once it doubles again while the sweep asked for now runs.
         assert_eq!(
             sweeper.after_insertion(2 * big - 1, SECOND),

@@ -21,7 +21,7 @@ use std::hash::{BuildHasher, Hash};
 /// Each key's whole state — the grid index at which its bucket is full again — is one
 /// `AtomicU64` (see [the guide](crate::guide::state_word#the-state-word)), updated by a
 /// compare-and-set loop, found through a lock-free map lookup. Once a key exists, a
-/// request takes one clock reading, one map lookup and usually one CAS: no lock, no
+/// request takes one clock reading, one store lookup and usually one CAS: no lock, no
 /// allocation. A denial that changes nothing writes nothing, so under attack the key's
 /// cache line stays shared between cores.
 ///
@@ -32,8 +32,8 @@ use std::hash::{BuildHasher, Hash};
 /// `u32::MAX` fits beside every interval from 1 ns. Stated in full, with the reasons,
 /// in [`guide::state_word`](crate::guide::state_word).
 ///
-/// Memory: one 8-byte word of state per key, in the limiter's map with the key (the
-/// map's own cost per key: [the guide](crate::guide::algorithms)). A key is
+/// Memory: one 8-byte word of state per key, in the limiter's store with the key (the
+/// store's own cost per key: [the guide](crate::guide::algorithms)). A key is
 /// forgotten once its bucket has been full for the eviction margin (a full bucket
 /// carries no information on the shared grid), so memory follows the active keys.
 ///
@@ -80,7 +80,7 @@ pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 /// [`TokenBucket`](crate::TokenBucket).
 ///
 /// Memory: one 8-byte word per key (window index and count, layout in
-/// [the guide](crate::guide::algorithms#fixed-window)), in the limiter's map with the
+/// [the guide](crate::guide::algorithms#fixed-window)), in the limiter's store with the
 /// key. Every [`Quota`] fits; it is lock-free and allocation-free per check like
 /// `TokenBucket`, sharing its compare-and-set loop.
 ///
@@ -151,7 +151,7 @@ pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill longer
 /// than 2^63 ns (292 years), so every accepted limiter is exact for at least 292 years.
 ///
-/// Memory: one 8-byte word of state per key, in the limiter's map with the key. Lock-free
+/// Memory: one 8-byte word of state per key, in the limiter's store with the key. Lock-free
 /// and allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
 ///
 /// ```
@@ -203,7 +203,7 @@ pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K
 ///   all came at its start), and deny what the log would admit.
 ///
 /// Memory: one 8-byte word per key (window index and two counts, layout in
-/// [the guide](crate::guide::algorithms#sliding-window-counter)), in the limiter's map
+/// [the guide](crate::guide::algorithms#sliding-window-counter)), in the limiter's store
 /// with the key. Lock-free and allocation-free per check, sharing `TokenBucket`'s
 /// compare-and-set loop.
 ///
@@ -257,7 +257,7 @@ pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
 ///
 /// Memory and cost: each key keeps up to `limit` timestamps, so this is the one
 /// algorithm whose state grows with the limit. Per key: a 32-byte `Mutex` and ring
-/// header in the map, plus 8 bytes per timestamp slot; the ring starts empty, grows
+/// header in the store, plus 8 bytes per timestamp slot; the ring starts empty, grows
 /// by doubling from 4 slots while the requests in the window need room, never
 /// beyond `limit` slots, and keeps its largest size. A check takes the key's own
 /// lock (never a global one) and allocates only while the key's ring grows; an

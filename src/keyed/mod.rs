@@ -1,6 +1,6 @@
 //! The keyed limiter every algorithm runs in: a store of per-key states, the clock,
 //! and the forgetting of idle keys (see [`crate::evict`]). Algorithms know nothing of
-//! maps or forgetting; this module knows nothing of tokens or windows.
+//! stores or forgetting; this module knows nothing of tokens or windows.
 
 mod limiters;
 mod reconfigure;
@@ -20,7 +20,7 @@ use crate::algorithm::{Algorithm, Blocked, Renewal, Retirement};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::evict::{self, AfterInsertion, KeyStats, Overflow, Watermark};
-use crate::store::{KeyMap, Store};
+use crate::store::{KeyedStore, Store};
 use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
@@ -48,7 +48,7 @@ use std::sync::Arc;
 /// other thread's request waiting (a request can wait only for a key being moved to
 /// a new quota, or inside papaya for an entry a resize is copying);
 /// [`Builder::word_store`] trades that for memory and churn speed. A key type's `Hash` and `Drop` must not panic:
-/// the maps guarantee their own consistency only then. A panicking `Eq` or `Clone`,
+/// the stores guarantee their own consistency only then. A panicking `Eq` or `Clone`,
 /// resolver or clock reaches its caller and leaves the key usable (a move it
 /// interrupts thaws the key).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
@@ -66,12 +66,12 @@ where
     A: Algorithm<K>,
     S: BuildHasher,
 {
-    states: KeyMap<K, A::State, S>,
+    states: KeyedStore<K, A::State, S>,
     algorithm: A,
     epoch: Epoch<C>,
     watermark: Watermark,
     maintenance: Maintenance,
-    /// The allowance shared by new keys that find the map full, under
+    /// The allowance shared by new keys that find the store full, under
     /// `Overflow::Shared`.
     overflow: Option<SharedAllowance>,
     quota: Quota,
@@ -89,7 +89,7 @@ impl<A: Algorithm<K>, K, C, S: BuildHasher> Drop for KeyedLimiter<A, K, C, S> {
     }
 }
 
-/// One allowance shared by every new key that finds the map full (`Overflow::Shared`):
+/// One allowance shared by every new key that finds the store full (`Overflow::Shared`):
 /// a state of the limiter's algorithm under the overflow quota, never retired.
 struct SharedAllowance(Box<dyn Fn(u64, u32) -> Decision + Send + Sync>);
 
@@ -165,7 +165,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
                 .map(|name| Box::new(crate::observe::LimiterObserver::in_process(name, capped)))
         };
         let core = Arc::new_cyclic(|weak: &std::sync::Weak<Core<A, K, C, S>>| Core {
-            states: KeyMap::build(self.store, self.hasher, self.expected_keys),
+            states: KeyedStore::build(self.store, self.hasher, self.expected_keys),
             algorithm,
             epoch: Epoch::start(self.clock),
             watermark: Watermark::new(&self.eviction, self.expected_keys),
@@ -312,7 +312,7 @@ where
         self.core.evict_idle(|| {})
     }
 
-    /// Also sweeps every `period` on a thread of its own, whether or not the map has
+    /// Also sweeps every `period` on a thread of its own, whether or not the store has
     /// grown (the limiter's own sweeper runs only when a sweep is due). The thread
     /// holds the limiter weakly: it ends when the returned handle is dropped, or
     /// with the limiter.
@@ -445,7 +445,7 @@ where
 
     /// `f` on `key`'s state, for a caller that takes a miss or a retired state to mean
     /// "no state": either, from the lock-free lookup, is looked at again under the
-    /// map's lock. A lock-free lookup can miss a key whose entry a move is replacing
+    /// store's lock. A lock-free lookup can miss a key whose entry a move is replacing
     /// (see the store contract), and can meet a word the word store froze while it
     /// grew the key's segment (`store/words/`), which it never shows under the lock.
     /// Loom model 13 checks the first, with a mutant that trusts the first miss.
@@ -493,7 +493,7 @@ where
         self.sweep(pause)
     }
 
-    /// One pass over the map, calling `pause` where the store holds no lock (see
+    /// One pass over the store, calling `pause` where the store holds no lock (see
     /// [`Store::retain`]); the caller holds the sweep lock.
     ///
     /// The instant keys must be forgettable at moves forward every `REFRESH` keys
@@ -547,7 +547,7 @@ where
         forgotten
     }
 
-    /// After an insertion: on about one in `SIZE_SAMPLE`, look at the map's size and
+    /// After an insertion: on about one in `SIZE_SAMPLE`, look at the store's size and
     /// ask the sweeper thread for a sweep if one is due (see `evict/`). Visits no key,
     /// and waits for none, unless the thread has fallen four times behind.
     #[inline]
@@ -629,7 +629,7 @@ where
             .acquire(state, self.watermark.reading(now), cost)
     }
 
-    /// The first request of a key with no state: make room if the map is at its cap,
+    /// The first request of a key with no state: make room if the store is at its cap,
     /// store the key's state (exactly once, however many threads race) with the
     /// request applied, and ask for a sweep if one is due. Unless `create` runs user
     /// code, under the epoch guard of the lookup that missed the key.
@@ -640,7 +640,7 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         // No cap, no need to count the keys (a sum over sixteen cells). At the cap,
-        // the key is looked for under the map's lock before it is refused: the
+        // the key is looked for under the store's lock before it is refused: the
         // lock-free lookup that missed it can miss a key whose entry a move is
         // replacing.
         if self.watermark.max_keys != usize::MAX && self.states.len() >= self.watermark.max_keys {
@@ -752,7 +752,7 @@ where
         let owned = key.to_key();
         let resolved = self.algorithm.resolve(&owned);
         // The owned key is made before anything is frozen: between the freeze and the
-        // swap only the map runs (hashing and comparing the key).
+        // swap only the store runs (hashing and comparing the key).
         let renewal = self.states.get(key, |state| {
             let now = self.watermark.reading(now);
             let swap = |successor| self.states.swap(owned, state, successor);

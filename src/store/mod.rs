@@ -2,7 +2,7 @@
 //!
 //! Limiters use only this contract, so the same limiter code runs on the normal
 //! builds' stores and on a small loom-aware store under `--cfg turnstile_loom`. In
-//! normal builds `map.rs` holds the store the limiter was built with: **papaya** by
+//! normal builds `built.rs` holds the store the limiter was built with: **papaya** by
 //! default (`papaya.rs`: a lock-free hash map; lookups, insertions and removals take
 //! no lock), or, for a limiter of single-word states built with
 //! [`word_store`](crate::Builder::word_store), the **word store** (`words/`: an index
@@ -19,11 +19,11 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 #[cfg(not(turnstile_loom))]
+mod built;
+#[cfg(not(turnstile_loom))]
 mod count;
 #[cfg(turnstile_loom)]
 mod loom;
-#[cfg(not(turnstile_loom))]
-mod map;
 #[cfg(not(turnstile_loom))]
 mod papaya;
 #[cfg(not(turnstile_loom))]
@@ -41,13 +41,13 @@ pub(crate) enum StoreKind {
 
 /// The store limiters use under loom: the loom-aware one, whatever the kind.
 #[cfg(turnstile_loom)]
-pub(crate) type KeyMap<K, V, S> = loom::LoomStore<K, V, S>;
-/// The store limiters use: papaya or the word store, as built (`map.rs`); the
+pub(crate) type KeyedStore<K, V, S> = loom::LoomStore<K, V, S>;
+/// The store limiters use: papaya or the word store, as built (`built.rs`); the
 /// loom-aware one under loom.
 #[cfg(not(turnstile_loom))]
-pub(crate) type KeyMap<K, V, S> = map::Map<K, V, S>;
+pub(crate) type KeyedStore<K, V, S> = built::BuiltStore<K, V, S>;
 
-/// A concurrent map from keys to per-key state.
+/// A concurrent store of keys and their states.
 ///
 /// # Contract
 /// - **get**: `get(key, f)` calls `f` with the key's value if the key is present. It
@@ -102,7 +102,7 @@ pub(crate) trait Store<K, V, S> {
     /// `f` on the value of `key` if present, else `missed()`, called before the
     /// lookup lets go of what it holds (an epoch guard), so that a `get_or_insert`
     /// inside `missed` pins a nested guard, with no barrier of its own
-    /// (results/ANALYSIS.md). `missed` may take long (a sweep, when the map has
+    /// (results/ANALYSIS.md). `missed` may take long (a sweep, when the store has
     /// outgrown its bound).
     fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
     where

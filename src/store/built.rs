@@ -12,50 +12,50 @@ use crate::sync::AtomicU64;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-/// A map from keys to states of type `V`.
-// The word store holds its key count's 16 cache-padded cells inline (2 KB): one map
+/// The store a limiter was built with: keys and their states of type `V`.
+// The word store holds its key count's 16 cache-padded cells inline (2 KB): one store
 // per limiter, built once, and boxing it would add a load to every lookup.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Map<K, V: Stored, S: BuildHasher> {
+pub(crate) enum BuiltStore<K, V: Stored, S: BuildHasher> {
     /// The default, for every `V`.
     Papaya(PapayaStore<K, V, S>),
     /// Chosen per limiter, only for `V::WORD`.
     Words(WordStore<K, S>),
 }
 
-impl<K, V, S> Map<K, V, S>
+impl<K, V, S> BuiltStore<K, V, S>
 where
     K: Hash + Eq + Clone + 'static,
     V: Stored,
     S: BuildHasher + Clone + 'static,
 {
-    /// An empty map of the `kind` asked for. A state that is not a single word lives
+    /// An empty store of the `kind` asked for. A state that is not a single word lives
     /// in papaya whatever the kind (the word store holds words only), as
     /// [`word_store`](crate::Builder::word_store) documents.
     pub(crate) fn build(kind: StoreKind, hasher: S, expected_keys: usize) -> Self {
         match kind {
             StoreKind::Words if V::WORD => {
-                Map::Words(WordStore::with_hasher(hasher, expected_keys))
+                BuiltStore::Words(WordStore::with_hasher(hasher, expected_keys))
             }
-            _ => Map::Papaya(PapayaStore::with_hasher(hasher, expected_keys)),
+            _ => BuiltStore::Papaya(PapayaStore::with_hasher(hasher, expected_keys)),
         }
     }
 }
 
 /// The store `V` lives in, as the first or the second of two expressions. For a `V`
-/// that is not a word the second arm is dead (a map of such states is never the word
+/// that is not a word the second arm is dead (a store of such states is never the word
 /// store, `build`), and the compiler drops it.
 macro_rules! pick {
-    ($map:expr, $papaya:ident => $on_papaya:expr, $words:ident => $on_words:expr) => {
-        match $map {
-            Map::Papaya($papaya) => $on_papaya,
-            Map::Words($words) if V::WORD => $on_words,
-            Map::Words(_) => unreachable!("turnstile: the word store holds only words"),
+    ($store:expr, $papaya:ident => $on_papaya:expr, $words:ident => $on_words:expr) => {
+        match $store {
+            BuiltStore::Papaya($papaya) => $on_papaya,
+            BuiltStore::Words($words) if V::WORD => $on_words,
+            BuiltStore::Words(_) => unreachable!("turnstile: the word store holds only words"),
         }
     };
 }
 
-impl<K, V, S> Store<K, V, S> for Map<K, V, S>
+impl<K, V, S> Store<K, V, S> for BuiltStore<K, V, S>
 where
     K: Hash + Eq + Clone + 'static,
     V: Stored,
