@@ -141,7 +141,7 @@ pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
     fn moment(&self, frozen: &Self::Frozen) -> u64;
 
     /// What the frozen state had left at `now`.
-    fn left(&self, frozen: &Self::Frozen, now: u64) -> u32;
+    fn frozen_available(&self, frozen: &Self::Frozen, now: u64) -> u32;
 
     /// Undoes [`freeze`](Self::freeze): `state` holds `frozen` again and requests may
     /// change it. Only the thread that froze it may thaw it.

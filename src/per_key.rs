@@ -119,7 +119,7 @@ impl<A: Reconfigurable> Entry<A> {
     fn carried(configuration: u64, rules: A, old: &A, frozen: &A::Frozen, now: u64) -> Self {
         let state = rules.create(&());
         let at = choose(Mutant::MoveAtRawReading, now.max(old.moment(frozen)), now);
-        let left = old.left(frozen, at);
+        let left = old.frozen_available(frozen, at);
         if left < old.fresh_available(|| (), at) {
             // Stamp the state at `at` (take one and give it back there), so that a
             // reading before `at` sees the state as of `at` at the most (for the
@@ -355,7 +355,10 @@ mod tests {
     }
 
     /// What is left of a key's allowance at time 0.
-    fn left(rules: &PerKey<TokenBucketRules, u64>, entry: &super::Entry<TokenBucketRules>) -> u32 {
+    fn available_at_zero(
+        rules: &PerKey<TokenBucketRules, u64>,
+        entry: &super::Entry<TokenBucketRules>,
+    ) -> u32 {
         rules.available(entry, 0).unwrap()
     }
 
@@ -369,7 +372,13 @@ mod tests {
         );
         assert_eq!(answers.0, answers.1);
         assert!(matches!(answers.0, Ok(decision) if decision.is_allowed()));
-        assert_eq!((left(&rules, &unshared), left(&rules, &shared)), (6, 6));
+        assert_eq!(
+            (
+                available_at_zero(&rules, &unshared),
+                available_at_zero(&rules, &shared)
+            ),
+            (6, 6)
+        );
     }
 
     #[test]

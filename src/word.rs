@@ -256,7 +256,7 @@ impl<W: MovableWord> Reconfigurable for W {
         MovableWord::moment(self, *frozen)
     }
 
-    fn left(&self, frozen: &u64, now: u64) -> u32 {
+    fn frozen_available(&self, frozen: &u64, now: u64) -> u32 {
         WordAlgorithm::available(self, *frozen, now)
     }
 

@@ -311,6 +311,7 @@ fn peek<C: ConnectionLike + Clone + Send + Sync + 'static>(
     limiter: &ScriptLimiter<C>,
     key: &[u8],
 ) -> Result<u32, CheckError> {
-    let left = limiter.left(key);
-    block_on(runtime, limiter.timeout(), left).inspect_err(|error| limiter.count_error(key, error))
+    let available = limiter.available(key);
+    block_on(runtime, limiter.timeout(), available)
+        .inspect_err(|error| limiter.count_error(key, error))
 }

@@ -57,8 +57,9 @@ macro_rules! script_checks {
         /// the failure policy does not apply; the failure is counted in
         /// [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
         pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-            let left = self.limiter.left(key.as_ref());
-            left.await
+            let available = self.limiter.available(key.as_ref());
+            available
+                .await
                 .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
         }
 
@@ -230,7 +231,7 @@ where
 
     /// What `key` has left, as a future that owns what it needs. Failures are not
     /// yet counted: see [`ScriptLimiter::count_error`].
-    pub(crate) fn left(
+    pub(crate) fn available(
         &self,
         key: &[u8],
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {

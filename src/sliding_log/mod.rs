@@ -105,7 +105,7 @@ impl Reconfigurable for SlidingLogRules {
         frozen.newest()
     }
 
-    fn left(&self, frozen: &Log, now: u64) -> u32 {
+    fn frozen_available(&self, frozen: &Log, now: u64) -> u32 {
         frozen.available(self, now)
     }
 

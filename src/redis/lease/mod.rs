@@ -341,8 +341,9 @@ where
     /// As [`RedisTokenBucket::peek`](super::RedisTokenBucket::peek).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
         let limiter = &self.core.limiter;
-        let left = limiter.left(key.as_ref());
-        left.await
+        let available = limiter.available(key.as_ref());
+        available
+            .await
             .inspect_err(|error| limiter.count_error(key.as_ref(), error))
     }
 
