@@ -71,7 +71,7 @@ pub type DirectSlidingWindowCounter<C = QuantaClock> = DirectLimiter<SlidingWind
 impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     /// The limiter running `algorithm` under `quota`, its epoch (the refill grid's or
     /// the windows' origin) now.
-    fn assemble(algorithm: A, quota: Quota, clock: C) -> Self {
+    fn running(algorithm: A, quota: Quota, clock: C) -> Self {
         let state = OwnLine(algorithm.create(&()));
         Self {
             algorithm,
@@ -298,7 +298,7 @@ impl<C: Clock> DirectTokenBucket<C> {
     /// A direct token bucket on `clock` — a [`ManualClock`](crate::ManualClock) in
     /// tests, say.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Self::assemble(TokenBucketRules::new(&quota), quota, clock)
+        Self::running(TokenBucketRules::new(&quota), quota, clock)
     }
 }
 
@@ -313,7 +313,7 @@ impl DirectFixedWindow {
 impl<C: Clock> DirectFixedWindow<C> {
     /// A direct fixed window on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Self::assemble(FixedWindowRules::new(&quota), quota, clock)
+        Self::running(FixedWindowRules::new(&quota), quota, clock)
     }
 }
 
@@ -333,7 +333,7 @@ impl<C: Clock> DirectGcra<C> {
     /// # Errors
     /// The quotas [`Gcra`](crate::Gcra) refuses.
     pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-        Ok(Self::assemble(GcraRules::new(&quota)?, quota, clock))
+        Ok(Self::running(GcraRules::new(&quota)?, quota, clock))
     }
 }
 
@@ -353,7 +353,7 @@ impl<C: Clock> DirectSlidingWindowCounter<C> {
     /// # Errors
     /// The quotas [`SlidingWindowCounter`](crate::SlidingWindowCounter) refuses.
     pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-        Ok(Self::assemble(
+        Ok(Self::running(
             SlidingWindowRules::new(&quota)?,
             quota,
             clock,

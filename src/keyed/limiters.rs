@@ -341,7 +341,8 @@ where
     /// As [`KeyedLimiter::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
     pub fn build(self) -> Built<A, KeyedLimiter<A, K, C, S>> {
-        let made = A::from_quota(&self.quota).and_then(|rules| self.assemble(rules, A::from_quota));
+        let made =
+            A::from_quota(&self.quota).and_then(|rules| self.build_running(rules, A::from_quota));
         A::Error::built(made)
     }
 }

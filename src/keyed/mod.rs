@@ -141,7 +141,7 @@ where
 impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
     /// The limiter running `algorithm`, with `rules` making the shared overflow
     /// allowance's rules if there is one; its epoch is now.
-    pub(crate) fn assemble<A, K, R, E>(
+    pub(crate) fn build_running<A, K, R, E>(
         self,
         algorithm: A,
         rules: impl Fn(&Quota) -> Result<R, E>,

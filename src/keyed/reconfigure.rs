@@ -36,7 +36,7 @@ where
         quota_for: impl Fn(&K) -> Quota + Send + Sync + 'static,
     ) -> KeyedLimiter<PerKey<A, K>, K, C, S> {
         let per_key = PerKey::new(resolver(quota_for));
-        match self.assemble(per_key, |quota| Ok::<_, Infallible>(A::for_quota(quota))) {
+        match self.build_running(per_key, |quota| Ok::<_, Infallible>(A::for_quota(quota))) {
             Ok(limiter) => limiter,
             Err(never) => match never {},
         }

@@ -230,7 +230,7 @@ where
     fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
         let found = self
             .extractor
-            .with_key(request, |key| self.take_from(key, &mut *rest));
+            .with_key(request, |key| self.take_for_key(key, &mut *rest));
         if found.is_some() {
             return;
         }
@@ -250,7 +250,7 @@ where
                 keyless(false);
                 rest(Taken::Skipped);
             }
-            MissingKey::Shared(key) => self.take_from(key.borrow(), rest),
+            MissingKey::Shared(key) => self.take_for_key(key.borrow(), rest),
         }
     }
 }
@@ -272,7 +272,9 @@ impl<L, K, E> Check<L, K, E>
 where
     L: RateLimiter<K>,
 {
-    fn take_from<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
+    /// [`take_then`](Evaluate::take_then) once the key is found: takes the cost from
+    /// `key`, then gives it back if `rest` answers that the request does not go ahead.
+    fn take_for_key<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,

@@ -216,7 +216,7 @@ impl<R: ?Sized> Policy<R> {
     /// [`Policy::acquire_async`].
     pub fn acquire(&self, request: &R) -> Verdict {
         let mut tally = Tally::new(self.dry_run_checks);
-        take_from(&self.checks, request, 0, &mut tally);
+        take_in_turn(&self.checks, request, 0, &mut tally);
         self.observed(tally.verdict())
     }
 
@@ -229,7 +229,7 @@ impl<R: ?Sized> Policy<R> {
             Sharing::Local => Some(self.acquire(request)),
             Sharing::AnswersNow => {
                 let mut tally = Tally::attempt(self.dry_run_checks);
-                take_from(&self.checks, request, 0, &mut tally);
+                take_in_turn(&self.checks, request, 0, &mut tally);
                 (!tally.later).then(|| self.observed(tally.verdict()))
             }
             Sharing::Remote => None,
@@ -248,7 +248,7 @@ impl<R: ?Sized> Policy<R> {
         let fetches = self.checks.iter().map(|check| check.fetch(request));
         let mut fetched = join_all(fetches).await;
         let mut tally = Tally::new(self.dry_run_checks);
-        settle_from(&self.checks, request, 0, &mut tally, &mut fetched);
+        settle_in_turn(&self.checks, request, 0, &mut tally, &mut fetched);
         // Only the refunds there are: an allowed request has none, and allocates none.
         let refunds = self
             .checks
@@ -341,10 +341,11 @@ impl<R: ?Sized> fmt::Debug for Policy<R> {
     }
 }
 
-/// Asks `checks[index..]`; returns whether the request goes ahead (by the enforced
-/// checks) and whether it would (by all of them). An enforced check keeps what it took
-/// in the first case, a dry-run check in the second.
-fn take_from<R: ?Sized>(
+/// Asks `checks[index..]` in turn, each inside the one before; returns whether the
+/// request goes ahead (by the enforced checks) and whether it would (by all of them).
+/// An enforced check keeps what it took in the first case, a dry-run check in the
+/// second.
+fn take_in_turn<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],
     request: &R,
     index: usize,
@@ -357,16 +358,16 @@ fn take_from<R: ?Sized>(
     let mut passed = Passed::NEITHER;
     check.take_then(request, &mut |taken| {
         if tally.record(index, taken, dry_run) {
-            passed = take_from(checks, request, index + 1, tally);
+            passed = take_in_turn(checks, request, index + 1, tally);
         }
         if dry_run { passed.all } else { passed.enforced }
     });
     passed
 }
 
-/// As [`take_from`], for a policy whose shared checks were fetched first: `fetched[0]`
+/// As [`take_in_turn`], for a policy whose shared checks were fetched first: `fetched[0]`
 /// is what check `index` fetched, if anything.
-fn settle_from<R: ?Sized>(
+fn settle_in_turn<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],
     request: &R,
     index: usize,
@@ -380,7 +381,7 @@ fn settle_from<R: ?Sized>(
     let mut passed = Passed::NEITHER;
     check.settle_then(request, here.as_mut(), &mut |taken| {
         if tally.record(index, taken, dry_run) {
-            passed = settle_from(checks, request, index + 1, tally, later);
+            passed = settle_in_turn(checks, request, index + 1, tally, later);
         }
         if dry_run { passed.all } else { passed.enforced }
     });
