@@ -142,7 +142,7 @@ impl ScriptedAlgorithm {
 
 /// Everything a limiter shares between its clones.
 #[derive(Debug)]
-struct Engine {
+struct Core {
     algorithm: ScriptedAlgorithm,
     prefix: Vec<u8>,
     timeout: Duration,
@@ -156,18 +156,18 @@ struct Engine {
     observer: Option<crate::observe::LimiterObserver>,
 }
 
-/// A Redis limiter: its engine and a connection. Cloning shares both (the connection
+/// A Redis limiter: its core and a connection. Cloning shares both (the connection
 /// types of the `redis` crate multiplex one socket between clones).
 #[derive(Debug)]
 pub(crate) struct ScriptLimiter<C> {
-    engine: Arc<Engine>,
+    core: Arc<Core>,
     conn: C,
 }
 
 impl<C: Clone> Clone for ScriptLimiter<C> {
     fn clone(&self) -> Self {
         Self {
-            engine: Arc::clone(&self.engine),
+            core: Arc::clone(&self.core),
             conn: self.conn.clone(),
         }
     }
@@ -193,7 +193,7 @@ where
             TimeSource::Client { clock, .. } => Arc::clone(clock),
             TimeSource::Server => Arc::new(crate::StdClock::new()),
         };
-        let engine = Engine {
+        let core = Core {
             algorithm,
             prefix,
             timeout,
@@ -206,7 +206,7 @@ where
             observer: name.map(crate::observe::LimiterObserver::redis),
         };
         Self {
-            engine: Arc::new(engine),
+            core: Arc::new(core),
             conn,
         }
     }
@@ -219,11 +219,11 @@ where
         cost: u32,
     ) -> impl Future<Output = Result<Checked, CheckError>> + Send + use<C> {
         let run = self.run(key, i64::from(cost), Extra::Nothing);
-        let engine = Arc::clone(&self.engine);
+        let core = Arc::clone(&self.core);
         async move {
             read_reply(&run.await?, |numbers| {
                 let (replaced, reply) = replaced_flag(numbers)?;
-                let decision = engine.algorithm.decision(reply, cost)?;
+                let decision = core.algorithm.decision(reply, cost)?;
                 Some(Checked { decision, replaced })
             })
         }
@@ -236,7 +236,7 @@ where
         key: &[u8],
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
         let run = self.run(key, PEEK, Extra::Nothing);
-        let capacity = self.engine.algorithm.params[0];
+        let capacity = self.core.algorithm.params[0];
         async move { count_reply(run.await?, capacity, "a peek reply out of range") }
     }
 
@@ -249,13 +249,13 @@ where
         cost: u32,
     ) -> impl Future<Output = Result<u32, CheckError>> + Send + use<C> {
         let run = self.run(key, i64::from(cost), Extra::Refund);
-        let capacity = self.engine.algorithm.params[0];
+        let capacity = self.core.algorithm.params[0];
         async move { count_reply(run.await?, capacity, "a refund reply out of range") }
     }
 
     /// Whether the failure policy allows.
     pub(crate) fn fails_open(&self) -> bool {
-        self.engine.policy == FailurePolicy::Open
+        self.core.policy == FailurePolicy::Open
     }
 
     /// A lease of `key`'s bucket: the check of `cost`, exactly as [`check`](Self::check),
@@ -268,12 +268,12 @@ where
         up_to: u32,
     ) -> impl Future<Output = Result<Leased, CheckError>> + Send + use<C> {
         let run = self.run(key, i64::from(cost), Extra::UpTo(up_to));
-        let engine = Arc::clone(&self.engine);
+        let core = Arc::clone(&self.core);
         async move {
             read_reply(&run.await?, |numbers| {
                 let (replaced, reply) = replaced_flag(numbers)?;
                 let (&taken, reply) = reply.split_last()?;
-                let decision = engine.algorithm.decision(reply, cost)?;
+                let decision = core.algorithm.decision(reply, cost)?;
                 let taken = u32::try_from(taken).ok()?;
                 // The script takes the cost when it allows, and nothing otherwise.
                 let consistent = match decision {
@@ -293,7 +293,7 @@ where
     /// request, so the failure policy has nothing to allow or deny.
     pub(crate) fn count_background(&self, key: &[u8], result: &Result<Leased, CheckError>) {
         match result {
-            Ok(leased) if leased.checked.replaced => self.engine.counters.count_replaced(),
+            Ok(leased) if leased.checked.replaced => self.core.counters.count_replaced(),
             Ok(_) => {}
             Err(error) => self.count_error(key, error),
         }
@@ -309,18 +309,18 @@ where
         cost: i64,
         extra: Extra,
     ) -> impl Future<Output = Result<Value, CheckError>> + Send + use<C> {
-        let engine = &self.engine;
-        let mut full_key = Vec::with_capacity(engine.prefix.len() + key.len());
-        full_key.extend_from_slice(&engine.prefix);
+        let core = &self.core;
+        let mut full_key = Vec::with_capacity(core.prefix.len() + key.len());
+        full_key.extend_from_slice(&core.prefix);
         full_key.extend_from_slice(key);
-        let mut invocation = engine.algorithm.script.key(full_key);
-        let [first, second] = engine.algorithm.params;
+        let mut invocation = core.algorithm.script.key(full_key);
+        let [first, second] = core.algorithm.params;
         invocation.arg(first).arg(second).arg(cost);
-        match engine.time.now_micros() {
+        match core.time.now_micros() {
             Some(now) => invocation.arg(now),
             None => invocation.arg(""),
         };
-        invocation.arg(if engine.expire_idle_keys { "1" } else { "0" });
+        invocation.arg(if core.expire_idle_keys { "1" } else { "0" });
         match extra {
             Extra::Nothing => {}
             Extra::UpTo(up_to) => {
@@ -330,18 +330,18 @@ where
                 invocation.arg("refund");
             }
         }
-        let timeout = engine.timeout;
+        let timeout = core.timeout;
         let mut conn = self.conn.clone();
-        let engine = Arc::clone(engine);
+        let core = Arc::clone(core);
         async move {
-            let admission = engine.breaker.admit(engine.breaker.now());
+            let admission = core.breaker.admit(core.breaker.now());
             if let Admission::Refuse(retry_in) = admission {
                 return Err(CheckError::CircuitOpen { retry_in });
             }
             // Settles the breaker however this future ends: by its result below, or,
             // dropped before one, by giving up a probe so another check can probe.
             let mut pending = Pending {
-                engine: &engine,
+                core: &core,
                 admission: Some(admission),
             };
             let result =
@@ -359,7 +359,7 @@ where
 
     /// Where the limiter's circuit breaker stands.
     pub(crate) fn circuit(&self) -> CircuitState {
-        self.engine.breaker.circuit(self.engine.breaker.now())
+        self.core.breaker.circuit(self.core.breaker.now())
     }
 
     /// The outcome of a check's result for `key`: the failure policy answers a
@@ -367,14 +367,14 @@ where
     pub(crate) fn settle(&self, key: &[u8], result: Result<Checked, CheckError>) -> Outcome {
         let replaced = matches!(result, Ok(Checked { replaced: true, .. }));
         if replaced {
-            self.engine.counters.count_replaced();
+            self.core.counters.count_replaced();
         }
         let outcome = self
-            .engine
+            .core
             .counters
-            .apply_policy(self.engine.policy, result.map(|checked| checked.decision));
+            .apply_policy(self.core.policy, result.map(|checked| checked.decision));
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.engine.observer {
+        if let Some(observer) = &self.core.observer {
             if replaced {
                 observer.replaced(key);
             }
@@ -391,9 +391,9 @@ where
 
     /// Counts (and, for a named limiter, reports) a failed peek of `key`.
     pub(crate) fn count_error(&self, key: &[u8], error: &CheckError) {
-        self.engine.counters.count_error(error);
+        self.core.counters.count_error(error);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.engine.observer {
+        if let Some(observer) = &self.core.observer {
             observer.failed(key, failure(error), error, None);
         }
         let _ = key;
@@ -401,12 +401,12 @@ where
 
     /// How often Redis gave no decision.
     pub(crate) fn failures(&self) -> FailureCounts {
-        self.engine.counters.snapshot()
+        self.core.counters.snapshot()
     }
 
     /// The timeout of one check.
     pub(crate) fn timeout(&self) -> Duration {
-        self.engine.timeout
+        self.core.timeout
     }
 }
 
@@ -423,7 +423,7 @@ fn failure(error: &CheckError) -> crate::observe::Failure {
 /// A check the breaker let through, until it has a result: dropped without one (the
 /// caller stopped waiting), it gives up its probe.
 struct Pending<'a> {
-    engine: &'a Engine,
+    core: &'a Core,
     admission: Option<Admission>,
 }
 
@@ -438,15 +438,15 @@ impl Pending<'_> {
             Ok(_) => true,
             Err(error) => !error.is_unavailability(),
         };
-        let transition =
-            self.engine
-                .breaker
-                .record(&admission, answered, self.engine.breaker.now());
+        let transition = self
+            .core
+            .breaker
+            .record(&admission, answered, self.core.breaker.now());
         if transition == Transition::Opened {
-            self.engine.counters.count_trip();
+            self.core.counters.count_trip();
         }
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.engine.observer {
+        if let Some(observer) = &self.core.observer {
             match transition {
                 Transition::Opened => observer.circuit(true),
                 Transition::Closed => observer.circuit(false),
@@ -459,7 +459,7 @@ impl Pending<'_> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some(admission) = self.admission.take() {
-            self.engine.breaker.abandon(&admission);
+            self.core.breaker.abandon(&admission);
         }
     }
 }
