@@ -185,7 +185,7 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
         None
     }
 
-    /// As [`take_then`](Evaluate::take_then), for a check a policy fetched first:
+    /// As [`acquire_then`](Evaluate::acquire_then), for a check a policy fetched first:
     /// `fetched` holds the answer (`None`: not fetched, the request has no key), and
     /// learns whether the request keeps what was taken. An in-process check takes now.
     fn settle_then(
@@ -195,7 +195,7 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
         rest: &mut dyn FnMut(Taken) -> bool,
     ) {
         let _ = fetched;
-        self.take_then(request, rest);
+        self.acquire_then(request, rest);
     }
 
     /// Gives back what a shared check's fetch took, for a request that does not keep
@@ -210,7 +210,7 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     /// When it answers no, an allowed take is given back to the same key. Nesting the
     /// rest of the policy inside this call is what keeps the extracted key, which may
     /// borrow from the request, alive until the refund.
-    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool);
+    fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool);
 }
 
 impl<R, L, K, E> Evaluate<R> for Check<L, K, E>
@@ -227,10 +227,10 @@ where
         Arc::as_ptr(&self.limiter).cast::<()>() as usize
     }
 
-    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+    fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
         let found = self
             .extractor
-            .with_key(request, |key| self.take_for_key(key, &mut *rest));
+            .with_key(request, |key| self.acquire_for_key(key, &mut *rest));
         if found.is_some() {
             return;
         }
@@ -250,7 +250,7 @@ where
                 keyless(false);
                 rest(Taken::Skipped);
             }
-            MissingKey::Shared(key) => self.take_for_key(key.borrow(), rest),
+            MissingKey::Shared(key) => self.acquire_for_key(key.borrow(), rest),
         }
     }
 }
@@ -272,9 +272,9 @@ impl<L, K, E> Check<L, K, E>
 where
     L: RateLimiter<K>,
 {
-    /// [`take_then`](Evaluate::take_then) once the key is found: takes the cost from
+    /// [`acquire_then`](Evaluate::acquire_then) once the key is found: takes the cost from
     /// `key`, then gives it back if `rest` answers that the request does not go ahead.
-    fn take_for_key<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
+    fn acquire_for_key<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,

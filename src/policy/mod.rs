@@ -216,7 +216,7 @@ impl<R: ?Sized> Policy<R> {
     /// [`Policy::acquire_async`].
     pub fn acquire(&self, request: &R) -> Verdict {
         let mut tally = Tally::new(self.dry_run_checks);
-        take_in_turn(&self.checks, request, 0, &mut tally);
+        acquire_in_turn(&self.checks, request, 0, &mut tally);
         self.observed(tally.verdict())
     }
 
@@ -229,7 +229,7 @@ impl<R: ?Sized> Policy<R> {
             Sharing::Local => Some(self.acquire(request)),
             Sharing::AnswersNow => {
                 let mut tally = Tally::attempt(self.dry_run_checks);
-                take_in_turn(&self.checks, request, 0, &mut tally);
+                acquire_in_turn(&self.checks, request, 0, &mut tally);
                 (!tally.later).then(|| self.observed(tally.verdict()))
             }
             Sharing::Remote => None,
@@ -345,7 +345,7 @@ impl<R: ?Sized> fmt::Debug for Policy<R> {
 /// request goes ahead (by the enforced checks) and whether it would (by all of them).
 /// An enforced check keeps what it took in the first case, a dry-run check in the
 /// second.
-fn take_in_turn<R: ?Sized>(
+fn acquire_in_turn<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],
     request: &R,
     index: usize,
@@ -356,16 +356,16 @@ fn take_in_turn<R: ?Sized>(
     };
     let dry_run = check.is_dry_run();
     let mut passed = Passed::NEITHER;
-    check.take_then(request, &mut |taken| {
+    check.acquire_then(request, &mut |taken| {
         if tally.record(index, taken, dry_run) {
-            passed = take_in_turn(checks, request, index + 1, tally);
+            passed = acquire_in_turn(checks, request, index + 1, tally);
         }
         if dry_run { passed.all } else { passed.enforced }
     });
     passed
 }
 
-/// As [`take_in_turn`], for a policy whose shared checks were fetched first: `fetched[0]`
+/// As [`acquire_in_turn`], for a policy whose shared checks were fetched first: `fetched[0]`
 /// is what check `index` fetched, if anything.
 fn settle_in_turn<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],

@@ -96,15 +96,15 @@ where
         }
     }
 
-    fn take_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
-        let found = self
-            .extractor
-            .with_key(request, |key| self.take_now(key.as_ref(), &mut *rest));
+    fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+        let found = self.extractor.with_key(request, |key| {
+            self.acquire_now_for_key(key.as_ref(), &mut *rest)
+        });
         if found.is_some() {
             return;
         }
         match &self.missing {
-            MissingKey::Shared(key) => self.take_now(key, rest),
+            MissingKey::Shared(key) => self.acquire_now_for_key(key, rest),
             MissingKey::Reject | MissingKey::Skip => self.keyless(rest),
         }
     }
@@ -158,7 +158,7 @@ impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
     /// The limiter's answer without waiting, then the rest of the policy; what was
     /// taken and not kept goes back at once. No answer at hand ends here: the policy
     /// awaits, or answers by the failure policy.
-    fn take_now(&self, key: &[u8], rest: &mut dyn FnMut(Taken) -> bool) {
+    fn acquire_now_for_key(&self, key: &[u8], rest: &mut dyn FnMut(Taken) -> bool) {
         let limiter = &self.limiter.0;
         let Some(answer) = limiter.acquire_now(key, self.cost) else {
             rest(Taken::Later {

@@ -129,7 +129,7 @@ where
                 slow.last_fetch = slow.last_fetch.or(Some(first));
             }
             let now = self.now();
-            let held = match self.take(&lease, key, cost, now) {
+            let held = match self.acquire_fast(&lease, key, cost, now) {
                 Ok(remaining) => return Outcome::Decided(Decision::Allowed { remaining }),
                 Err(held) => held,
             };
@@ -146,7 +146,7 @@ where
                     return self.limiter.settle(key, Err(CheckError::Timeout(timeout)));
                 }
                 let now = self.now();
-                if let Ok(remaining) = self.take(&lease, key, cost, now) {
+                if let Ok(remaining) = self.acquire_fast(&lease, key, cost, now) {
                     return Outcome::Decided(Decision::Allowed { remaining });
                 }
                 let failure = lease.slow().failure.as_ref().map(copy_error);
@@ -241,7 +241,7 @@ where
                 slow.size = sizing.size;
                 slow.last_fetch = Some(sizing.at);
                 self.counters.resized(sizing.resize);
-                // Relaxed: a hint for the hot path (see `take`).
+                // Relaxed: a hint for the hot path (see `acquire_fast`).
                 lease
                     .refill_below
                     .store(u64::from(refill_below(sizing.size)), Ordering::Relaxed);

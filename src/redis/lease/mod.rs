@@ -300,7 +300,7 @@ where
         }
         let taken = inner
             .leases
-            .with(key, |lease| inner.take(lease, key, cost, now));
+            .with(key, |lease| inner.acquire_fast(lease, key, cost, now));
         match taken {
             Some(Ok(remaining)) => Some(Decision::Allowed { remaining }),
             _ => None,
@@ -413,7 +413,7 @@ where
     /// The hot path: `cost` from `key`'s lease, or the tokens it holds (fewer). A take
     /// that leaves the lease below half its size starts a fetch ahead of need.
     #[inline]
-    fn take(
+    fn acquire_fast(
         self: &Arc<Self>,
         lease: &Arc<KeyLease>,
         key: &[u8],
