@@ -468,3 +468,44 @@ fn clock_intervals(clock: &ManualClock, interval: Duration) -> u64 {
     use turnstile::Clock;
     clock.now() / interval.as_nanos() as u64
 }
+
+/// A check built from a limiter with one quota advertises that quota and how it
+/// comes back, as one told the same limit by hand.
+#[test]
+fn a_check_from_its_limiter_advertises_the_limiters_quota() {
+    use turnstile::policy::KnownLimit;
+    use turnstile::{FixedWindow, Gcra, SlidingLog, SlidingWindowCounter};
+    let quota = Quota::per_minute(10).unwrap();
+    let steady = Limit::steady(quota);
+    let windowed = Limit::windowed(quota);
+    assert_eq!(TokenBucket::<u64>::new(quota).limit(), steady);
+    assert_eq!(Gcra::<u64>::new(quota).unwrap().limit(), steady);
+    assert_eq!(FixedWindow::<u64>::new(quota).limit(), windowed);
+    assert_eq!(
+        SlidingWindowCounter::<u64>::new(quota).unwrap().limit(),
+        windowed
+    );
+    assert_eq!(SlidingLog::<u64>::new(quota).limit(), windowed);
+    assert_ne!(steady, windowed);
+}
+
+/// The limit read off the limiter is the one the policy holds its checks to: a cost
+/// above the limiter's capacity is refused when the policy is built.
+#[test]
+fn a_check_from_its_limiter_is_held_to_the_limiters_capacity() {
+    let users = Arc::new(TokenBucket::<u64>::new(Quota::per_minute(5).unwrap()));
+    let check =
+        |cost| Check::from_limiter("per-user", users.clone(), |r: &u64| Some(*r)).cost(cost);
+    assert!(Policy::<u64>::builder().check(check(5)).build().is_ok());
+    assert_eq!(
+        Policy::<u64>::builder()
+            .check(check(6))
+            .build()
+            .unwrap_err(),
+        PolicyError::CostExceedsCapacity {
+            name: "per-user".into(),
+            cost: 6,
+            capacity: 5
+        }
+    );
+}

@@ -26,7 +26,7 @@
 //! use std::net::{IpAddr, SocketAddr};
 //! use std::sync::Arc;
 //! use turnstile::http::{HeaderKey, PeerIp, RateLimitLayer};
-//! use turnstile::policy::{Check, Limit, Policy};
+//! use turnstile::policy::{Check, Policy};
 //! use turnstile::{Quota, TokenBucket};
 //!
 //! fn app() -> Result<Router, Box<dyn std::error::Error>> {
@@ -34,9 +34,9 @@
 //!     let per_ip = Arc::new(TokenBucket::<IpAddr>::new(ip_quota));
 //!     let policy = |name: &str, quota: Quota| {
 //!         Policy::builder()
-//!             .check(Check::new(name, Arc::new(TokenBucket::<String>::new(quota)),
-//!                 Limit::steady(quota), HeaderKey::new(HeaderName::from_static("x-api-key"))))
-//!             .check(Check::new("per-ip", per_ip.clone(), Limit::steady(ip_quota),
+//!             .check(Check::from_limiter(name, Arc::new(TokenBucket::<String>::new(quota)),
+//!                 HeaderKey::new(HeaderName::from_static("x-api-key"))))
+//!             .check(Check::from_limiter("per-ip", per_ip.clone(),
 //!                 PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0)))
 //!             .build()
 //!     };
@@ -130,8 +130,8 @@
 //!     let policy = Policy::builder() // 100 a minute per user across the fleet
 //!         .check(Check::shared("per-user", Arc::new(users), Limit::steady(per_user),
 //!             HeaderKey::new(http::HeaderName::from_static("x-api-key"))))
-//!         .check(Check::new("per-ip", Arc::new(TokenBucket::<IpAddr>::new(per_ip)),
-//!             Limit::steady(per_ip), PeerIp::from_extension(|i: &ConnectInfo<SocketAddr>| i.0)))
+//!         .check(Check::from_limiter("per-ip", Arc::new(TokenBucket::<IpAddr>::new(per_ip)),
+//!             PeerIp::from_extension(|i: &ConnectInfo<SocketAddr>| i.0)))
 //!         .build()?;
 //!     let layer = RateLimitLayer::builder(policy).build()?;
 //!     Ok(Router::new().route("/", get(|| async { "ok" })).layer(layer))

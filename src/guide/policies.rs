@@ -23,7 +23,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use turnstile::policy::{Check, Limit, Policy};
+//! use turnstile::policy::{Check, Policy};
 //! use turnstile::{ManualClock, Quota, TokenBucket};
 //!
 //! struct Request { user: String, ip: u32 }
@@ -33,9 +33,9 @@
 //! let users = Arc::new(TokenBucket::<String, _>::with_clock(per_user, clock.clone()));
 //! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone()));
 //! let policy: Policy<Request> = Policy::builder()
-//!     .check(Check::new("per-user", users, Limit::steady(per_user), |r: &Request| Some(r.user.clone())))
+//!     .check(Check::from_limiter("per-user", users, |r: &Request| Some(r.user.clone())))
 //!     // On trial: asked, counted and logged, never refusing.
-//!     .check(Check::new("per-ip", ips, Limit::steady(per_ip), |r: &Request| Some(r.ip)).dry_run())
+//!     .check(Check::from_limiter("per-ip", ips, |r: &Request| Some(r.ip)).dry_run())
 //!     .build()?;
 //!
 //! let request = Request { user: "alice".into(), ip: 7 };

@@ -2,7 +2,7 @@
 //! costs, and what to do when a request has no key.
 
 use super::key::KeyExtractor;
-use super::limit::Limit;
+use super::limit::{KnownLimit, Limit};
 use crate::{Decision, KeyRef, RateLimiter};
 use std::borrow::Borrow;
 use std::future::Future;
@@ -61,6 +61,16 @@ where
     /// `limit` says what the limiter's quota is, for the headers; give the quota the
     /// limiter was built with (a policy refuses a check whose cost exceeds it).
     pub fn new(name: impl Into<String>, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
+        Self::with_limiter(name.into(), limiter, limit, extractor)
+    }
+
+    /// [`Check::new`] with the limit read off `limiter`, which has one quota for every
+    /// key ([`KnownLimit`]): the quota is given once, to the limiter.
+    pub fn from_limiter(name: impl Into<String>, limiter: Arc<L>, extractor: E) -> Self
+    where
+        L: KnownLimit,
+    {
+        let limit = limiter.limit();
         Self::with_limiter(name.into(), limiter, limit, extractor)
     }
 }

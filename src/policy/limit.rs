@@ -74,6 +74,39 @@ impl Limit {
     }
 }
 
+/// A limiter with one quota for every key, whose [`Limit`] a check reads off it
+/// ([`Check::from_limiter`](super::Check::from_limiter)) instead of being told the
+/// quota a second time: the keyed limiters built with one quota. A per-key limiter's
+/// quota differs by key, so its check states the limit it advertises
+/// ([`Check::new`](super::Check::new)).
+pub trait KnownLimit {
+    /// The quota the limiter was built with, and how it regains it.
+    fn limit(&self) -> Limit;
+}
+
+macro_rules! known_limit {
+    ($($rules:ty => $regain:ident),* $(,)?) => {$(
+        impl<K, C, S> KnownLimit for crate::KeyedLimiter<$rules, K, C, S>
+        where
+            K: std::hash::Hash + Eq + Clone + 'static,
+            C: crate::Clock,
+            S: std::hash::BuildHasher + Clone + 'static,
+        {
+            fn limit(&self) -> Limit {
+                Limit::$regain(self.quota())
+            }
+        }
+    )*};
+}
+
+known_limit!(
+    crate::token_bucket::TokenBucketRules => steady,
+    crate::gcra::GcraRules => steady,
+    crate::fixed_window::FixedWindowRules => windowed,
+    crate::sliding_window::SlidingWindowRules => windowed,
+    crate::sliding_log::SlidingLogRules => windowed,
+);
+
 /// Capacity × refill interval, saturating at `Duration::MAX`.
 fn window(quota: &Quota) -> Duration {
     quota

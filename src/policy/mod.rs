@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use turnstile::policy::{Check, Limit, Policy};
+//! use turnstile::policy::{Check, Policy};
 //! use turnstile::{ManualClock, Quota, TokenBucket};
 //!
 //! struct Request { user: String, ip: u32 }
@@ -13,13 +13,14 @@
 //! let per_ip = Quota::per_minute(300)?;
 //! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone()));
 //! let policy: Policy<Request> = Policy::builder()
-//!     .check(Check::new(
+//!     .check(Check::from_limiter(
 //!         "transfer",
 //!         Arc::new(TokenBucket::<String, _>::with_clock(transfers, clock.clone())),
-//!         Limit::steady(transfers),
 //!         |r: &Request| Some(r.user.clone()),
 //!     ))
-//!     .check(Check::new("per-ip", ips.clone(), Limit::steady(per_ip), |r: &Request| Some(r.ip)))
+//!     // The limit (for the RateLimit header fields) is read off the limiter; a
+//!     // per-key limiter, whose quota differs by key, states it: `Check::new`.
+//!     .check(Check::from_limiter("per-ip", ips.clone(), |r: &Request| Some(r.ip)))
 //!     .build()?;
 //!
 //! let request = Request { user: "alice".into(), ip: 7 };
@@ -160,7 +161,7 @@ mod verdict;
 
 pub use check::{Answer, Check, MissingKey};
 pub use key::KeyExtractor;
-pub use limit::Limit;
+pub use limit::{KnownLimit, Limit};
 pub use shared::{Shared, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
