@@ -46,11 +46,12 @@ fn main() {
         .chain(manual)
         .collect();
     let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
-    for pattern in [Pattern::Hot, Pattern::Uniform, Pattern::Churn] {
+    for pattern in Pattern::ALL {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
             continue;
         }
-        let keys: Vec<Vec<u64>> = (0..4).map(|t| pattern.keys(t)).collect();
+        let most = thread_counts().into_iter().max().unwrap_or(1);
+        let keys: Vec<Vec<u64>> = (0..most).map(|t| pattern.keys(t)).collect();
         // Both mixes in the same rounds, so "denied vs allowed" meets the same drift too
         // (churn, every key new, has only the allowed mix).
         let entries: Vec<(String, &str, Box<dyn Sampler>)> = [Mix::Allowed, Mix::Denied]
@@ -68,14 +69,7 @@ fn main() {
             })
             .collect();
         let samplers: Vec<&dyn Sampler> = entries.iter().map(|(_, _, c)| c.as_ref()).collect();
-        // Churn's targets are at 1, 2, 4 and 8 threads; `TURNSTILE_BENCH_THREADS`
-        // chooses others.
-        let threads_run = match pattern {
-            _ if std::env::var("TURNSTILE_BENCH_THREADS").is_ok() => thread_counts(),
-            Pattern::Churn => vec![1, 2, 4, 8],
-            _ => vec![1, 2, 4],
-        };
-        for threads in threads_run {
+        for threads in thread_counts() {
             let started = Instant::now();
             // Churn grows a map from empty in every sample, which swings more: three
             // times the rounds (at least 21).

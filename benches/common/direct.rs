@@ -1,19 +1,22 @@
 //! The direct (unkeyed) contenders, shared by `benches/direct.rs` (throughput) and
 //! `benches/instructions.rs` (callgrind): turnstile's `DirectTokenBucket` and
-//! `DirectGcra`, and governor's direct `RateLimiter` (a GCRA). Each ignores the key.
+//! `DirectGcra`, governor's direct `RateLimiter` (a GCRA), and the floor under all
+//! three, one clock reading. Each ignores the key.
 
 use super::{Contender, Mix, Visit};
 use governor::clock::DefaultClock;
 use governor::state::{InMemoryState, NotKeyed};
 use std::num::NonZeroU32;
 use std::time::Duration;
+use turnstile::{Clock, QuantaClock};
 use turnstile::{DirectGcra, DirectTokenBucket, Quota};
 
 /// The direct contenders by name.
-pub const DIRECT: [&str; 3] = [
+pub const DIRECT: [&str; 4] = [
     "direct-turnstile",
     "direct-turnstile-gcra",
     "direct-governor",
+    "direct-floor-clock",
 ];
 
 /// turnstile's direct token bucket.
@@ -46,6 +49,19 @@ impl Contender for Governor {
     }
 }
 
+/// The floor under every direct limiter: one reading of the clock both libraries
+/// read (quanta's TSC clock), and nothing else. Where a limiter runs at this speed,
+/// the clock is all it waits for. Its answer alternates, so "denied" means nothing
+/// here; it runs beside both mixes so that each table has it.
+struct FloorClock(QuantaClock);
+
+impl Contender for FloorClock {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0.now() & 1 == key & 1
+    }
+}
+
 /// Allowed: the largest burst there is (`u32::MAX`, one more a second), so no run
 /// drains it. Denied: one an hour, which the caller takes before measuring.
 fn quota(mix: Mix) -> (u32, Duration) {
@@ -71,6 +87,7 @@ pub fn with_direct<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
                     .allow_burst(NonZeroU32::new(capacity).expect("non-zero burst")),
             ))
         }),
+        "direct-floor-clock" => visitor.visit(move || FloorClock(QuantaClock::new())),
         other => panic!("unknown direct contender {other}"),
     }
 }

@@ -14,6 +14,7 @@ mod machine;
 mod plot;
 mod report;
 mod runs;
+mod targets;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
