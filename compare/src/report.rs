@@ -16,10 +16,11 @@ const SCENARIOS: [&str; 7] = [
     "zipf-denied",
     "churn-allowed",
 ];
-const CONTENDERS: [&str; 10] = [
+const CONTENDERS: [&str; 11] = [
     "turnstile",
     "turnstile-words",
     "turnstile-recent",
+    "turnstile-manual",
     "mutex-per-key",
     "global-lock",
     "governor",
@@ -392,7 +393,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          Throughput is aggregate checks per second across all threads (criterion median); \
          ratios in parentheses are each contender's throughput ÷ turnstile's. \
          `turnstile` uses the default `QuantaClock`; `turnstile-recent` the cheapest clock, \
-         `RecentClock` (1 ms refresh). Floors: `floor-stack` is a clock reading + a \
+         `RecentClock` (1 ms refresh); `turnstile-manual` the default with no sweeper \
+         thread, which keeps every key as the rivals do (zipf and churn, where keys go \
+         idle long enough to be forgotten). Floors: `floor-stack` is a clock reading + a \
          lock-free lookup in a papaya map of words (the default store's map, bare; under \
          churn it inserts each new key and removes the one 100,000 behind) + one CAS with no \
          limiting logic; `turnstile-words` is turnstile on the opt-in word store; `floor-cas` is one CAS on a \

@@ -310,7 +310,11 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                         theirs / ours
                     ),
                     cause: get("floor-stack")
-                        .and_then(|floor| by_floor(ours, theirs, floor, floor_name, rival)),
+                        .and_then(|floor| by_floor(ours, theirs, floor, floor_name, rival))
+                        .or_else(|| {
+                            let manual = get("turnstile-manual")?;
+                            by_forgetting(manual, theirs, get("floor-stack"), floor_name, rival)
+                        }),
                 });
             }
         }
@@ -414,5 +418,27 @@ fn by_floor(ours: f64, theirs: f64, floor: f64, floor_name: &str, rival: &str) -
     let (mine, floors) = (ours / theirs, floor / theirs);
     (floors < 1.0 && mine >= WITHIN * floors).then(|| {
         format!("{floor_name} reaches only {floors:.2}× {rival} here; turnstile {mine:.2}×")
+    })
+}
+
+/// A rival's lead explained by forgetting: turnstile forgets keys that went idle (its
+/// memory bound), and the rivals keep every key; the same limiter with no sweeper
+/// thread (`turnstile-manual`, which keeps every key too), measured in the same
+/// rounds, reaches the rival or the floor's ratio to it.
+fn by_forgetting(
+    manual: f64,
+    theirs: f64,
+    floor: Option<f64>,
+    floor_name: &str,
+    rival: &str,
+) -> Option<String> {
+    let reaches = manual >= WITHIN * theirs
+        || floor.is_some_and(|floor| by_floor(manual, theirs, floor, floor_name, rival).is_some());
+    reaches.then(|| {
+        format!(
+            "forgetting idle keys (the sweeper thread's removals, on cores the requests \
+             need; {rival} keeps every key): without its sweeper turnstile reaches {:.2}× {rival}",
+            manual / theirs
+        )
     })
 }
