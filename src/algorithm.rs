@@ -76,6 +76,17 @@ pub trait Algorithm<K>: Send + Sync {
     /// One request for `cost` at `now` (nanoseconds since the epoch).
     fn acquire(&self, state: &Self::State, now: u64, cost: u32) -> Result<Decision, Blocked>;
 
+    /// [`acquire`](Self::acquire) asked only whether: the same step, with the same
+    /// change to the state, answering only whether the request was allowed. For a
+    /// caller that reads nothing else of the [`Decision`] (`try_acquire`): the token
+    /// bucket and the GCRA then decide without dividing and compute no `remaining`
+    /// and no `retry_after`; the other algorithms take the whole step.
+    #[inline]
+    fn admit(&self, state: &Self::State, now: u64, cost: u32) -> Result<bool, Blocked> {
+        self.acquire(state, now, cost)
+            .map(|decision| decision.is_allowed())
+    }
+
     /// [`acquire`](Self::acquire) on a state no other thread can see yet: a new key's,
     /// just made by [`create`](Self::create) and not yet stored. The same step; the
     /// single-word algorithms take it without an atomic read-modify-write (measured:

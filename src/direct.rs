@@ -2,10 +2,11 @@
 //! to an outside API, a global cap in front of a database — with no map: a check is
 //! one clock reading and one compare-and-set on one word, by the same word protocol
 //! as the keyed limiters (model-checked in `loom-tests/`, the direct limiter's
-//! `acquire` among them). `try_acquire` runs the same Relaxed compare-and-set loop
-//! around a step that answers only whether (the token bucket's and GCRA's `admit`,
-//! property-tested against `acquire`), so it computes no `remaining` and no
-//! `retry_after`, and decides without dividing.
+//! `acquire` among them). `try_acquire` runs the same step asked only whether
+//! (the algorithm's `admit`: for the token bucket and the GCRA, their `admit`,
+//! property-tested against `acquire`, in the word protocol's loop for such a step,
+//! `word.rs`'s `admit_word`, which the keyed limiters' `try_acquire` runs too), so it
+//! computes no `remaining` and no `retry_after`, and decides without dividing.
 //!
 //! ```
 //! use turnstile::{DirectTokenBucket, Quota};
@@ -26,12 +27,10 @@
 use crate::algorithm::{Algorithm, Blocked};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
-use crate::gcra::{self, GcraRules};
+use crate::gcra::GcraRules;
 use crate::sliding_window::SlidingWindowRules;
-use crate::sync::mutants::{Mutant, active};
-use crate::sync::{AtomicU64, Ordering, yield_now};
-use crate::token_bucket::{self, TokenBucketRules};
-use crate::word::{MOVED, RETIRED, WordAlgorithm};
+use crate::sync::yield_now;
+use crate::token_bucket::TokenBucketRules;
 use crate::{Decision, KeyRef, Quota, QuotaError, RateLimiter};
 use std::borrow::Borrow;
 use std::fmt;
@@ -119,6 +118,28 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
         }
     }
 
+    /// Asks for one unit: `acquire(1).is_allowed()`, and the same step, asked only
+    /// whether (the algorithm's `admit`) — without the parts of a [`Decision`] nobody
+    /// reads (the token bucket and GCRA decide without dividing, and compute no
+    /// `remaining` and no `retry_after`).
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        let now = self.epoch.elapsed();
+        match self.algorithm.admit(&self.state.0, now, 1) {
+            Ok(allowed) => allowed,
+            // Never, for a direct limiter (see `acquire`); the full path handles it.
+            Err(_) => self.try_acquire_blocked(),
+        }
+    }
+
+    /// `try_acquire` on a blocked state, by the full path; out of line, so that the
+    /// hot path stays small enough to inline into its caller.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_blocked(&self) -> bool {
+        self.acquire(1).is_allowed()
+    }
+
     /// The quota.
     pub fn quota(&self) -> Quota {
         self.quota
@@ -137,115 +158,6 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     }
 }
 
-impl<A: DirectStep, C: Clock> DirectLimiter<A, C> {
-    /// Asks for one unit: `acquire(1).is_allowed()`, and the same step — without
-    /// the parts of a [`Decision`] nobody reads (the token bucket and GCRA decide
-    /// without dividing, and compute no `remaining` and no `retry_after`).
-    #[inline]
-    pub fn try_acquire(&self) -> bool {
-        let now = self.epoch.elapsed();
-        match self.algorithm.admit_one(&self.state.0, now) {
-            Ok(allowed) => allowed,
-            // Never, for a direct limiter (see `acquire`); the full path handles it.
-            Err(_) => self.try_acquire_blocked(),
-        }
-    }
-
-    /// `try_acquire` on a blocked state, by the full path; out of line, so that the
-    /// hot path stays small enough to inline into its caller.
-    #[cold]
-    #[inline(never)]
-    fn try_acquire_blocked(&self) -> bool {
-        self.acquire(1).is_allowed()
-    }
-}
-
-/// How a direct limiter's algorithm answers [`DirectLimiter::try_acquire`]: its
-/// step, asked only whether. Implemented by the four algorithms a direct limiter
-/// runs, and by nothing outside this crate (it cannot be named from outside).
-pub trait DirectStep: Algorithm<()> {
-    /// One request for one unit at `now`: whether it was allowed.
-    fn admit_one(&self, state: &Self::State, now: u64) -> Result<bool, Blocked>;
-}
-
-impl DirectStep for TokenBucketRules {
-    #[inline(always)]
-    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
-        admit_word::<Self>(word, |current| token_bucket::admit(self, current, now, 1))
-    }
-}
-
-impl DirectStep for GcraRules {
-    #[inline(always)]
-    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
-        admit_word::<Self>(word, |current| gcra::admit(self, current, now, 1))
-    }
-}
-
-impl DirectStep for FixedWindowRules {
-    #[inline]
-    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
-        Algorithm::<()>::acquire(self, word, now, 1).map(|decision| decision.is_allowed())
-    }
-}
-
-impl DirectStep for SlidingWindowRules {
-    #[inline]
-    fn admit_one(&self, word: &AtomicU64, now: u64) -> Result<bool, Blocked> {
-        Algorithm::<()>::acquire(self, word, now, 1).map(|decision| decision.is_allowed())
-    }
-}
-
-/// `admit` applied to `word` by compare-and-set until it sticks: the keyed limiters'
-/// word protocol (`word.rs`'s `update`), for a step that answers only whether.
-///
-/// Relaxed throughout, as there: the word guards no other memory — it *is* the state
-/// — and exact counting needs only what every atomic read-modify-write gives at any
-/// ordering (one modification order for the word; a successful CAS replaces exactly
-/// the value it compared against). A marker word (retired or moving, which no direct
-/// limiter's word ever is) comes back as `Err` before any step, and the caller takes
-/// the full path, which handles it (and takes the Acquire fence a retired word asks
-/// for).
-#[inline(always)]
-fn admit_word<W: WordAlgorithm>(
-    word: &AtomicU64,
-    admit: impl Fn(u64) -> Option<u64>,
-) -> Result<bool, Blocked> {
-    let lowest_marker = if W::RESERVES_MOVED { MOVED } else { RETIRED };
-    // Relaxed: see above; a stale value only makes the CAS fail and retry.
-    let mut current = word.load(Ordering::Relaxed);
-    loop {
-        if current >= lowest_marker {
-            return Err(match current {
-                RETIRED => Blocked::Retired,
-                _ => Blocked::Moving,
-            });
-        }
-        let Some(new) = admit(current) else {
-            // Denied: nothing written, so the line stays shared between cores.
-            return Ok(false);
-        };
-        if new == current {
-            return Ok(true);
-        }
-        // Relaxed on success and failure: see above.
-        match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return Ok(true),
-            Err(actual) => current = actual,
-        }
-        if active(Mutant::TryWithStaleValue) {
-            // The mutant: retry with the value computed from the word it lost to.
-            // Relaxed: as above.
-            if word
-                .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Ok(true);
-            }
-        }
-    }
-}
-
 /// Waits out what blocked a state, before trying it again.
 #[cold]
 fn unblocked(_: Blocked) {
@@ -260,6 +172,15 @@ impl<A: Algorithm<()>, C: Clock> RateLimiter<()> for DirectLimiter<A, C> {
         Q: ?Sized + KeyRef<()>,
     {
         DirectLimiter::acquire(self, cost)
+    }
+
+    #[inline]
+    fn try_acquire<Q>(&self, _: &Q) -> bool
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::try_acquire(self)
     }
 
     fn peek<Q>(&self, _: &Q) -> u32
@@ -369,7 +290,7 @@ mod tests {
 
     /// Two twins on one clock, one asked by `try_acquire`, the other by `acquire(1)`,
     /// through drain, refill and idle: the same answers and the same tokens left.
-    fn twins_agree<A: DirectStep, C: Clock>(
+    fn twins_agree<A: Algorithm<()>, C: Clock>(
         quick: &DirectLimiter<A, C>,
         full: &DirectLimiter<A, C>,
         clock: &ManualClock,

@@ -148,6 +148,12 @@ impl WordAlgorithm for GcraRules {
         (word.max(t) + cost * self.interval.get(), decision)
     }
 
+    /// This module's `admit`: the same verdict and word, decided without dividing.
+    #[inline(always)]
+    fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        admit(self, word, now, cost)
+    }
+
     /// Whole tokens `word` holds at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
@@ -177,9 +183,8 @@ impl WordAlgorithm for GcraRules {
 
 /// [`acquire`](WordAlgorithm::acquire)'s verdict and word without its decision: the TAT
 /// to store if a request for `cost` at `now` is allowed, `None` if it is not (denied,
-/// or a cost above the capacity). For a caller that asks only whether (the direct
-/// limiter's
-/// `try_acquire`).
+/// or a cost above the capacity). For a caller that asks only whether
+/// (`try_acquire`, keyed or direct, through [`WordAlgorithm::admit`]).
 ///
 /// It compares instants, as governor's GCRA does: the TAT against the latest one at
 /// which the key still holds `cost`, `t + (capacity − cost) × interval`, a bound that

@@ -20,7 +20,7 @@ pub mod lease {
         Added, MAX_HELD, TICK_SHIFT, add, drop_expired, give_back, held, load, pack, take, tick,
     };
 }
-pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word};
+pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word, admit_word};
 
 /// The raw state word of `key` in `limiter` (None if the key has no state), with the
 /// limiter's word algorithm to decode it.

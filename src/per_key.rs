@@ -210,6 +210,14 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         rules.acquire(state, now, cost)
     }
 
+    /// As `acquire`: an outdated entry is [`Blocked::Outdated`], for the full path
+    /// to move first; a current one answers by its own rules' `admit`.
+    #[inline(always)]
+    fn admit(&self, entry: &Entry<A>, now: u64, cost: u32) -> Result<bool, Blocked> {
+        let (rules, state) = entry.current(self.configuration())?;
+        rules.admit(state, now, cost)
+    }
+
     fn acquire_unshared(
         &self,
         entry: &mut Entry<A>,

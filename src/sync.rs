@@ -100,9 +100,13 @@ pub mod mutants {
         /// lookup as "no state", though that lookup can miss a key whose entry a move
         /// is replacing.
         TrustFirstMiss,
-        /// The direct limiter's `try_acquire` retries a failed compare-and-set with the
+        /// `try_acquire`'s loop (`admit_word`) retries a failed compare-and-set with the
         /// value it computed from the word it lost to.
         TryWithStaleValue,
+        /// `try_acquire`'s loop (`admit_word`) finds a word retired and returns without
+        /// the Acquire fence that pairs with the sweeper's Release, so the caller's next
+        /// look can read a watermark older than the sweep that forgot the key.
+        AdmitWithoutFence,
         /// A new key's first request reads the watermark before it registers its
         /// insertion, so a sweep that forgets the key in between does not wait for it.
         EarlyReading,

@@ -161,6 +161,12 @@ impl WordAlgorithm for TokenBucketRules {
         }
     }
 
+    /// This module's `admit`: the same verdict and word, decided without dividing.
+    #[inline(always)]
+    fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        admit(self, word, now, cost)
+    }
+
     /// Tokens available at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
@@ -183,9 +189,8 @@ impl WordAlgorithm for TokenBucketRules {
 
 /// [`acquire`](WordAlgorithm::acquire)'s verdict and word without its decision: the
 /// word to store if a request for `cost` at `now` is allowed, `None` if it is not
-/// (denied, or a cost above the capacity). For a caller that asks only whether (the
-/// direct limiter's
-/// `try_acquire`).
+/// (denied, or a cost above the capacity). For a caller that asks only whether
+/// (`try_acquire`, keyed or direct, through [`WordAlgorithm::admit`]).
 ///
 /// It decides without dividing: "the reading's grid index is at least `p`" is
 /// `p × interval ≤ now` ([`TokenBucketRules::reached`]), one multiplication, where

@@ -31,6 +31,17 @@ pub trait WordAlgorithm: Send + Sync + Sized {
     /// One request for `cost` at `now`: the word to store, and the decision.
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision);
 
+    /// [`acquire`](Self::acquire) asked only whether: the word to store if the request
+    /// for `cost` at `now` is allowed (`word` itself when nothing changes), `None` if it
+    /// is denied, when a denial leaves the word as it was. The same verdict and word as
+    /// `acquire`, without the rest of its decision; the token bucket and the GCRA
+    /// override it with steps that do not divide (property-tested against `acquire`).
+    #[inline]
+    fn admit(&self, word: u64, now: u64, cost: u32) -> Option<u64> {
+        let (new, decision) = self.acquire(word, now, cost);
+        decision.is_allowed().then_some(new)
+    }
+
     /// What a key with state `word` has left at `now`, without taking anything.
     fn available(&self, word: u64, now: u64) -> u32;
 
@@ -129,6 +140,64 @@ pub fn acquire_word<W: WordAlgorithm>(
     update::<W, _>(word, |current| algorithm.acquire(current, now, cost))
 }
 
+/// One request applied to a key's word, asked only whether
+/// ([`WordAlgorithm::admit`]): `update`'s protocol for a step that answers only
+/// whether, the one loop behind every `try_acquire` on a single-word algorithm, keyed
+/// or direct.
+///
+/// Relaxed throughout, as in `update`: the word guards no other memory — it *is* the
+/// state — and exact counting needs only what every atomic read-modify-write gives at
+/// any ordering (one modification order for the word; a successful CAS replaces
+/// exactly the value it compared against). The one exception, as there, is a word
+/// found `RETIRED`: a keyed limiter's key being forgotten.
+#[inline(always)]
+pub fn admit_word<W: WordAlgorithm>(
+    algorithm: &W,
+    word: &AtomicU64,
+    now: u64,
+    cost: u32,
+) -> Result<bool, Blocked> {
+    // Relaxed: see above; a stale value only makes the CAS fail and retry.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if let Some(blocked) = blocked::<W>(current) {
+            if blocked == Blocked::Retired && !active(Mutant::AdmitWithoutFence) {
+                // Acquire: pairs with the sweeper's Release retire CAS (and the SeqCst
+                // fence after its raise), as `update`'s fence does: the watermark the
+                // sweep raised before retiring this word is visible to the caller's
+                // next look at the key, whose fresh state then starts no earlier than
+                // the forgotten one was known to be full (loom model 11t).
+                fence(Ordering::Acquire);
+            }
+            return Err(blocked);
+        }
+        let Some(new) = WordAlgorithm::admit(algorithm, current, now, cost) else {
+            // Denied: nothing written, so under attack the key's cache line stays
+            // shared between cores.
+            return Ok(false);
+        };
+        if new == current {
+            // Allowed with nothing to change (a cost of zero): no write.
+            return Ok(true);
+        }
+        // Relaxed on success and failure: see above.
+        match word.compare_exchange_weak(current, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok(true),
+            Err(actual) => current = actual,
+        }
+        if active(Mutant::TryWithStaleValue) {
+            // The mutant: retry with the value computed from the word it lost to.
+            // Relaxed: as above.
+            if word
+                .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(true);
+            }
+        }
+    }
+}
+
 impl<W: WordAlgorithm, K> Algorithm<K> for W {
     type State = AtomicU64;
     type Resolved = ();
@@ -142,6 +211,12 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
     #[inline(always)]
     fn acquire(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<Decision, Blocked> {
         acquire_word(self, word, now, cost)
+    }
+
+    // Always, as `acquire`: the hot path of every `try_acquire`.
+    #[inline(always)]
+    fn admit(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<bool, Blocked> {
+        admit_word(self, word, now, cost)
     }
 
     #[inline]

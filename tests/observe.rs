@@ -100,6 +100,37 @@ fn a_named_limiter_counts_its_decisions_keys_and_sweeps() {
     assert!(series.keys().all(|name| !name.contains("alice")));
 }
 
+/// `try_acquire` has a hot path of its own, which decides no `Decision`; a named
+/// limiter's must still count each one, a known key's as a new key's.
+#[test]
+fn a_named_limiters_try_acquire_is_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let limiter: TokenBucket<u64, ManualClock> = metrics::with_local_recorder(&recorder, || {
+        TokenBucket::builder(Quota::new(2, ms(10)).unwrap())
+            .clock(clock.clone())
+            .manual_eviction()
+            .name("quick")
+            .build()
+    });
+    // A new key, then the same key stored: allowed, allowed, denied.
+    let answers: Vec<bool> = (0..3).map(|_| limiter.try_acquire(&7)).collect();
+    assert_eq!(answers, [true, true, false]);
+    clock.advance(ms(10));
+    assert!(turnstile::RateLimiter::try_acquire(&limiter, &7));
+
+    let series = read(&snapshotter);
+    let decisions = |outcome: &str| {
+        counter(
+            &series,
+            &format!("turnstile_decisions_total{{limiter=quick,outcome={outcome}}}"),
+        )
+    };
+    assert_eq!(decisions("allowed"), 3);
+    assert_eq!(decisions("denied"), 1);
+}
+
 #[test]
 fn an_unnamed_limiter_reports_nothing() {
     let recorder = DebuggingRecorder::new();

@@ -1,9 +1,10 @@
 //! Forgetting idle keys, model-checked: a sweeper forgets a full key while two
 //! threads take from it. Exactly its capacity is admitted — and a sweeper that removes
 //! the key without retiring its word first is rejected. Then the watermark: a request
-//! that meets a retired word (model 11) or stores a forgotten key afresh without a
-//! lock (model 16, the insertion handshake of `src/evict/insertions.rs`) reads at
-//! least the sweep's instant; the sweeper thread's handshake (model 12).
+//! that meets a retired word (model 11; 11t in `try_acquire`'s loop) or stores a
+//! forgotten key afresh without a lock (model 16, the insertion handshake of
+//! `src/evict/insertions.rs`) reads at least the sweep's instant; the sweeper
+//! thread's handshake (model 12).
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -105,6 +106,57 @@ fn mutant_11_retiring_unordered_is_rejected() {
         with_mutant(
             Mutant::UnorderedRetire,
             a_request_meeting_a_retired_word_sees_the_watermark,
+        )
+    });
+}
+
+/// Model 11 for `try_acquire`'s loop (`admit_word`, the step asked only whether): a
+/// request that finds the word retired there reads the sweep's watermark too.
+fn an_admission_meeting_a_retired_word_sees_the_watermark() {
+    use loom::sync::atomic::AtomicU64;
+    use turnstile::loom_hooks::{
+        Blocked, TokenBucketRules, Watermark, WordAlgorithm, admit_word, retire_if_forgettable,
+    };
+
+    let rules = TokenBucketRules::new(&Quota::new(1, Duration::from_nanos(10)).unwrap());
+    let word = Arc::new(AtomicU64::new(rules.fresh()));
+    let watermark = Arc::new(Watermark::new());
+    let sweeper = {
+        let (word, watermark) = (word.clone(), watermark.clone());
+        thread::spawn(move || {
+            let at = watermark.begin(50);
+            retire_if_forgettable(&rules, &word, at);
+        })
+    };
+    if let Err(Blocked::Retired) = admit_word(&rules, &word, watermark.reading(5), 1) {
+        let reading = watermark.reading(5);
+        assert_eq!(
+            reading, 50,
+            "watermark: a retired word's admitter read {reading}"
+        );
+    }
+    sweeper.join().unwrap();
+}
+
+#[test]
+fn model_11t_a_retired_word_publishes_the_watermark_to_admit() {
+    check(
+        "11t retired word and watermark, admit",
+        None,
+        an_admission_meeting_a_retired_word_sees_the_watermark,
+    );
+}
+
+/// The mutant returns from `admit_word` on a retired word without its Acquire fence:
+/// the sweeper's Release then pairs with nothing on this side.
+#[test]
+#[should_panic(expected = "watermark:")]
+fn mutant_11t_admitting_without_the_fence_is_rejected() {
+    use turnstile::loom_hooks::{Mutant, with_mutant};
+    check("11t mutant: admit without the fence", None, || {
+        with_mutant(
+            Mutant::AdmitWithoutFence,
+            an_admission_meeting_a_retired_word_sees_the_watermark,
         )
     });
 }

@@ -5,6 +5,8 @@
 mod limiters;
 mod reconfigure;
 #[cfg(all(test, not(turnstile_loom)))]
+mod try_acquire_tests;
+#[cfg(all(test, not(turnstile_loom)))]
 mod unshared_tests;
 
 pub use limiters::{
@@ -254,14 +256,18 @@ where
         self.core.acquire(key, cost)
     }
 
-    /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`.
+    /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`, and the same
+    /// step, asked only whether. A known key's request computes no `remaining` and no
+    /// `retry_after` (the token bucket and the GCRA decide without dividing); a new
+    /// key, a key being forgotten or moved, and every request of a named limiter
+    /// (whose metrics see each decision) take `acquire`'s path.
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.acquire(key, 1).is_allowed()
+        self.core.try_acquire(key)
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
@@ -396,6 +402,66 @@ where
             observer.decided(key, &decision);
         }
         decision
+    }
+
+    /// `acquire(key, 1).is_allowed()`, with `acquire`'s hot path (one lookup, one step
+    /// on the state found) asking the algorithm only whether ([`Algorithm::admit`]).
+    /// Everything else is `acquire`'s own slow path, at the same reading: a new key
+    /// (`acquire_new`, whose overflow answer at the key cap is the same), a blocked
+    /// state (`acquire_blocked`: retired, moving, outdated), and a named limiter's every
+    /// request, which its observer must see decided.
+    #[inline]
+    fn try_acquire<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if self.observer.is_some() {
+            return self.try_acquire_observed(key);
+        }
+        let now = self.epoch.elapsed();
+        let admit = |state: &A::State| self.algorithm.admit(state, self.watermark.reading(now), 1);
+        // A miss is `look`'s: the new key's first request by `acquire_new`, under
+        // the lookup's guard unless `create` runs user code.
+        let new = || {
+            self.acquire_new(key, now, 1)
+                .map(|decision| decision.is_allowed())
+        };
+        let found = if A::CREATE_CALLS_USER_CODE {
+            self.states.get(key, admit).unwrap_or_else(new)
+        } else {
+            self.states.get_or_else(key, admit, new)
+        };
+        match found {
+            Ok(allowed) => allowed,
+            Err(blocked) => self.try_acquire_blocked(key, blocked, now),
+        }
+    }
+
+    /// `try_acquire` on a state it could not use: `acquire_blocked`, at the same
+    /// reading, which clears what kept it and decides by the full step.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_blocked<Q>(&self, key: &Q, blocked: Blocked, now: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.acquire_blocked(key, blocked, now, 1).is_allowed()
+    }
+
+    /// A named limiter's `try_acquire`: the full `acquire`, so that its observer sees
+    /// the decision.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_observed<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.acquire(key, 1).is_allowed()
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
@@ -780,6 +846,15 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         KeyedLimiter::acquire(self, key, cost)
+    }
+
+    #[inline]
+    fn try_acquire<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        KeyedLimiter::try_acquire(self, key)
     }
 
     fn peek<Q>(&self, key: &Q) -> u32
