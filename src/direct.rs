@@ -5,8 +5,9 @@
 //! `acquire` among them). `try_acquire` runs the same step asked only whether
 //! (the algorithm's `admit`: for the token bucket and the GCRA, their `admit`,
 //! property-tested against `acquire`, in the word protocol's loop for such a step,
-//! `word.rs`'s `admit_word`, which the keyed limiters' `try_acquire` runs too), so it
-//! computes no `remaining` and no `retry_after`, and decides without dividing.
+//! `word.rs`'s `admit_word`, which the keyed limiters' `try_acquire` runs too), so the
+//! token bucket and the GCRA compute no `remaining` and no `retry_after` for it and
+//! reach the verdict without dividing; the window algorithms take their whole step.
 //!
 //! ```
 //! use turnstile::{DirectTokenBucket, Quota};

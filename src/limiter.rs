@@ -24,8 +24,8 @@ pub trait RateLimiter<K> {
 
     /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`. A limiter may
     /// answer it by a cheaper step with the same answer and the same effect on the
-    /// key (turnstile's keyed and direct limiters compute no `remaining` and no
-    /// `retry_after` for it).
+    /// key (turnstile's keyed and direct token bucket and GCRA compute no `remaining`
+    /// and no `retry_after` for it).
     #[inline]
     fn try_acquire<Q>(&self, key: &Q) -> bool
     where

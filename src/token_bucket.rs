@@ -220,8 +220,10 @@ pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option
         0 => 0,
         _ => word.saturating_sub(rules.capacity - cost),
     };
-    // `max(full_at, g) + cost` with `full_at` the larger (the bucket is not full).
-    rules.reached(ready, now).then_some(word + cost)
+    // `max(full_at, g) + cost` with `full_at` the larger (the bucket is not full),
+    // summed only when allowed: a denied word can be within `cost` of `u64::MAX` (a
+    // 1 ns interval's grid ends near it), where the sum would overflow.
+    rules.reached(ready, now).then(|| word + cost)
 }
 
 /// The word an admission of `cost` into a bucket full at `now` stores: `g + cost`.
@@ -310,6 +312,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// At the end of time on a 1 ns grid the drained word is within the capacity of
+    /// `u64::MAX`: `admit` denies there as `acquire` does, for every cost, without
+    /// summing past it (it once computed the word of a denied request, and overflowed).
+    #[test]
+    fn admit_denies_a_drained_bucket_at_the_end_of_a_one_nanosecond_grid() {
+        let rules = rules(4, Duration::from_nanos(1));
+        let mut word = rules.full();
+        for _ in 0..4 {
+            word = admit(&rules, word, u64::MAX, 1).expect("a token left");
+        }
+        assert_eq!(word, u64::MAX - 2, "the last grid index plus the capacity");
+        for cost in 0..=5 {
+            let (new, decision) = rules.acquire(word, u64::MAX, cost);
+            assert_eq!(
+                admit(&rules, word, u64::MAX, cost),
+                decision.is_allowed().then_some(new),
+                "cost {cost}"
+            );
+        }
+        assert_eq!(admit(&rules, word, u64::MAX, 4), None);
     }
 
     fn rules(capacity: u32, interval: Duration) -> TokenBucketRules {

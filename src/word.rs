@@ -104,7 +104,10 @@ fn update<W: WordAlgorithm, T>(
     word: &AtomicU64,
     mut step: impl FnMut(u64) -> (u64, T),
 ) -> Result<T, Blocked> {
-    // Relaxed: see above; a stale value only makes the CAS fail and retry.
+    // Relaxed: see above. A stale value makes the CAS fail and retry; where no CAS
+    // follows (nothing to change) the answer is one a request ordered just before the
+    // newer writes would have had — coherence gives a value no older than any this
+    // thread has already seen for the word.
     let mut current = word.load(Ordering::Relaxed);
     loop {
         if let Some(blocked) = blocked::<W>(current) {
@@ -157,7 +160,10 @@ pub fn admit_word<W: WordAlgorithm>(
     now: u64,
     cost: u32,
 ) -> Result<bool, Blocked> {
-    // Relaxed: see above; a stale value only makes the CAS fail and retry.
+    // Relaxed: see above. A stale value makes the CAS fail and retry; where no CAS
+    // follows (a denial, or nothing to change) the answer is one a request ordered
+    // just before the newer writes would have had — coherence gives a value no older
+    // than any this thread has already seen for the word.
     let mut current = word.load(Ordering::Relaxed);
     loop {
         if let Some(blocked) = blocked::<W>(current) {
@@ -177,7 +183,8 @@ pub fn admit_word<W: WordAlgorithm>(
             return Ok(false);
         };
         if new == current {
-            // Allowed with nothing to change (a cost of zero): no write.
+            // Allowed with nothing to change (a step that leaves the word as it
+            // was): no write.
             return Ok(true);
         }
         // Relaxed on success and failure: see above.

@@ -51,8 +51,9 @@
 //! publishing the watermark to the reader's Acquire fence) with a mutant that has
 //! neither, model 16 (a new key's first request, applied before its state is
 //! published, against a sweep that forgets the key) with mutants that read the
-//! watermark before registering and that sweep without waiting; loom rejects all
-//! four.
+//! watermark before registering and that sweep without waiting, and model 11t (model
+//! 11 through `try_acquire`'s loop, `admit_word`) with a mutant that skips its
+//! Acquire fence; loom rejects all five.
 //!
 //! # When sweeping happens — and why no request pays for it
 //! A sweep is due when the store holds twice the keys the last sweep kept (at least

@@ -257,10 +257,12 @@ where
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`, and the same
-    /// step, asked only whether. A known key's request computes no `remaining` and no
-    /// `retry_after` (the token bucket and the GCRA decide without dividing); a new
-    /// key, a key being forgotten or moved, and every request of a named limiter
-    /// (whose metrics see each decision) take `acquire`'s path.
+    /// step, asked only whether. A known key's request returns no [`Decision`]; for
+    /// the token bucket and the GCRA it computes no `remaining` and no `retry_after`
+    /// and reaches its verdict without dividing (a full bucket's new word still
+    /// divides), while the other algorithms take their whole step. A new key, a key
+    /// being forgotten or moved, and every request of a named limiter (whose metrics
+    /// see each decision) take `acquire`'s path.
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q) -> bool
     where
