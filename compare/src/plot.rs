@@ -1,19 +1,11 @@
 //! throughput.svg: aggregate throughput against thread count, one panel per scenario.
 
 use crate::machine::Machine;
+use crate::report::SCENARIOS;
 use crate::runs::Figures;
 use plotters::prelude::*;
 use std::path::Path;
 
-const SCENARIOS: [&str; 7] = [
-    "hot-allowed",
-    "hot-denied",
-    "uniform-allowed",
-    "uniform-denied",
-    "zipf-allowed",
-    "zipf-denied",
-    "churn-allowed",
-];
 const SERIES: [(&str, RGBColor); 7] = [
     ("turnstile", RGBColor(0, 114, 178)),
     ("turnstile-words", RGBColor(204, 121, 167)),

@@ -6,8 +6,9 @@ use crate::targets;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Scenarios and contenders in table order; floors last.
-const SCENARIOS: [&str; 7] = [
+/// Scenarios and contenders in table order; floors last. The keyed scenarios, for
+/// the targets and the plot too.
+pub const SCENARIOS: [&str; 7] = [
     "hot-allowed",
     "hot-denied",
     "uniform-allowed",

@@ -3,7 +3,7 @@
 //! the same rival in the same run. Where even the floor cannot win, no limiter built on
 //! the same parts could, and the table says so with the floor's figure beside ours.
 
-use crate::report::{find, interleaved, millions};
+use crate::report::{SCENARIOS, find, interleaved, millions};
 use crate::runs::{Figures, Latency, Throughput};
 use std::fmt::Write as _;
 
@@ -11,17 +11,6 @@ use std::fmt::Write as _;
 /// (turnstile does the limiting on top of the floor's work, so it is never above it
 /// by design; 5 % is the allowance).
 const WITHIN: f64 = 0.95;
-
-/// The keyed scenarios, in table order.
-const KEYED: [&str; 7] = [
-    "hot-allowed",
-    "hot-denied",
-    "uniform-allowed",
-    "uniform-denied",
-    "zipf-allowed",
-    "zipf-denied",
-    "churn-allowed",
-];
 
 /// What the floor under the keyed limiters is, in a loss's cause.
 const KEYED_FLOOR: &str = "the floor (a clock reading, a papaya lookup and one CAS, no limiting)";
@@ -167,7 +156,7 @@ fn direct_rows(figures: &Figures) -> Vec<Row> {
 /// on every pattern, both mixes, every thread count: one row per scenario.
 fn per_key_mutex_rows(figures: &Figures) -> Vec<Row> {
     let mut rows = Vec::new();
-    for scenario in KEYED {
+    for scenario in SCENARIOS {
         let (mut cells, mut failed, mut floored) = (Vec::new(), Vec::new(), Vec::new());
         for n in threads_of(&figures.interleaved, scenario) {
             let get = |limiter: &str| interleaved(figures, scenario, limiter, n);
@@ -264,7 +253,7 @@ fn latency_of<'a>(
 /// the floor's own ratio (where the floor itself is slower than the global lock, the
 /// target is the floor's ratio, not 1.0).
 fn one_thread_rows(figures: &Figures) -> Vec<Row> {
-    KEYED
+    SCENARIOS
         .iter()
         .map(|&scenario| {
             let get = |limiter: &str| interleaved(figures, scenario, limiter, 1);
@@ -368,7 +357,7 @@ pub struct Loss {
 /// throughput (interleaved medians), direct limiters, latency, memory.
 pub fn losses(figures: &Figures) -> Vec<Loss> {
     let mut lost = Vec::new();
-    for scenario in KEYED {
+    for scenario in SCENARIOS {
         for n in threads_of(&figures.interleaved, scenario) {
             let get = |limiter: &str| interleaved(figures, scenario, limiter, n);
             let Some(ours) = get("turnstile") else {

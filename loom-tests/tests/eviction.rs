@@ -57,13 +57,21 @@ fn mutant_6_removing_without_retiring_is_rejected() {
 
 /// The retire protocol on a bare word, without the store's synchronization: a sweep
 /// at 50 ns (margin 0) raises the watermark and retires a full bucket while a request
-/// whose reading lags at 5 ns meets the word. If the request finds the word retired,
-/// the reading it then uses is at least the watermark, so the fresh state it goes on
-/// to create starts no earlier than the forgotten one was known to be full.
-fn a_request_meeting_a_retired_word_sees_the_watermark() {
+/// whose reading lags at 5 ns meets the word through `request` (the word protocol's
+/// loop: `acquire_word`, or `admit_word` for `try_acquire`), which says whether it
+/// found the word retired. If it did, the reading it then uses is at least the
+/// watermark, so the fresh state it goes on to create starts no earlier than the
+/// forgotten one was known to be full.
+fn a_request_meeting_a_retired_word_sees_the_watermark(
+    request: fn(
+        &turnstile::loom_hooks::TokenBucketRules,
+        &loom::sync::atomic::AtomicU64,
+        u64,
+    ) -> bool,
+) {
     use loom::sync::atomic::AtomicU64;
     use turnstile::loom_hooks::{
-        Blocked, TokenBucketRules, Watermark, WordAlgorithm, acquire_word, retire_if_forgettable,
+        TokenBucketRules, Watermark, WordAlgorithm, retire_if_forgettable,
     };
 
     let rules = TokenBucketRules::new(&Quota::new(1, Duration::from_nanos(10)).unwrap());
@@ -76,7 +84,7 @@ fn a_request_meeting_a_retired_word_sees_the_watermark() {
             retire_if_forgettable(&rules, &word, at);
         })
     };
-    if let Err(Blocked::Retired) = acquire_word(&rules, &word, watermark.reading(5), 1) {
+    if request(&rules, &word, watermark.reading(5)) {
         let reading = watermark.reading(5);
         assert_eq!(
             reading, 50,
@@ -86,13 +94,32 @@ fn a_request_meeting_a_retired_word_sees_the_watermark() {
     sweeper.join().unwrap();
 }
 
+/// Model 11's request by `acquire`'s loop: whether it found the word retired.
+fn acquire_meets_retired(
+    rules: &turnstile::loom_hooks::TokenBucketRules,
+    word: &loom::sync::atomic::AtomicU64,
+    reading: u64,
+) -> bool {
+    use turnstile::loom_hooks::{Blocked, acquire_word};
+    matches!(acquire_word(rules, word, reading, 1), Err(Blocked::Retired))
+}
+
+/// Model 11t's request by `try_acquire`'s loop (`admit_word`, the step asked only
+/// whether): whether it found the word retired.
+fn admit_meets_retired(
+    rules: &turnstile::loom_hooks::TokenBucketRules,
+    word: &loom::sync::atomic::AtomicU64,
+    reading: u64,
+) -> bool {
+    use turnstile::loom_hooks::{Blocked, admit_word};
+    matches!(admit_word(rules, word, reading, 1), Err(Blocked::Retired))
+}
+
 #[test]
 fn model_11_a_retired_word_publishes_the_watermark() {
-    check(
-        "11 retired word and watermark",
-        None,
-        a_request_meeting_a_retired_word_sees_the_watermark,
-    );
+    check("11 retired word and watermark", None, || {
+        a_request_meeting_a_retired_word_sees_the_watermark(acquire_meets_retired)
+    });
 }
 
 /// The mutant retires with Relaxed and takes no fence after raising the watermark:
@@ -103,48 +130,17 @@ fn model_11_a_retired_word_publishes_the_watermark() {
 fn mutant_11_retiring_unordered_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
     check("11 mutant: unordered retire", None, || {
-        with_mutant(
-            Mutant::UnorderedRetire,
-            a_request_meeting_a_retired_word_sees_the_watermark,
-        )
-    });
-}
-
-/// Model 11 for `try_acquire`'s loop (`admit_word`, the step asked only whether): a
-/// request that finds the word retired there reads the sweep's watermark too.
-fn an_admission_meeting_a_retired_word_sees_the_watermark() {
-    use loom::sync::atomic::AtomicU64;
-    use turnstile::loom_hooks::{
-        Blocked, TokenBucketRules, Watermark, WordAlgorithm, admit_word, retire_if_forgettable,
-    };
-
-    let rules = TokenBucketRules::new(&Quota::new(1, Duration::from_nanos(10)).unwrap());
-    let word = Arc::new(AtomicU64::new(rules.fresh()));
-    let watermark = Arc::new(Watermark::new());
-    let sweeper = {
-        let (word, watermark) = (word.clone(), watermark.clone());
-        thread::spawn(move || {
-            let at = watermark.begin(50);
-            retire_if_forgettable(&rules, &word, at);
+        with_mutant(Mutant::UnorderedRetire, || {
+            a_request_meeting_a_retired_word_sees_the_watermark(acquire_meets_retired)
         })
-    };
-    if let Err(Blocked::Retired) = admit_word(&rules, &word, watermark.reading(5), 1) {
-        let reading = watermark.reading(5);
-        assert_eq!(
-            reading, 50,
-            "watermark: a retired word's admitter read {reading}"
-        );
-    }
-    sweeper.join().unwrap();
+    });
 }
 
 #[test]
 fn model_11t_a_retired_word_publishes_the_watermark_to_admit() {
-    check(
-        "11t retired word and watermark, admit",
-        None,
-        an_admission_meeting_a_retired_word_sees_the_watermark,
-    );
+    check("11t retired word and watermark, admit", None, || {
+        a_request_meeting_a_retired_word_sees_the_watermark(admit_meets_retired)
+    });
 }
 
 /// The mutant returns from `admit_word` on a retired word without its Acquire fence:
@@ -154,10 +150,9 @@ fn model_11t_a_retired_word_publishes_the_watermark_to_admit() {
 fn mutant_11t_admitting_without_the_fence_is_rejected() {
     use turnstile::loom_hooks::{Mutant, with_mutant};
     check("11t mutant: admit without the fence", None, || {
-        with_mutant(
-            Mutant::AdmitWithoutFence,
-            an_admission_meeting_a_retired_word_sees_the_watermark,
-        )
+        with_mutant(Mutant::AdmitWithoutFence, || {
+            a_request_meeting_a_retired_word_sees_the_watermark(admit_meets_retired)
+        })
     });
 }
 
