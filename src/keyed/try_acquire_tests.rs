@@ -4,7 +4,7 @@
 //! `acquire(key, 1).is_allowed()` on twin limiters — built alike on one manual clock,
 //! driven by the same script, one answering by `try_acquire`, the other by `acquire` —
 //! for every algorithm, per-key quotas, `set_quota` in the middle of a script,
-//! forgetting, and the key cap with either overflow policy.
+//! forgetting, a clock that steps back, and the key cap with either overflow policy.
 
 use super::KeyedLimiter;
 use crate::algorithm::Algorithm;
@@ -14,7 +14,7 @@ use crate::gcra::GcraRules;
 use crate::sliding_log::SlidingLogRules;
 use crate::sliding_window::SlidingWindowRules;
 use crate::token_bucket::TokenBucketRules;
-use crate::{ManualClock, Overflow, Quota};
+use crate::{Clock, ManualClock, Overflow, Quota};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -28,6 +28,9 @@ enum Step {
     Ask { key: u64, advance_ms: u64 },
     /// A sweep: every key forgettable now is forgotten (margin 0).
     Sweep,
+    /// The clock steps back `back_ms` (not below zero): a lagging reading, as a
+    /// thread that read the clock before a sweep and asks after it.
+    Lag { back_ms: u64 },
     /// Every key gets `quota` from now on (limiters with per-key quotas only; the
     /// others skip it).
     SetQuota(Quota),
@@ -62,6 +65,7 @@ fn any_script() -> impl Strategy<Value = Vec<Step>> {
         12 => (0..KEYS, advance_ms).prop_map(|(key, advance_ms)| Step::Ask { key, advance_ms }),
         1 => Just(Step::Sweep),
         1 => any_quota().prop_map(Step::SetQuota),
+        1 => (0..=1_500u64).prop_map(|back_ms| Step::Lag { back_ms }),
     ];
     proptest::collection::vec(step, 1..60)
 }
@@ -106,6 +110,12 @@ fn twins_agree<A: Algorithm<u64>>(
                 answers.push(answer);
             }
             Step::Sweep => assert_eq!(quick.evict_idle(), full.evict_idle(), "step {i}"),
+            Step::Lag { back_ms } => {
+                let now = Clock::now(&clock);
+                clock.set(Duration::from_nanos(
+                    now.saturating_sub(back_ms * 1_000_000),
+                ));
+            }
             Step::SetQuota(quota) => {
                 set_quota(&quick, quota);
                 set_quota(&full, quota);
