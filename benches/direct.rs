@@ -4,7 +4,8 @@
 //! the one limit, allowed and denied, at each thread count (`TURNSTILE_BENCH_THREADS`,
 //! default 1, 2, 4, 8). Interleaved medians (as `benches/ratios.rs`): at each thread
 //! count every contender under both mixes runs a short sample in turn, round after
-//! round. Prints and writes `direct.csv`: aggregate checks per second.
+//! round. Prints and writes `direct.csv`: aggregate checks per second, the median and
+//! every round's.
 //!
 //! Run: `cargo bench --bench direct`
 
@@ -12,8 +13,8 @@ mod common;
 
 use common::direct::{DIRECT, with_direct};
 use common::{
-    Contender, Mix, Pattern, Sampler, Visit, interleaved_medians, interleaving, out_dir,
-    thread_counts,
+    Contender, INTERLEAVED_HEADER, Mix, Pattern, Sampler, Visit, interleaved_rounds,
+    interleaved_row, interleaving, out_dir, thread_counts,
 };
 use std::fmt::Write as _;
 
@@ -48,16 +49,12 @@ fn main() {
         .map(|(mix, name)| (mix, name, with_direct(name, mix, Build(mix, name))))
         .collect();
     let samplers: Vec<&dyn Sampler> = entries.iter().map(|(_, _, c)| c.as_ref()).collect();
-    let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
+    let mut csv = String::from(INTERLEAVED_HEADER);
     for &n in &threads {
-        let medians = interleaved_medians(&samplers, Pattern::Hot, &keys, n, settings);
-        for ((mix, name, _), median) in entries.iter().zip(medians) {
-            let label = name.trim_start_matches("direct-");
-            let row = format!(
-                "direct-{},{label},{n},{median:.0},{}",
-                mix.name(),
-                settings.0
-            );
+        let rounds = interleaved_rounds(&samplers, Pattern::Hot, &keys, n, settings);
+        for ((mix, name, _), rates) in entries.iter().zip(rounds) {
+            let scenario = format!("direct-{}", mix.name());
+            let row = interleaved_row(&scenario, name.trim_start_matches("direct-"), n, &rates);
             println!("{row}");
             writeln!(csv, "{row}").expect("write to string");
         }

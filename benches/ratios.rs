@@ -1,14 +1,16 @@
 //! Interleaved medians for the targets: for each pattern and thread count, every
 //! contender under both outcome mixes runs a short sample in turn, round after round,
-//! and each one's median is kept. On a shared machine whose speed drifts, interleaving exposes every contender
-//! to the same drift, so their ratios hold where back-to-back runs (criterion's) can
-//! land in different weather. Writes `ratios.csv`.
+//! and each one's median is kept, with every round's rate (the same round's rates of
+//! two contenders are a pair). On a shared machine whose speed drifts, interleaving
+//! exposes every contender to the same drift, so their ratios hold where back-to-back
+//! runs (criterion's) can land in different weather. Writes `ratios.csv`.
 
 mod common;
 
 use common::{
-    FreshEach, LIMITERS, Mix, Pattern, Sampler, Visit, applies, chosen, interleaved_medians,
-    interleaving, named, out_dir, prepopulate, thread_counts, with_contender,
+    FreshEach, INTERLEAVED_HEADER, LIMITERS, Mix, Pattern, Sampler, Visit, applies, chosen,
+    interleaved_rounds, interleaved_row, interleaving, named, out_dir, prepopulate, thread_counts,
+    with_contender,
 };
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -45,7 +47,7 @@ fn main() {
         .copied()
         .chain(["floor-stack", "turnstile-manual"])
         .collect();
-    let mut csv = String::from("scenario,limiter,threads,median_ops_per_sec,rounds\n");
+    let mut csv = String::from(INTERLEAVED_HEADER);
     for pattern in Pattern::ALL {
         if !chosen("TURNSTILE_BENCH_PATTERNS", pattern.name()) {
             continue;
@@ -82,9 +84,9 @@ fn main() {
                 Pattern::Churn => (settings.0.max(21), settings.1),
                 _ => settings,
             };
-            let medians = interleaved_medians(&samplers, pattern, &keys, threads, settings);
-            for ((scenario, name, _), median) in entries.iter().zip(medians) {
-                let row = format!("{scenario},{name},{threads},{median:.0},{}", settings.0);
+            let rounds = interleaved_rounds(&samplers, pattern, &keys, threads, settings);
+            for ((scenario, name, _), rates) in entries.iter().zip(rounds) {
+                let row = interleaved_row(scenario, name, threads, &rates);
                 println!("{row}");
                 writeln!(csv, "{row}").expect("write to string");
             }

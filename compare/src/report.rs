@@ -62,9 +62,18 @@ pub(crate) fn find(
     limiter: &str,
     threads: usize,
 ) -> Option<f64> {
+    entry(list, scenario, limiter, threads).map(|t| t.ops_per_sec)
+}
+
+/// One contender's figure in `list`, with its rounds.
+pub(crate) fn entry<'a>(
+    list: &'a [Throughput],
+    scenario: &str,
+    limiter: &str,
+    threads: usize,
+) -> Option<&'a Throughput> {
     list.iter()
         .find(|t| t.scenario == scenario && t.limiter == limiter && t.threads == threads)
-        .map(|t| t.ops_per_sec)
 }
 
 fn thread_counts(figures: &Figures) -> Vec<usize> {
@@ -308,15 +317,26 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     }
     write_file(&out.join("throughput.csv"), &csv)?;
 
-    let mut csv = head.clone() + "scenario,limiter,threads,interleaved_median_ops_per_sec\n";
-    for t in &figures.interleaved {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{:.0}",
-            t.scenario, t.limiter, t.threads, t.ops_per_sec
-        );
+    for (name, list) in [
+        ("ratios.csv", &figures.interleaved),
+        ("direct.csv", &figures.direct),
+    ] {
+        let mut csv = head.clone()
+            + "scenario,limiter,threads,interleaved_median_ops_per_sec,round_ops_per_sec\n";
+        for t in list {
+            let rounds: Vec<String> = t.rounds.iter().map(|r| format!("{r:.0}")).collect();
+            let _ = writeln!(
+                csv,
+                "{},{},{},{:.0},{}",
+                t.scenario,
+                t.limiter,
+                t.threads,
+                t.ops_per_sec,
+                rounds.join(" ")
+            );
+        }
+        write_file(&out.join(name), &csv)?;
     }
-    write_file(&out.join("ratios.csv"), &csv)?;
 
     let mut csv = head.clone()
         + "limiter,pattern,threads,calls,p50_ns,p99_ns,p999_ns,max_ns,\
@@ -361,9 +381,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     }
     write_file(&out.join("sweep.csv"), &csv)?;
 
-    let lost = targets::losses(figures);
+    let (tied, lost): (Vec<_>, Vec<_>) = targets::losses(figures)
+        .into_iter()
+        .partition(|l| l.tie.is_some());
     let where_we_lose = if lost.is_empty() {
-        "No rival beat turnstile on any figure of this run.".to_string()
+        "No rival beat turnstile measurably on any figure of this run.\n".to_string()
     } else {
         let unexplained = lost.iter().filter(|l| l.cause.is_none()).count();
         format!(
@@ -377,6 +399,36 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
                 .map(|l| match &l.cause {
                     Some(cause) => format!("- {}: {cause}.", l.what),
                     None => format!("- {}: see ANALYSIS.md.", l.what),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+    let ties = if tied.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "### Ties\n\n\
+             On {} more figures a rival's median was ahead, but not its rounds: in the \
+             rounds where both ran (each round runs every contender once, so two \
+             contenders' rates in it met the same weather), the rival was the faster one \
+             no more often than a coin toss gives {:.0} % of the time or more (a one-sided \
+             sign test). The run cannot tell these apart from turnstile:\n\n{}\n\n",
+            tied.len(),
+            100.0 * targets::SIGNIFICANCE,
+            tied.iter()
+                .filter_map(|l| {
+                    let ahead = l.tie?;
+                    Some(format!(
+                        "- {}: ahead in {} of {} rounds{}.",
+                        l.what,
+                        ahead.rounds,
+                        ahead.of,
+                        l.cause
+                            .as_ref()
+                            .map(|cause| format!("; {cause}"))
+                            .unwrap_or_default()
+                    ))
                 })
                 .collect::<Vec<_>>()
                 .join("\n")
@@ -418,7 +470,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          direct ones. Where the floor itself does not beat a rival, no check built on the \
          same clock and map could, and the target becomes the floor's ratio (within 5 %). \
          With 2 cores, 4 and 8 threads measure time-slicing, not more parallelism.\n\n{}\n{}\
-         ## Where we lose\n\n{}\n{}\n\
+         ## Where we lose\n\n{}\n{}{}\n\
          ## Throughput\n\n\
          The algorithms tables put turnstile's algorithms side by side on the uniform \
          pattern under a quota every one of them holds (500 per millisecond per key; one \
@@ -453,6 +505,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
         targets::table(figures),
         interleaved_tables(figures),
         where_we_lose,
+        ties,
         analysis,
         throughput_tables(figures),
         latency_table(figures),

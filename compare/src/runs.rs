@@ -11,6 +11,10 @@ pub struct Throughput {
     pub limiter: String,
     pub threads: usize,
     pub ops_per_sec: f64,
+    /// Every round's rate, in round order, for an interleaved figure (benches/ratios.rs,
+    /// benches/direct.rs: the same round's rates of two contenders are a pair); empty
+    /// for criterion's.
+    pub rounds: Vec<f64>,
 }
 
 /// Per-call latency percentiles, in nanoseconds.
@@ -160,18 +164,8 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
     }
     Ok(Figures {
         throughput: read_criterion(&criterion_home)?,
-        interleaved: read_csv(&scratch.join("ratios.csv"), |f| Throughput {
-            scenario: f[0].to_string(),
-            limiter: f[1].to_string(),
-            threads: f[2].parse().unwrap_or(0),
-            ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
-        })?,
-        direct: read_csv(&scratch.join("direct.csv"), |f| Throughput {
-            scenario: f[0].to_string(),
-            limiter: f[1].to_string(),
-            threads: f[2].parse().unwrap_or(0),
-            ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
-        })?,
+        interleaved: read_csv(&scratch.join("ratios.csv"), interleaved_row)?,
+        direct: read_csv(&scratch.join("direct.csv"), interleaved_row)?,
         latency: read_csv(&scratch.join("latency.csv"), |f| Latency {
             limiter: f[0].to_string(),
             pattern: f[1].to_string(),
@@ -207,6 +201,26 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             pause_ms: f[2].parse().unwrap_or(f64::NAN),
         })?,
     })
+}
+
+/// A row of an interleaved benchmark's CSV: scenario, limiter, threads, median, rounds,
+/// and every round's rate (space-separated).
+fn interleaved_row(f: &[&str]) -> Throughput {
+    Throughput {
+        scenario: f[0].to_string(),
+        limiter: f[1].to_string(),
+        threads: f[2].parse().unwrap_or(0),
+        ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
+        rounds: f
+            .get(5)
+            .map(|rates| {
+                rates
+                    .split_whitespace()
+                    .filter_map(|r| r.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -248,6 +262,7 @@ fn read_criterion(home: &Path) -> Result<Vec<Throughput>, String> {
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0),
                     ops_per_sec: elements / median_ns * 1e9,
+                    rounds: Vec::new(),
                 });
             }
         }

@@ -3,7 +3,7 @@
 //! the same rival in the same run. Where even the floor cannot win, no limiter built on
 //! the same parts could, and the table says so with the floor's figure beside ours.
 
-use crate::report::{SCENARIOS, find, interleaved, millions};
+use crate::report::{SCENARIOS, entry, find, interleaved, millions};
 use crate::runs::{Figures, Latency, Throughput};
 use std::fmt::Write as _;
 
@@ -17,6 +17,11 @@ const KEYED_FLOOR: &str = "the floor (a clock reading, a papaya lookup and one C
 /// The same floor under churn, where every key is new.
 const CHURN_FLOOR: &str = "the floor (papaya's bare insert-and-remove of each new key)";
 
+/// A rival's lead on the medians counts as a loss only where the paired rounds show it:
+/// the one-sided sign test's chance of a rival no faster than turnstile being ahead
+/// in as many rounds or more must be under this.
+pub const SIGNIFICANCE: f64 = 0.05;
+
 /// One row of the targets table.
 struct Row {
     target: String,
@@ -24,59 +29,151 @@ struct Row {
     met: Met,
 }
 
-/// Whether a target was met, for its "met" cell.
-enum Met {
-    /// Not in this run's figures.
-    NotMeasured,
+/// One figure's verdict against its goal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Verdict {
     Yes,
+    /// Under the goal on the medians, but the paired rounds do not tell turnstile from
+    /// the rival ([`Ahead::measurable`]).
+    Tie,
     /// Missed only where the floor itself cannot do better: the floor is within the
     /// allowance of the rival (or behind it), and turnstile within the allowance of
-    /// the floor. The thread counts where that was so, if the row has several.
-    AtTheFloor(Vec<usize>),
-    /// Missed by more than the floor explains, at these thread counts.
-    No(Vec<usize>),
+    /// the floor.
+    AtTheFloor,
+    /// Missed by more than the floor or the rounds explain.
+    No,
 }
 
+impl Verdict {
+    /// `ours` is turnstile's ratio to the rival (or to the goal), `floor` the floor's
+    /// where the run has one, `tied` whether the rounds call the two a tie.
+    fn of(ours: f64, goal: f64, floor: Option<f64>, tied: bool) -> Self {
+        if ours >= goal {
+            Verdict::Yes
+        } else if tied {
+            Verdict::Tie
+        } else if floor.is_some_and(|floor| at_floor(ours, floor)) {
+            Verdict::AtTheFloor
+        } else {
+            Verdict::No
+        }
+    }
+}
+
+/// Whether a target was met, for its "met" cell: its figures' verdicts, each with its
+/// thread count where the row spans several; `None` where the run has none of them.
+struct Met(Option<Vec<(Option<usize>, Verdict)>>);
+
 impl Met {
-    /// A single figure's verdict: `ours` is turnstile's ratio to the rival (or to the
-    /// goal), `floor` the floor's, where the run has one.
-    fn of(ours: Option<f64>, goal: f64, floor: Option<f64>) -> Self {
-        match ours {
-            None => Met::NotMeasured,
-            Some(ours) if ours >= goal => Met::Yes,
-            Some(ours) if floor.is_some_and(|floor| at_floor(ours, floor)) => {
-                Met::AtTheFloor(Vec::new())
-            }
-            Some(_) => Met::No(Vec::new()),
-        }
+    /// A row of one figure.
+    fn one(verdict: Option<Verdict>) -> Self {
+        Met(verdict.map(|v| vec![(None, v)]))
     }
 
-    /// A row over thread counts: missed at `failed`, at the floor at `floored`.
-    fn over(measured_any: bool, failed: Vec<usize>, floored: Vec<usize>) -> Self {
-        match (measured_any, failed.is_empty(), floored.is_empty()) {
-            (false, _, _) => Met::NotMeasured,
-            (true, false, _) => Met::No(failed),
-            (true, true, false) => Met::AtTheFloor(floored),
-            (true, true, true) => Met::Yes,
-        }
+    /// A row over thread counts.
+    fn over(verdicts: Vec<(usize, Verdict)>) -> Self {
+        Met((!verdicts.is_empty())
+            .then(|| verdicts.into_iter().map(|(n, v)| (Some(n), v)).collect()))
     }
 
+    /// "yes"; or "**no**" where any figure missed, with those thread counts; else
+    /// what explains each figure short of the goal.
     fn cell(&self) -> String {
-        let threads = |counts: &[usize]| {
-            if counts.is_empty() {
-                String::new()
-            } else {
-                let list: Vec<String> = counts.iter().map(|n| format!("{n}")).collect();
-                format!(" ({} thr)", list.join(", "))
-            }
+        let Some(verdicts) = &self.0 else {
+            return "not measured".into();
         };
-        match self {
-            Met::NotMeasured => "not measured".into(),
-            Met::Yes => "yes".into(),
-            Met::AtTheFloor(counts) => format!("at the floor{}", threads(counts)),
-            Met::No(counts) => format!("**no**{}", threads(counts)),
+        let part = |verdict: Verdict, name: &str| {
+            let counts: Vec<String> = verdicts
+                .iter()
+                .filter(|(_, v)| *v == verdict)
+                .filter_map(|(n, _)| n.map(|n| n.to_string()))
+                .collect();
+            let any = verdicts.iter().any(|(_, v)| *v == verdict);
+            any.then(|| {
+                if counts.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{name} ({} thr)", counts.join(", "))
+                }
+            })
+        };
+        if let Some(no) = part(Verdict::No, "**no**") {
+            return no;
+        }
+        let short: Vec<String> = [(Verdict::Tie, "tie"), (Verdict::AtTheFloor, "at the floor")]
+            .into_iter()
+            .filter_map(|(verdict, name)| part(verdict, name))
+            .collect();
+        if short.is_empty() {
+            "yes".into()
+        } else {
+            short.join("; ")
         }
     }
+}
+
+/// In how many of the rounds two contenders both ran the rival was the faster one
+/// (benches/ratios.rs and benches/direct.rs run every contender once a round, so the
+/// same round's rates are a pair that met the same weather).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ahead {
+    pub rounds: usize,
+    pub of: usize,
+}
+
+impl Ahead {
+    /// The rival's rounds against ours; `None` without paired rounds (criterion's
+    /// figures), where a lead on the median stands as measured.
+    fn of(ours: &Throughput, theirs: &Throughput) -> Option<Self> {
+        let paired = !ours.rounds.is_empty() && ours.rounds.len() == theirs.rounds.len();
+        paired.then(|| Ahead {
+            rounds: ours
+                .rounds
+                .iter()
+                .zip(&theirs.rounds)
+                .filter(|(ours, theirs)| theirs > ours)
+                .count(),
+            of: ours.rounds.len(),
+        })
+    }
+
+    /// The chance that a rival no faster than ours is ahead in this many rounds or
+    /// more, each round a fair coin: the binomial tail, the sign test's p-value.
+    fn chance(self) -> f64 {
+        let mut term = 0.5f64.powi(self.of as i32); // k = 0: C(n, 0) / 2^n
+        let mut tail = 0.0;
+        for k in 0..=self.of {
+            if k >= self.rounds {
+                tail += term;
+            }
+            term *= (self.of - k) as f64 / (k + 1) as f64;
+        }
+        tail
+    }
+
+    /// Whether the rounds show the rival ahead: a coin would put it ahead this often
+    /// less than [`SIGNIFICANCE`] of the time.
+    pub fn measurable(self) -> bool {
+        self.chance() < SIGNIFICANCE
+    }
+}
+
+/// Whether the paired rounds call a lead on the medians a tie (see [`Ahead`]).
+fn tied(
+    list: &[Throughput],
+    scenario: &str,
+    ours: &str,
+    rival: &str,
+    threads: usize,
+) -> Option<Ahead> {
+    let ours = entry(list, scenario, ours, threads)?;
+    let theirs = entry(list, scenario, rival, threads)?;
+    Ahead::of(ours, theirs).filter(|ahead| !ahead.measurable())
+}
+
+/// A goal with no floor and no rounds beside it: met or not.
+fn yes_or_no(met: bool) -> Verdict {
+    if met { Verdict::Yes } else { Verdict::No }
 }
 
 /// Whether a ratio to a rival is at the floor: the floor's own ratio to the rival is
@@ -144,7 +241,10 @@ fn direct_rows(figures: &Figures) -> Vec<Row> {
                         (Some(r), None) => format!("{r:.2}×"),
                         _ => "–".into(),
                     },
-                    met: Met::of(ratio, 1.0, clock),
+                    met: Met::one(ratio.map(|r| {
+                        let tie = tied(&figures.direct, &scenario, ours, "governor", n);
+                        Verdict::of(r, 1.0, clock, tie.is_some())
+                    })),
                 });
             }
         }
@@ -157,28 +257,31 @@ fn direct_rows(figures: &Figures) -> Vec<Row> {
 fn per_key_mutex_rows(figures: &Figures) -> Vec<Row> {
     let mut rows = Vec::new();
     for scenario in SCENARIOS {
-        let (mut cells, mut failed, mut floored) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cells, mut verdicts) = (Vec::new(), Vec::new());
         for n in threads_of(&figures.interleaved, scenario) {
             let get = |limiter: &str| interleaved(figures, scenario, limiter, n);
             let Some((ours, mutex)) = get("turnstile").zip(get("mutex-per-key")) else {
                 continue;
             };
+            let tie = tied(
+                &figures.interleaved,
+                scenario,
+                "turnstile",
+                "mutex-per-key",
+                n,
+            );
             let floor = get("floor-stack").map(|f| f / mutex);
             cells.push(format!(
                 "{n} thr: {:.2}×{}",
                 ours / mutex,
                 floor.map(|f| format!(" ({f:.2}×)")).unwrap_or_default()
             ));
-            match Met::of(Some(ours / mutex), 1.0, floor) {
-                Met::AtTheFloor(_) => floored.push(n),
-                Met::No(_) => failed.push(n),
-                Met::Yes | Met::NotMeasured => {}
-            }
+            verdicts.push((n, Verdict::of(ours / mutex, 1.0, floor, tie.is_some())));
         }
         rows.push(Row {
             target: format!("{scenario}: turnstile ≥ 1.0× mutex-per-key at every thread count"),
             measured: cells.join(" · "),
-            met: Met::over(!cells.is_empty(), failed, floored),
+            met: Met::over(verdicts),
         });
     }
     rows
@@ -191,7 +294,7 @@ fn latency_rows(figures: &Figures) -> Vec<Row> {
     patterns.dedup();
     let mut rows = Vec::new();
     for pattern in patterns {
-        let (mut cells, mut failed, mut floored) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cells, mut verdicts) = (Vec::new(), Vec::new());
         for ours in figures
             .latency
             .iter()
@@ -222,16 +325,19 @@ fn latency_rows(figures: &Figures) -> Vec<Row> {
                     floors.is_some_and(|f| tail_at_floor(mine, theirs, f[i]))
                 })
                 .collect();
-            if missed.iter().any(|&floored| !floored) {
-                failed.push(ours.threads);
+            let verdict = if missed.iter().any(|&floored| !floored) {
+                Verdict::No
             } else if !missed.is_empty() {
-                floored.push(ours.threads);
-            }
+                Verdict::AtTheFloor
+            } else {
+                Verdict::Yes
+            };
+            verdicts.push((ours.threads, verdict));
         }
         rows.push(Row {
             target: format!("{pattern}: turnstile's p99 / p99.9 ≤ mutex-per-key's"),
             measured: cells.join(" · "),
-            met: Met::over(!cells.is_empty(), failed, floored),
+            met: Met::over(verdicts),
         });
     }
     rows
@@ -271,11 +377,7 @@ fn one_thread_rows(figures: &Figures) -> Vec<Row> {
                         WITHIN * floor
                     )
                 }),
-                met: match ratios {
-                    None => Met::NotMeasured,
-                    Some((ours, floor)) if ours >= WITHIN * floor => Met::Yes,
-                    Some(_) => Met::No(Vec::new()),
-                },
+                met: Met::one(ratios.map(|(ours, floor)| yes_or_no(ours >= WITHIN * floor))),
             }
         })
         .collect()
@@ -286,39 +388,35 @@ fn one_thread_rows(figures: &Figures) -> Vec<Row> {
 fn standing_rows(figures: &Figures) -> Vec<Row> {
     let mut rows = Vec::new();
     let scenario = "churn-allowed";
-    let (mut cells, mut failed) = (Vec::new(), Vec::new());
+    let (mut cells, mut verdicts) = (Vec::new(), Vec::new());
     for n in threads_of(&figures.interleaved, scenario) {
         let get = |limiter: &str| interleaved(figures, scenario, limiter, n);
         if let Some((ours, floor)) = get("turnstile").zip(get("floor-stack")) {
             cells.push(format!("{n} thr: {:.2}×", ours / floor));
-            if ours < 0.9 * floor {
-                failed.push(n);
-            }
+            verdicts.push((n, yes_or_no(ours >= 0.9 * floor)));
         }
     }
     rows.push(Row {
         target: "churn-allowed: turnstile ≥ 0.9× papaya's bare insert-and-remove".into(),
         measured: cells.join(" · "),
-        met: Met::over(!cells.is_empty(), failed, Vec::new()),
+        met: Met::over(verdicts),
     });
     for pattern in ["hot", "uniform", "zipf"] {
         let allowed = format!("{pattern}-allowed");
         let denied = format!("{pattern}-denied");
-        let (mut cells, mut failed) = (Vec::new(), Vec::new());
+        let (mut cells, mut verdicts) = (Vec::new(), Vec::new());
         for n in threads_of(&figures.interleaved, &allowed) {
             let a = interleaved(figures, &allowed, "turnstile", n);
             let d = interleaved(figures, &denied, "turnstile", n);
             if let Some((a, d)) = a.zip(d) {
                 cells.push(format!("{n} thr: {:.2}", d / a));
-                if d < a {
-                    failed.push(n);
-                }
+                verdicts.push((n, yes_or_no(d >= a)));
             }
         }
         rows.push(Row {
             target: format!("{pattern}: the denial path at least as fast as the allow path"),
             measured: format!("denied ÷ allowed: {}", cells.join(" · ")),
-            met: Met::over(!cells.is_empty(), failed, Vec::new()),
+            met: Met::over(verdicts),
         });
     }
     for key_type in ["u64", "ipv4-string"] {
@@ -336,11 +434,7 @@ fn standing_rows(figures: &Figures) -> Vec<Row> {
                     "memory per {key_type} key (heap), {limiter}: no more than governor's"
                 ),
                 measured: both.map_or("–".into(), |(t, g)| format!("{t:.1} B vs {g:.1} B")),
-                met: match both {
-                    None => Met::NotMeasured,
-                    Some((t, g)) if t <= g => Met::Yes,
-                    Some(_) => Met::No(Vec::new()),
-                },
+                met: Met::one(both.map(|(t, g)| yes_or_no(t <= g))),
             });
         }
     }
@@ -351,10 +445,14 @@ fn standing_rows(figures: &Figures) -> Vec<Row> {
 pub struct Loss {
     pub what: String,
     pub cause: Option<String>,
+    /// Where the figure has paired rounds that do not show the rival ahead: a tie,
+    /// not a loss ([`Ahead::measurable`]).
+    pub tie: Option<Ahead>,
 }
 
-/// Every figure of the run where a rival out-ran turnstile (default clock):
-/// throughput (interleaved medians), direct limiters, latency, memory.
+/// Every figure of the run where a rival out-ran turnstile (default clock) on the
+/// median: throughput (interleaved medians), direct limiters, latency, memory. A
+/// throughput figure whose paired rounds do not show the lead carries its tie.
 pub fn losses(figures: &Figures) -> Vec<Loss> {
     let mut lost = Vec::new();
     for scenario in SCENARIOS {
@@ -385,6 +483,7 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                             let manual = get("turnstile-manual")?;
                             by_forgetting(manual, theirs, get("floor-stack"), floor_name, rival)
                         }),
+                    tie: tied(&figures.interleaved, scenario, "turnstile", rival, n),
                 });
             }
         }
@@ -409,6 +508,7 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                     cause: get("floor-clock").and_then(|floor| {
                         by_floor(mine, theirs, floor, "one clock reading alone", "governor")
                     }),
+                    tie: tied(&figures.direct, scenario, ours, "governor", n),
                 });
             }
         }
@@ -446,6 +546,7 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                         ours.pattern, ours.threads
                     ),
                     cause,
+                    tie: None,
                 });
             }
         }
@@ -477,6 +578,7 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                 governor.key_type, governor.heap_per_key
             ),
             cause,
+            tie: None,
         });
     }
     lost
@@ -528,20 +630,22 @@ mod tests {
     #[test]
     fn a_ratio_under_the_goal_is_at_the_floor_only_where_the_floor_cannot_win_either() {
         // The clock alone 1.02× the rival, ours 0.99×: all at the floor's speed.
-        assert!(matches!(
-            Met::of(Some(0.99), 1.0, Some(1.02)),
-            Met::AtTheFloor(_)
-        ));
+        assert_eq!(
+            Verdict::of(0.99, 1.0, Some(1.02), false),
+            Verdict::AtTheFloor
+        );
         // The floor 1.30× the rival: a check on the same parts can win, so a loss is one.
-        assert!(matches!(Met::of(Some(0.99), 1.0, Some(1.30)), Met::No(_)));
+        assert_eq!(Verdict::of(0.99, 1.0, Some(1.30), false), Verdict::No);
         // The floor behind the rival, ours more than 5 % behind the floor.
-        assert!(matches!(Met::of(Some(0.60), 1.0, Some(0.70)), Met::No(_)));
-        assert!(matches!(
-            Met::of(Some(0.67), 1.0, Some(0.70)),
-            Met::AtTheFloor(_)
-        ));
-        assert!(matches!(Met::of(Some(1.0), 1.0, Some(2.0)), Met::Yes));
-        assert!(matches!(Met::of(None, 1.0, Some(2.0)), Met::NotMeasured));
+        assert_eq!(Verdict::of(0.60, 1.0, Some(0.70), false), Verdict::No);
+        assert_eq!(
+            Verdict::of(0.67, 1.0, Some(0.70), false),
+            Verdict::AtTheFloor
+        );
+        assert_eq!(Verdict::of(1.0, 1.0, Some(2.0), false), Verdict::Yes);
+        // Rounds that cannot tell the two apart: a tie, whatever the floor says.
+        assert_eq!(Verdict::of(0.99, 1.0, Some(1.30), true), Verdict::Tie);
+        assert_eq!(Verdict::of(1.01, 1.0, None, true), Verdict::Yes);
     }
 
     #[test]
@@ -555,16 +659,100 @@ mod tests {
     }
 
     #[test]
-    fn a_row_over_thread_counts_is_missed_if_any_count_is_missed_beyond_the_floor() {
-        assert_eq!(Met::over(true, vec![8], vec![4]).cell(), "**no** (8 thr)");
+    fn a_row_is_missed_if_any_figure_is_and_else_says_what_explains_each_shortfall() {
+        use Verdict::*;
         assert_eq!(
-            Met::over(true, Vec::new(), vec![1, 4]).cell(),
+            Met::over(vec![(4, AtTheFloor), (8, No)]).cell(),
+            "**no** (8 thr)"
+        );
+        assert_eq!(
+            Met::over(vec![(1, AtTheFloor), (2, Yes), (4, AtTheFloor)]).cell(),
             "at the floor (1, 4 thr)"
         );
-        assert_eq!(Met::over(true, Vec::new(), Vec::new()).cell(), "yes");
         assert_eq!(
-            Met::over(false, Vec::new(), Vec::new()).cell(),
-            "not measured"
+            Met::over(vec![(1, AtTheFloor), (2, Tie), (8, Tie)]).cell(),
+            "tie (2, 8 thr); at the floor (1 thr)"
         );
+        assert_eq!(Met::over(vec![(1, Yes), (2, Yes)]).cell(), "yes");
+        assert_eq!(Met::over(Vec::new()).cell(), "not measured");
+        assert_eq!(Met::one(Some(Tie)).cell(), "tie");
+        assert_eq!(Met::one(Some(No)).cell(), "**no**");
+        assert_eq!(Met::one(None).cell(), "not measured");
+    }
+
+    fn rates(rounds: &[f64]) -> Throughput {
+        figure("s", "l", rounds)
+    }
+
+    /// A figure at one thread whose median is the middle of `rounds`.
+    fn figure(scenario: &str, limiter: &str, rounds: &[f64]) -> Throughput {
+        let mut sorted = rounds.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Throughput {
+            scenario: scenario.into(),
+            limiter: limiter.into(),
+            threads: 1,
+            ops_per_sec: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
+            rounds: rounds.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_lead_on_the_median_that_the_rounds_do_not_show_is_a_tie_not_a_loss() {
+        let direct = |mix: &str, ours: &[f64], governor: &[f64]| {
+            let scenario = format!("direct-{mix}");
+            vec![
+                figure(&scenario, "turnstile", ours),
+                figure(&scenario, "governor", governor),
+            ]
+        };
+        // Allowed: governor's median ahead (104 against 103), but ahead in only 4 of 7
+        // rounds. Denied: governor ahead in all 7 rounds.
+        let mut list = direct(
+            "allowed",
+            &[103.0, 105.0, 103.0, 104.0, 103.0, 105.0, 102.0],
+            &[104.0, 104.0, 104.0, 103.0, 104.0, 104.0, 103.0],
+        );
+        list.extend(direct("denied", &[90.0; 7], &[100.0; 7]));
+        let figures = Figures {
+            throughput: Vec::new(),
+            interleaved: Vec::new(),
+            direct: list,
+            latency: Vec::new(),
+            memory: Vec::new(),
+            churn_memory: Vec::new(),
+            sweeps: Vec::new(),
+        };
+        let lost = losses(&figures);
+        assert_eq!(lost.len(), 2);
+        assert!(lost[0].what.starts_with("direct-allowed, 1 thr"));
+        assert_eq!(lost[0].tie, Some(Ahead { rounds: 4, of: 7 }));
+        assert!(lost[1].what.starts_with("direct-denied, 1 thr"));
+        assert_eq!(lost[1].tie, None);
+        let rows = direct_rows(&figures);
+        assert_eq!(rows[0].met.cell(), "tie");
+        assert_eq!(rows[1].met.cell(), "**no**");
+    }
+
+    #[test]
+    fn the_sign_test_counts_the_rounds_a_rival_won_and_the_chance_of_as_many() {
+        let ours = rates(&[10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]);
+        // Ahead in every one of 7 rounds: a coin does that 1 time in 128.
+        let all = Ahead::of(&ours, &rates(&[11.0; 7])).unwrap();
+        assert_eq!(all, Ahead { rounds: 7, of: 7 });
+        assert!((all.chance() - 1.0 / 128.0).abs() < 1e-12);
+        assert!(all.measurable());
+        // Ahead in 6 of 7 (a tie counts for nobody): (7 + 1) / 128 = 6.25 %, not measurable.
+        let six = Ahead::of(&ours, &rates(&[11.0, 11.0, 11.0, 10.0, 11.0, 11.0, 11.0])).unwrap();
+        assert_eq!(six, Ahead { rounds: 6, of: 7 });
+        assert!((six.chance() - 8.0 / 128.0).abs() < 1e-12);
+        assert!(!six.measurable());
+        // 21 rounds (full mode): 15 is the fewest a coin gives under 5 % of the time.
+        assert!(Ahead { rounds: 15, of: 21 }.measurable());
+        assert!(!Ahead { rounds: 14, of: 21 }.measurable());
+        assert_eq!(Ahead { rounds: 0, of: 21 }.chance(), 1.0);
+        // No paired rounds (criterion's figures, or a count that differs): no test.
+        assert_eq!(Ahead::of(&rates(&[]), &rates(&[])), None);
+        assert_eq!(Ahead::of(&ours, &rates(&[11.0; 6])), None);
     }
 }
