@@ -79,9 +79,14 @@ fn main() {
         for threads in thread_counts() {
             let started = Instant::now();
             // Churn grows a map from empty in every sample, which swings more: three
-            // times the rounds (at least 21).
+            // times the rounds (at least 21), and a multiple of the contenders, so each
+            // goes first, after the last round's maps are freed, equally often
+            // (`FreshEach`).
             let settings = match pattern {
-                Pattern::Churn => (settings.0.max(21), settings.1),
+                Pattern::Churn => (
+                    settings.0.max(21).next_multiple_of(samplers.len().max(1)),
+                    settings.1,
+                ),
                 _ => settings,
             };
             let rounds = interleaved_rounds(&samplers, pattern, &keys, threads, settings);

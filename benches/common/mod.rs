@@ -75,11 +75,10 @@ pub struct FloorStack {
     clock: QuantaClock,
     words: Words,
     /// Under churn only: on every other pattern the floor keeps every key it is sent,
-    /// as the limiters it is the floor of do. (Removing behind on zipf, whose 1M keys
-    /// are stored in order before measuring, left the floor's map the last 100,000
-    /// of them, and its hottest entries made afresh, side by side, by the first
-    /// checks: fewer cache misses than any map of every key has — callgrind with a
-    /// 4 MB last level, 0.59 per check against turnstile's 0.81.)
+    /// as `turnstile-manual` and the rivals do. Removing behind on zipf, whose 1M keys
+    /// are all sent before measuring, had left the floor's map about a tenth of them,
+    /// the hottest made afresh, side by side, by the first checks: a floor with fewer
+    /// cache misses than any map of every key (results/ANALYSIS.md, "The zipf floor").
     removes_behind: bool,
 }
 
@@ -106,8 +105,8 @@ impl Contender for FloorStack {
         if let Some(word) = words.get(&key) {
             return Self::step(word, now);
         }
-        // A new key: inserted with a ready word, as the store inserts; the one far
-        // behind it removed, as forgetting does.
+        // A new key: inserted with a ready word, as the store inserts; under churn the
+        // one far behind it removed, as forgetting does.
         let word = words.get_or_insert(key, AtomicU64::new(0));
         let done = Self::step(word, now);
         if let Some(behind) = key
@@ -482,7 +481,10 @@ impl<T: Contender> Sampler for T {
 /// the next large allocation (`malloc_consolidate`) — a cost that would otherwise
 /// land, every round, on whichever contender comes next in the rotation's fixed
 /// cyclic order. At the end of the round it lands on the next round's first
-/// contender, a different one each round, and medians set it aside.
+/// contender, a different one each round: medians set it aside, and with the rounds
+/// a multiple of the contenders (benches/ratios.rs) each goes first, and pays it, as
+/// often as every other, so a paired comparison of two rounds' rates meets it
+/// equally often on either side.
 pub struct FreshEach<T, F> {
     make: F,
     grown: std::sync::Mutex<Vec<T>>,

@@ -8,6 +8,9 @@
 //!     --out DIR        write there instead of results/ (another machine's results)
 //!     --threads LIST   thread counts, e.g. 1,2,4,8,16 (default: 1,2,4,8 + cores if more)
 //!     --bin-dir DIR    run prebuilt bench executables from DIR instead of building
+//!     --report-only    run nothing: rewrite the results from the figures the last run
+//!                      left in target/turnstile-bench (after changing how they are
+//!                      judged; pass --full if that run was full)
 //! ```
 
 mod machine;
@@ -25,6 +28,7 @@ pub struct Options {
     pub out: PathBuf,
     pub threads: Option<String>,
     pub bin_dir: Option<PathBuf>,
+    pub report_only: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -33,6 +37,7 @@ fn parse_args() -> Result<Options, String> {
         out: PathBuf::from("results"),
         threads: None,
         bin_dir: None,
+        report_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -43,6 +48,7 @@ fn parse_args() -> Result<Options, String> {
             "--out" => options.out = PathBuf::from(value()?),
             "--threads" => options.threads = Some(value()?),
             "--bin-dir" => options.bin_dir = Some(PathBuf::from(value()?)),
+            "--report-only" => options.report_only = true,
             other => {
                 return Err(format!(
                     "unknown argument {other}; see the doc comment of compare/src/main.rs"
@@ -72,7 +78,11 @@ fn main() -> ExitCode {
 
 fn run(options: &Options) -> Result<(), String> {
     let machine = machine::Machine::describe();
-    let figures = runs::run_suite(options)?;
+    let figures = if options.report_only {
+        runs::last_figures()?
+    } else {
+        runs::run_suite(options)?
+    };
     std::fs::create_dir_all(&options.out)
         .map_err(|e| format!("create {}: {e}", options.out.display()))?;
     report::write(&options.out, &machine, &figures, options.full)?;

@@ -321,17 +321,18 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
         ("ratios.csv", &figures.interleaved),
         ("direct.csv", &figures.direct),
     ] {
-        let mut csv = head.clone()
-            + "scenario,limiter,threads,interleaved_median_ops_per_sec,round_ops_per_sec\n";
+        let mut csv =
+            head.clone() + "scenario,limiter,threads,median_ops_per_sec,rounds,round_ops_per_sec\n";
         for t in list {
             let rounds: Vec<String> = t.rounds.iter().map(|r| format!("{r:.0}")).collect();
             let _ = writeln!(
                 csv,
-                "{},{},{},{:.0},{}",
+                "{},{},{},{:.0},{},{}",
                 t.scenario,
                 t.limiter,
                 t.threads,
                 t.ops_per_sec,
+                rounds.len(),
                 rounds.join(" ")
             );
         }
@@ -409,17 +410,21 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     } else {
         format!(
             "### Ties\n\n\
-             On {} more figures a rival's median was ahead, but not its rounds: in the \
-             rounds where both ran (each round runs every contender once, so two \
-             contenders' rates in it met the same weather), the rival was the faster one \
-             no more often than a coin toss gives {:.0} % of the time or more (a one-sided \
-             sign test). The run cannot tell these apart from turnstile:\n\n{}\n\n",
-            tied.len(),
+             {} where a rival's median was ahead by less than 5 %, but the rival won too \
+             few of the rounds to rule out chance: in the rounds where both ran (each \
+             round runs every contender once, so the two rates of one round are a pair), \
+             a rival no faster than turnstile would have won as many at least {:.0} % of \
+             the time (a one-sided sign test). These are not counted as losses:\n\n{}\n\n",
+            if tied.len() == 1 {
+                "One figure".to_string()
+            } else {
+                format!("{} figures", tied.len())
+            },
             100.0 * targets::SIGNIFICANCE,
             tied.iter()
-                .filter_map(|l| {
-                    let ahead = l.tie?;
-                    Some(format!(
+                .map(|l| {
+                    let ahead = l.tie.expect("partitioned on the tie");
+                    format!(
                         "- {}: ahead in {} of {} rounds{}.",
                         l.what,
                         ahead.rounds,
@@ -428,7 +433,7 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
                             .as_ref()
                             .map(|cause| format!("; {cause}"))
                             .unwrap_or_default()
-                    ))
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join("\n")
@@ -469,8 +474,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          one CAS, no limiting logic) for the keyed limiters, the clock alone for the \
          direct ones. Where the floor itself does not beat a rival, no check built on the \
          same clock and map could, and the target becomes the floor's ratio (within 5 %). \
+         A \"tie\" is a rival ahead on the median by less than 5 % but in too few of \
+         the paired rounds to rule out chance (\"Ties\", under \"Where we lose\"); the \
+         one-thread and standing rows are judged on the medians alone. \
          With 2 cores, 4 and 8 threads measure time-slicing, not more parallelism.\n\n{}\n{}\
-         ## Where we lose\n\n{}\n{}{}\n\
+         ## Where we lose\n\n{}\n{}\n{}\
          ## Throughput\n\n\
          The algorithms tables put turnstile's algorithms side by side on the uniform \
          pattern under a quota every one of them holds (500 per millisecond per key; one \
@@ -505,8 +513,8 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
         targets::table(figures),
         interleaved_tables(figures),
         where_we_lose,
-        ties,
         analysis,
+        ties,
         throughput_tables(figures),
         latency_table(figures),
         memory_table(figures),

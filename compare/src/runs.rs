@@ -134,9 +134,14 @@ fn bench_executables(options: &Options) -> Result<Vec<(String, PathBuf)>, String
     Ok(found)
 }
 
+/// Where the bench binaries write their figures (and criterion its own).
+fn scratch() -> PathBuf {
+    workspace_root().join("target/turnstile-bench")
+}
+
 /// Runs every bench binary with the mode's settings and collects the figures.
 pub fn run_suite(options: &Options) -> Result<Figures, String> {
-    let scratch = workspace_root().join("target/turnstile-bench");
+    let scratch = scratch();
     let criterion_home = scratch.join("criterion");
     let _ = std::fs::remove_dir_all(&criterion_home);
     std::fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;
@@ -162,10 +167,16 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
             return Err(format!("{name} failed: {status}"));
         }
     }
+    last_figures()
+}
+
+/// The figures the last run left in the scratch folder (`--report-only`).
+pub fn last_figures() -> Result<Figures, String> {
+    let scratch = scratch();
     Ok(Figures {
-        throughput: read_criterion(&criterion_home)?,
-        interleaved: read_csv(&scratch.join("ratios.csv"), interleaved_row)?,
-        direct: read_csv(&scratch.join("direct.csv"), interleaved_row)?,
+        throughput: read_criterion(&scratch.join("criterion"))?,
+        interleaved: read_csv(&scratch.join("ratios.csv"), parse_interleaved)?,
+        direct: read_csv(&scratch.join("direct.csv"), parse_interleaved)?,
         latency: read_csv(&scratch.join("latency.csv"), |f| Latency {
             limiter: f[0].to_string(),
             pattern: f[1].to_string(),
@@ -203,23 +214,30 @@ pub fn run_suite(options: &Options) -> Result<Figures, String> {
     })
 }
 
-/// A row of an interleaved benchmark's CSV: scenario, limiter, threads, median, rounds,
-/// and every round's rate (space-separated).
-fn interleaved_row(f: &[&str]) -> Throughput {
+/// A row of an interleaved benchmark's CSV (benches/common's `interleaved_row`):
+/// scenario, limiter, threads, median, the number of rounds, and every round's rate
+/// (space-separated, in round order). The rounds are kept only if every one parses
+/// and there are as many as the row says (else none: a figure without rounds, judged
+/// on its median alone).
+fn parse_interleaved(f: &[&str]) -> Throughput {
+    let count: Option<usize> = f.get(4).and_then(|n| n.parse().ok());
+    let rounds = f
+        .get(5)
+        .and_then(|rates| {
+            rates
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<Vec<f64>, _>>()
+                .ok()
+        })
+        .filter(|rounds| Some(rounds.len()) == count)
+        .unwrap_or_default();
     Throughput {
         scenario: f[0].to_string(),
         limiter: f[1].to_string(),
         threads: f[2].parse().unwrap_or(0),
         ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
-        rounds: f
-            .get(5)
-            .map(|rates| {
-                rates
-                    .split_whitespace()
-                    .filter_map(|r| r.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default(),
+        rounds,
     }
 }
 
@@ -282,4 +300,36 @@ fn read_csv<T>(path: &Path, row: impl Fn(&[&str]) -> T) -> Result<Vec<T>, String
         .filter(|line| !line.trim().is_empty())
         .map(|line| row(&line.split(',').collect::<Vec<_>>()))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interleaved_row_keeps_its_rounds_only_when_all_of_them_are_there() {
+        let row = parse_interleaved(&["zipf-allowed", "turnstile", "2", "12", "3", "11 12 13"]);
+        assert_eq!(
+            (row.scenario.as_str(), row.limiter.as_str(), row.threads),
+            ("zipf-allowed", "turnstile", 2)
+        );
+        assert_eq!(row.ops_per_sec, 12.0);
+        assert_eq!(row.rounds, vec![11.0, 12.0, 13.0]);
+        // A round that does not parse, or fewer rounds than the row says: none kept,
+        // rather than rounds that no longer pair with another contender's.
+        assert!(
+            parse_interleaved(&["s", "l", "1", "12", "3", "11 x 13"])
+                .rounds
+                .is_empty()
+        );
+        assert!(
+            parse_interleaved(&["s", "l", "1", "12", "3", "11 13"])
+                .rounds
+                .is_empty()
+        );
+        // A row from before the rounds were written: the median alone.
+        let old = parse_interleaved(&["s", "l", "1", "12", "7"]);
+        assert_eq!(old.ops_per_sec, 12.0);
+        assert!(old.rounds.is_empty());
+    }
 }
