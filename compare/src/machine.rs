@@ -1,13 +1,12 @@
 //! What the figures were measured on: CPU, cores, compiler, commit, date.
 
+use std::path::Path;
 use std::process::Command;
 
+/// One line naming everything: the CPU and its cores, the compiler, the commit and
+/// the date of a run.
 pub struct Machine {
-    pub cpu: String,
-    pub cores: usize,
-    pub rustc: String,
-    pub commit: String,
-    pub date: String,
+    line: String,
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {
@@ -40,22 +39,37 @@ impl Machine {
             // The device machine gets a copy of the tree with no history.
             None => std::env::var("TURNSTILE_COMMIT").unwrap_or_else(|_| "unknown".to_string()),
         };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let rustc = command_output("rustc", &["-V"])
+            .or_else(|| std::env::var("TURNSTILE_RUSTC").ok())
+            .unwrap_or_else(|| "unknown rustc".to_string());
+        let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
         Self {
-            cpu,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            rustc: command_output("rustc", &["-V"])
-                .or_else(|| std::env::var("TURNSTILE_RUSTC").ok())
-                .unwrap_or_else(|| "unknown rustc".to_string()),
-            commit,
-            date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
+            line: format!("machine: {cpu}, {cores} cores; {rustc}; commit {commit}; {date}"),
         }
+    }
+
+    /// Keeps the line beside a run's figures, so that they can be judged again later
+    /// (`--report-only`) under the machine, commit and date they were measured at.
+    pub fn record(&self, path: &Path) -> Result<(), String> {
+        std::fs::write(path, &self.line).map_err(|e| format!("write {}: {e}", path.display()))
+    }
+
+    /// The line a run kept with [`record`](Self::record).
+    pub fn recorded(path: &Path) -> Result<Self, String> {
+        let line = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "read {}: {e} (a run without --report-only writes it)",
+                path.display()
+            )
+        })?;
+        Ok(Self {
+            line: line.trim().to_string(),
+        })
     }
 
     /// One line naming everything, for the head of each file.
     pub fn line(&self) -> String {
-        format!(
-            "machine: {}, {} cores; {}; commit {}; {}",
-            self.cpu, self.cores, self.rustc, self.commit, self.date
-        )
+        self.line.clone()
     }
 }

@@ -9,8 +9,9 @@
 //!     --threads LIST   thread counts, e.g. 1,2,4,8,16 (default: 1,2,4,8 + cores if more)
 //!     --bin-dir DIR    run prebuilt bench executables from DIR instead of building
 //!     --report-only    run nothing: rewrite the results from the figures the last run
-//!                      left in target/turnstile-bench (after changing how they are
-//!                      judged; pass --full if that run was full)
+//!                      left in target/turnstile-bench, under the machine, commit and
+//!                      date it recorded there (after changing how figures are judged;
+//!                      pass --full if that run was full)
 //! ```
 
 mod machine;
@@ -77,11 +78,17 @@ fn main() -> ExitCode {
 }
 
 fn run(options: &Options) -> Result<(), String> {
-    let machine = machine::Machine::describe();
-    let figures = if options.report_only {
-        runs::last_figures()?
+    let recorded = runs::scratch().join("machine.txt");
+    let (machine, figures) = if options.report_only {
+        (
+            machine::Machine::recorded(&recorded)?,
+            runs::last_figures()?,
+        )
     } else {
-        runs::run_suite(options)?
+        let machine = machine::Machine::describe();
+        let figures = runs::run_suite(options)?;
+        machine.record(&recorded)?;
+        (machine, figures)
     };
     std::fs::create_dir_all(&options.out)
         .map_err(|e| format!("create {}: {e}", options.out.display()))?;

@@ -390,10 +390,11 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     } else {
         let unexplained = lost.iter().filter(|l| l.cause.is_none()).count();
         format!(
-            "In this run a rival beat turnstile (default clock) on {} figures; {} of them \
-             by less than the floor under turnstile allows (the cause is given), {unexplained} \
-             with no floor to explain them, whose causes ANALYSIS.md gives (\"Where we \
-             lose\"):\n\n{}\n",
+            "In this run a rival beat turnstile (default clock) on {} figures: {} with a \
+             cause measured in the same rounds (given: the floor's own figure against the \
+             rival, or turnstile's without its sweeper thread), and {unexplained} whose \
+             causes ANALYSIS.md gives (its last section, \"Where we lose, line by line\", \
+             for this run):\n\n{}\n",
             lost.len(),
             lost.len() - unexplained,
             lost.iter()
@@ -410,8 +411,9 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     } else {
         format!(
             "### Ties\n\n\
-             {} where a rival's median was ahead by less than 5 %, but the rival won too \
-             few of the rounds to rule out chance: in the rounds where both ran (each \
+             {} where a rival's median was ahead, with turnstile's within 5 % of it \
+             (at least 0.95×), but the rival won too few of the rounds to rule out \
+             chance: in the rounds where both ran (each \
              round runs every contender once, so the two rates of one round are a pair), \
              a rival no faster than turnstile would have won as many at least {:.0} % of \
              the time (a one-sided sign test). These are not counted as losses:\n\n{}\n\n",
@@ -474,9 +476,13 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          one CAS, no limiting logic) for the keyed limiters, the clock alone for the \
          direct ones. Where the floor itself does not beat a rival, no check built on the \
          same clock and map could, and the target becomes the floor's ratio (within 5 %). \
-         A \"tie\" is a rival ahead on the median by less than 5 % but in too few of \
-         the paired rounds to rule out chance (\"Ties\", under \"Where we lose\"); the \
-         one-thread and standing rows are judged on the medians alone. \
+         A \"tie\" is a rival ahead on the median, with turnstile within 5 % of it, but \
+         in too few of the paired rounds to rule out chance (\"Ties\", under \"Where we \
+         lose\"). Only throughput against a rival can tie: the losses listed there, \
+         and the target rows of direct limiters against governor's and keyed ones \
+         against the per-key mutex; the rows of turnstile ÷ the global lock at one \
+         thread, churn against papaya's insert-and-remove, denial against allowing, \
+         latency and memory are judged as measured. \
          With 2 cores, 4 and 8 threads measure time-slicing, not more parallelism.\n\n{}\n{}\
          ## Where we lose\n\n{}\n{}\n{}\
          ## Throughput\n\n\

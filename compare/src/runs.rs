@@ -135,7 +135,7 @@ fn bench_executables(options: &Options) -> Result<Vec<(String, PathBuf)>, String
 }
 
 /// Where the bench binaries write their figures (and criterion its own).
-fn scratch() -> PathBuf {
+pub fn scratch() -> PathBuf {
     workspace_root().join("target/turnstile-bench")
 }
 

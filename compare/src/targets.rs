@@ -173,8 +173,8 @@ impl Ahead {
     }
 }
 
-/// Whether a rival's lead on the medians is a tie: a lead within the allowance
-/// ([`WITHIN`]: ours at least 95 % of theirs) that the paired rounds do not show
+/// Whether a rival's lead on the medians is a tie: ours within the allowance of
+/// theirs ([`WITHIN`]: at least 0.95×), and a lead the paired rounds do not show
 /// ([`Ahead`]). A larger lead stays a loss whatever the rounds say: with seven rounds
 /// one noisy round would otherwise hide any gap.
 fn tied(
@@ -495,10 +495,13 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                 let Some(theirs) = get(rival).filter(|&theirs| theirs > ours) else {
                     continue;
                 };
-                let floor_name = if scenario == "churn-allowed" {
-                    CHURN_FLOOR
-                } else {
-                    KEYED_FLOOR
+                let floor = Floor {
+                    name: if scenario == "churn-allowed" {
+                        CHURN_FLOOR
+                    } else {
+                        KEYED_FLOOR
+                    },
+                    ours: "turnstile",
                 };
                 lost.push(Loss {
                     what: format!(
@@ -508,10 +511,10 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                         theirs / ours
                     ),
                     cause: get("floor-stack")
-                        .and_then(|floor| by_floor(ours, theirs, floor, floor_name, rival))
+                        .and_then(|f| by_floor(ours, theirs, f, &floor, rival))
                         .or_else(|| {
                             let manual = get("turnstile-manual")?;
-                            by_forgetting(manual, theirs, get("floor-stack"), floor_name, rival)
+                            by_forgetting(manual, theirs, get("floor-stack"), &floor, rival)
                         }),
                     tie: tied(&figures.interleaved, scenario, "turnstile", rival, n),
                 });
@@ -536,7 +539,11 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
                         theirs / mine
                     ),
                     cause: get("floor-clock").and_then(|floor| {
-                        by_floor(mine, theirs, floor, "one clock reading alone", "governor")
+                        let of = Floor {
+                            name: "one clock reading alone",
+                            ours,
+                        };
+                        by_floor(mine, theirs, floor, &of, "governor")
                     }),
                     tie: tied(&figures.direct, scenario, ours, "governor", n),
                 });
@@ -614,12 +621,20 @@ pub fn losses(figures: &Figures) -> Vec<Loss> {
     lost
 }
 
+/// What a lead is measured against: the floor's name in a cause, and the contender
+/// of ours that lost (turnstile, or one of the direct limiters).
+struct Floor<'a> {
+    name: &'a str,
+    ours: &'a str,
+}
+
 /// A rival's lead over ours explained by the floor ([`at_floor`]).
-fn by_floor(ours: f64, theirs: f64, floor: f64, floor_name: &str, rival: &str) -> Option<String> {
+fn by_floor(ours: f64, theirs: f64, floor: f64, of: &Floor, rival: &str) -> Option<String> {
     let (mine, floors) = (ours / theirs, floor / theirs);
     at_floor(mine, floors).then(|| {
         format!(
-            "{floor_name} itself reaches only {floors:.2}× {rival} here (turnstile: {mine:.2}×)"
+            "{} itself reaches only {floors:.2}× {rival} here ({}: {mine:.2}×)",
+            of.name, of.ours
         )
     })
 }
@@ -632,15 +647,19 @@ fn by_forgetting(
     manual: f64,
     theirs: f64,
     floor: Option<f64>,
-    floor_name: &str,
+    of: &Floor,
     rival: &str,
 ) -> Option<String> {
     let reaches = manual >= WITHIN * theirs
-        || floor.is_some_and(|floor| by_floor(manual, theirs, floor, floor_name, rival).is_some());
+        || floor.is_some_and(|floor| by_floor(manual, theirs, floor, of, rival).is_some());
     reaches.then(|| {
+        let floors = floor
+            .map(|floor| format!(", the floor {:.2}×", floor / theirs))
+            .unwrap_or_default();
         format!(
             "forgetting idle keys (the sweeper thread's removals, on cores the requests \
-             need; {rival} keeps every key): without its sweeper turnstile reaches {:.2}× {rival}",
+             need; {rival} keeps every key): without its sweeper turnstile reaches {:.2}× \
+             {rival}{floors}",
             manual / theirs
         )
     })

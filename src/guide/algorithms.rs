@@ -93,16 +93,18 @@
 //! admission counts under four threads, for no allocation, and as a policy check; the
 //! token bucket's loom models 1 and 2 run on them too.
 //!
-//! **As fast as governor's direct limiter, and faster admitting on several threads**
-//! (the full run at 4c781d7, interleaved: allowed 0.99–1.00× on one thread and up to
-//! 1.27× on 2–8, denied 1.00–1.01× throughout, where the bare clock reading is
-//! 1.00–1.01×; each figure under 1.0× within 1.3 % and a tie by the paired rounds,
-//! results/README.md "Ties"): on one thread both spend their check reading the clock
-//! (quanta's TSC, 9.5 ns on the 2-core VM, against 9.5–9.7 ns for a whole check of
-//! either), so neither can be much faster while both read it per check. [`RecentClock`] is the cheaper
-//! clock, at the price of readings up to its refresh interval old. With several
-//! threads the one word's cache line decides; `cargo run --release -p compare` measures 1–8 threads into
-//! `results/README.md`, and `results/ANALYSIS.md` ("Direct limiters") explains them.
+//! **As fast as governor's direct limiter, and mostly faster admitting on several
+//! threads** (the full run at 4c781d7, interleaved medians against governor's: allowed
+//! 0.99–1.00× on one thread; on 2–8 threads the token bucket 1.09–1.27×, the GCRA
+//! 1.19–1.21× at 2 and 8 and 0.99× at 4; denied 1.00–1.01× throughout, where the bare
+//! clock reading is 1.00–1.01×; every figure under 1.0× within 1.3 % and a tie by the
+//! paired rounds, results/README.md "Ties"): on one thread both spend their check
+//! reading the clock (quanta's TSC, 9.6 ns on the 2-core VM, against 9.6–9.8 ns for a
+//! whole check of either), so neither can be much faster while both read it per
+//! check. [`RecentClock`] is the cheaper clock, at the price of readings up to its
+//! refresh interval old. With several threads the one word's cache line decides;
+//! `cargo run --release -p compare` measures 1–8 threads into `results/README.md`,
+//! and `results/ANALYSIS.md` ("Direct limiters") explains them.
 //!
 //! # Implementations and clocks
 //! Every algorithm runs in one generic [`KeyedLimiter`]`<A, K, C, S>` (the map, the
