@@ -49,23 +49,27 @@ impl Machine {
         }
     }
 
-    /// Keeps the line beside a run's figures, so that they can be judged again later
-    /// (`--report-only`) under the machine, commit and date they were measured at.
-    pub fn record(&self, path: &Path) -> Result<(), String> {
-        std::fs::write(path, &self.line).map_err(|e| format!("write {}: {e}", path.display()))
+    /// Keeps the line beside a run's figures, and whether the run was full, so that
+    /// they can be judged again later (`--report-only`) under the machine, commit,
+    /// date and mode they were measured at.
+    pub fn record(&self, path: &Path, full: bool) -> Result<(), String> {
+        let mode = if full { "full" } else { "quick" };
+        std::fs::write(path, format!("{}\n{mode}\n", self.line))
+            .map_err(|e| format!("write {}: {e}", path.display()))
     }
 
-    /// The line a run kept with [`record`](Self::record).
-    pub fn recorded(path: &Path) -> Result<Self, String> {
-        let line = std::fs::read_to_string(path).map_err(|e| {
+    /// The line a run kept with [`record`](Self::record), and whether it was full.
+    pub fn recorded(path: &Path) -> Result<(Self, bool), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
             format!(
                 "read {}: {e} (a run without --report-only writes it)",
                 path.display()
             )
         })?;
-        Ok(Self {
-            line: line.trim().to_string(),
-        })
+        let mut lines = text.lines();
+        let line = lines.next().unwrap_or_default().trim().to_string();
+        let full = lines.next().is_some_and(|mode| mode.trim() == "full");
+        Ok((Self { line }, full))
     }
 
     /// One line naming everything, for the head of each file.

@@ -9,9 +9,9 @@
 //!     --threads LIST   thread counts, e.g. 1,2,4,8,16 (default: 1,2,4,8 + cores if more)
 //!     --bin-dir DIR    run prebuilt bench executables from DIR instead of building
 //!     --report-only    run nothing: rewrite the results from the figures the last run
-//!                      left in target/turnstile-bench, under the machine, commit and
-//!                      date it recorded there (after changing how figures are judged;
-//!                      pass --full if that run was full)
+//!                      left in target/turnstile-bench, under the machine, commit, date
+//!                      and mode it recorded there (after changing how figures are
+//!                      judged)
 //! ```
 
 mod machine;
@@ -79,20 +79,18 @@ fn main() -> ExitCode {
 
 fn run(options: &Options) -> Result<(), String> {
     let recorded = runs::scratch().join("machine.txt");
-    let (machine, figures) = if options.report_only {
-        (
-            machine::Machine::recorded(&recorded)?,
-            runs::last_figures()?,
-        )
+    let (machine, full, figures) = if options.report_only {
+        let (machine, full) = machine::Machine::recorded(&recorded)?;
+        (machine, full, runs::last_figures()?)
     } else {
         let machine = machine::Machine::describe();
         let figures = runs::run_suite(options)?;
-        machine.record(&recorded)?;
-        (machine, figures)
+        machine.record(&recorded, options.full)?;
+        (machine, options.full, figures)
     };
     std::fs::create_dir_all(&options.out)
         .map_err(|e| format!("create {}: {e}", options.out.display()))?;
-    report::write(&options.out, &machine, &figures, options.full)?;
+    report::write(&options.out, &machine, &figures, full)?;
     plot::throughput(&options.out.join("throughput.svg"), &machine, &figures)?;
     println!("\n{}", report::summary(&figures));
     println!("results written to {}/", options.out.display());

@@ -145,11 +145,13 @@ impl Ahead {
             rounds: decided.iter().filter(|&&rival| rival).count(),
             of: decided.len(),
         };
-        let sweep = Ahead {
+        // If even a rival that won every decided round would not be measurable, the
+        // rounds are too few to test at all.
+        let clean_sweep = Ahead {
             rounds: ahead.of,
-            ..ahead
+            of: ahead.of,
         };
-        sweep.measurable().then_some(ahead)
+        clean_sweep.measurable().then_some(ahead)
     }
 
     /// The chance that a rival no faster than ours is ahead in this many rounds or
