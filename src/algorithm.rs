@@ -24,6 +24,10 @@ pub enum Blocked {
     /// The state predates the limiter's current quotas: move it first
     /// ([`Algorithm::renew`]).
     Outdated,
+    /// The state was relocated: frozen where it is while a copy takes its place (the
+    /// key promoted to the young generation, or moved to a segment's larger table).
+    /// Look again, to find the copy, or to make it ([`Algorithm::relocate`]).
+    Relocated,
 }
 
 /// What a sweep did with one key's state.
@@ -40,6 +44,9 @@ pub enum Retirement {
     AlreadyRetired,
     /// It is being moved to a new quota: keep it; its mover replaces it.
     Moving,
+    /// It was relocated ([`Algorithm::relocate`]): its copy is the key's state now, or
+    /// is made from it by whoever finishes the relocation.
+    Relocated,
 }
 
 /// What [`Algorithm::renew`] did with an outdated state.
@@ -52,6 +59,8 @@ pub enum Renewal {
     Moving,
     /// The state is retired: remove it and look again.
     Retired,
+    /// The state was relocated: look again, for its copy.
+    Relocated,
 }
 
 /// One algorithm's rules, and how they create and step a key's state. Keys of type
@@ -109,6 +118,15 @@ pub trait Algorithm<K>: Send + Sync {
     /// What a key with no state has at `now`; `key` makes the owned key, if needed.
     fn fresh_available(&self, key: impl FnOnce() -> K, now: u64) -> u32;
 
+    /// Freezes `state` where it is and returns the copy that takes its place: the
+    /// key's state from then on, to be stored in its new place (the young generation,
+    /// or a segment's larger table). No request changes the frozen state again. Any
+    /// thread may call it for the same state, before or after another did, and gets
+    /// an equal copy: a relocation a thread began and did not finish is finished by
+    /// the next thread that meets it, so none waits for another. Fails if the state is
+    /// retired, or frozen for a move to a new quota.
+    fn relocate(&self, state: &Self::State) -> Result<Self::State, Blocked>;
+
     /// Whether the state is retired (moving is not retired).
     fn is_retired(&self, state: &Self::State) -> bool;
 
@@ -135,7 +153,7 @@ pub trait Algorithm<K>: Send + Sync {
 
 /// Rules that hold every [`Quota`] and whose keys can move from one quota to another:
 /// what per-key quotas and reconfiguration need.
-pub trait Reconfigurable: Algorithm<()> + PartialEq + Sized + 'static {
+pub trait Reconfigurable: Algorithm<()> + PartialEq + Clone + Sized + 'static {
     /// A state as it was when frozen.
     type Frozen;
 

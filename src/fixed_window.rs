@@ -21,19 +21,20 @@ use std::time::Duration;
 /// ```
 ///
 /// - *count* (the low `c` bits, `c = bits(limit + 2)`): requests admitted in that
-///   window, `0..=limit`. As in the token bucket, the field leaves its two highest
-///   values free, so the words [`RETIRED`](crate::word::RETIRED) and
-///   [`MOVED`](crate::word::MOVED) are never a state.
-/// - *window index* (the upper `64 - c` bits): the window of the key's last admitted
-///   request, counted since the limiter's epoch.
+///   window, `0..=limit`. The field leaves its two highest values free, so no state is
+///   one of the two words just below [`RELOCATED`](crate::word::RELOCATED) that the
+///   markers are the relocated forms of.
+/// - *window index* (the next `63 - c` bits): the window of the key's last admitted
+///   request, counted since the limiter's epoch. The top bit is never set: it marks a
+///   relocated word ([`crate::word`]).
 ///
 /// Every [`Quota`] fits. For nearly all of them the index holds every window a `u64`
 /// nanosecond clock can reach (`u64::MAX / window`), so nothing wraps in the clock's
-/// 584 years. Only intervals of a few nanoseconds (below about 4 ns, where a window
-/// is hardly longer than its count) leave the index fewer bits than that; readings are
-/// then taken no further than the last window the index holds, at least 2⁶² × the
-/// interval after the epoch (146 years at 1 ns): exact until then, and after it the
-/// last window never ends. Nothing wraps either way.
+/// 584 years. Only intervals of a few nanoseconds (where a window is hardly longer
+/// than its count) leave the index fewer bits than that; readings are then taken no
+/// further than the last window the index holds, at least 2⁶¹ × the interval after
+/// the epoch (73 years at 1 ns): exact until then, and after it the last window never
+/// ends. Nothing wraps either way.
 ///
 /// A word whose window has passed carries no information (a new window starts at
 /// zero), so every new key starts as the constant word 0: window 0, count 0.
@@ -58,8 +59,8 @@ impl FixedWindowRules {
         let limit = u64::from(quota.capacity());
         let window = Window::of(quota);
         let count_bits = bits(limit + 2);
-        // `count_bits ≤ 33`, so the index keeps at least 31 bits.
-        let widest_index = (1 << (u64::BITS - count_bits)) - 1;
+        // `count_bits ≤ 33`, so the index keeps at least 30 bits below the top one.
+        let widest_index = (1 << (u64::BITS - 1 - count_bits)) - 1;
         Self {
             limit,
             window,
@@ -192,7 +193,7 @@ fn wait(rules: &FixedWindowRules, index: u64, now: u64) -> Duration {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
-    use crate::word::MOVED;
+    use crate::word::STATE_END;
 
     use crate::word::strategies::{any_quota, readings};
     use proptest::prelude::*;
@@ -286,21 +287,21 @@ mod tests {
 
     #[test]
     fn the_largest_window_index_and_count_fit_without_overlap() {
-        for interval in [1, 2, 3, 4, 5, 7, 1000, 1023, 1024, MS, 1 << 40, u64::MAX] {
+        for interval in [1, 2, 3, 4, 5, 7, 8, 1000, 1023, 1024, MS, 1 << 40, u64::MAX] {
             for limit in [1, 2, 1000, 1 << 20, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
                 let l = rules(limit, Duration::from_nanos(interval));
                 let last = l.clamp(l.window.index(u64::MAX));
                 let word = l.pack(last, l.limit);
                 assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
-                assert!(word < MOVED, "{interval} {limit}");
+                assert!(word < STATE_END, "{interval} {limit}");
                 // The clock's whole range unless the interval is a few nanoseconds,
-                // and then 2⁶² intervals at the least.
-                if interval >= 4 {
+                // and then 2⁶¹ intervals at the least.
+                if interval >= 8 {
                     assert_eq!(last, l.window.last_index(), "{interval} {limit}");
                 } else if last < l.window.last_index() {
                     let end = l.window.start(last + 1);
                     assert!(
-                        end >= (1u128 << 62) * u128::from(interval),
+                        end >= (1u128 << 61) * u128::from(interval),
                         "{interval} {limit}"
                     );
                 }
@@ -310,11 +311,11 @@ mod tests {
 
     #[test]
     fn a_window_the_index_cannot_reach_never_comes() {
-        // u32::MAX per 4.29 s window at 1 ns: the index holds 2³¹ windows (292 years
-        // of them: 146 years and more), not the clock's 4.29 billion.
+        // u32::MAX per 4.29 s window at 1 ns: the index holds 2³⁰ windows (146 years
+        // of them: 73 years and more), not the clock's 4.29 billion.
         let l = rules(u32::MAX, Duration::from_nanos(1));
         let last = l.clamp(l.window.index(u64::MAX));
-        assert_eq!(last, (1 << 31) - 1);
+        assert_eq!(last, (1 << 30) - 1);
         let end = u64::try_from(l.window.start(last + 1)).unwrap();
         let (word, d) = l.acquire(l.fresh(), end - 1, u32::MAX);
         assert!(d.is_allowed());

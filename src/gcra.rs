@@ -8,7 +8,7 @@ use crate::Decision;
 use crate::algorithm::FromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
-use crate::word::WordAlgorithm;
+use crate::word::{STATE_END, WordAlgorithm};
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -28,12 +28,12 @@ use std::time::Duration;
 /// cost `k` moves TAT to `max(TAT, t) + k × interval`.
 ///
 /// TAT can lie up to one full refill (`capacity × interval`) past the reading, so the
-/// limiter's time ends that long before the clock's: readings later than
-/// `end = u64::MAX − 1 − capacity × interval` count as `end` (so a denial whose wait
+/// limiter's time ends that long before the word's: readings later than
+/// `end = STATE_END − 1 − capacity × interval` count as `end` (so a denial whose wait
 /// would end after `end` waits forever, `Duration::MAX`), and TAT stays below
-/// `u64::MAX` — the all-ones word is never a TAT, so it stays free to mark a retired
-/// word. [`GcraRules::new`] refuses quotas whose full refill exceeds 2^63 ns (292
-/// years), so the limiter is exact for at least 292 years after its creation.
+/// [`STATE_END`] (just under 2⁶³), clear of the markers' top bit ([`crate::word`]).
+/// [`GcraRules::new`] refuses quotas whose full refill exceeds 2^62 ns (146 years), so
+/// the limiter is exact for at least 146 years after its creation.
 ///
 /// A TAT at or before the reading means a full bucket, so every new key starts as the
 /// constant word 0.
@@ -43,28 +43,28 @@ pub struct GcraRules {
     interval: NonZeroU64,
     /// `capacity × interval`: the debt of an empty bucket, and the burst tolerance.
     full_refill: u64,
-    /// The last instant the limiter tells apart: `u64::MAX − 1 − full_refill`.
+    /// The last instant the limiter tells apart: `STATE_END − 1 − full_refill`.
     end: u64,
 }
 
 const REQUIREMENT: &str = "capacity × refill interval (the time an empty bucket takes to \
-    refill) must be at most 2^63 ns (292 years), so that every theoretical arrival time \
-    stays within the clock's range for at least 292 years";
+    refill) must be at most 2^62 ns (146 years), so that every theoretical arrival time \
+    stays within the state word's range for at least 146 years";
 
 impl GcraRules {
     /// The layout for `quota`.
     ///
     /// # Errors
-    /// [`QuotaError::Unsupported`] when `capacity × refill_every` exceeds 2^63 ns.
+    /// [`QuotaError::Unsupported`] when `capacity × refill_every` exceeds 2^62 ns.
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let capacity = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
         match capacity.checked_mul(interval.get()) {
-            Some(full_refill) if full_refill <= 1 << 63 => Ok(Self {
+            Some(full_refill) if full_refill <= 1 << 62 => Ok(Self {
                 capacity,
                 interval,
                 full_refill,
-                end: u64::MAX - 1 - full_refill,
+                end: STATE_END - 1 - full_refill,
             }),
             _ => Err(QuotaError::Unsupported {
                 algorithm: "Gcra",
@@ -144,7 +144,7 @@ impl WordAlgorithm for GcraRules {
         if cost == 0 {
             return (word, decision);
         }
-        // At most t + full_refill <= end + full_refill = u64::MAX − 1: no overflow.
+        // At most t + full_refill <= end + full_refill = STATE_END − 1: no overflow.
         (word.max(t) + cost * self.interval.get(), decision)
     }
 
@@ -206,7 +206,7 @@ pub fn admit(rules: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
     }
     // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
     // whole tokens iff it owes at most `full_refill − weight`; the bound is at most
-    // `end + full_refill = u64::MAX − 1`, and so is the new TAT.
+    // `end + full_refill = STATE_END − 1`, and so is the new TAT.
     let weight = cost * rules.interval.get();
     let latest = t + (rules.full_refill - weight);
     if word > latest {
@@ -358,10 +358,10 @@ mod tests {
     #[test]
     fn the_limiter_ends_one_full_refill_before_the_clock() {
         let l = rules(4, Duration::from_millis(1));
-        assert_eq!(l.end(), u64::MAX - 1 - 4 * MS);
+        assert_eq!(l.end(), STATE_END - 1 - 4 * MS);
         let (word, d) = l.acquire(l.fresh(), u64::MAX, 4);
         assert!(d.is_allowed());
-        assert_eq!(word, u64::MAX - 1, "the all-ones word stays free");
+        assert_eq!(word, STATE_END - 1, "the markers' top bit stays free");
         // Later readings count as the end: time stands still, nothing is gained.
         assert_eq!(l.available(word, u64::MAX), 0);
         // So a wait ending after the end never ends (this said 1 ms, after which
@@ -387,8 +387,8 @@ mod tests {
     }
 
     #[test]
-    fn a_full_refill_beyond_2_pow_63_ns_is_refused_by_name() {
-        let half = Duration::from_nanos(1 << 62);
+    fn a_full_refill_beyond_2_pow_62_ns_is_refused_by_name() {
+        let half = Duration::from_nanos(1 << 61);
         assert!(GcraRules::new(&Quota::new(2, half).unwrap()).is_ok());
         let err = GcraRules::new(&Quota::new(3, half).unwrap()).unwrap_err();
         assert!(matches!(

@@ -246,6 +246,21 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         A::for_quota(&quota).fresh_available(|| (), now)
     }
 
+    /// The inner state relocated by its own rules, beside a copy of the entry's
+    /// configuration and rules. The configuration is read after the freeze; a move to a
+    /// new quota racing it (which changes only the configuration in place, or freezes
+    /// the state first) at worst leaves the copy outdated, and the next request moves
+    /// it again.
+    fn relocate(&self, entry: &Entry<A>) -> Result<Entry<A>, Blocked> {
+        let state = entry.rules.relocate(&entry.state)?;
+        Ok(Entry {
+            // Relaxed: as in `Entry::current`.
+            configuration: AtomicU64::new(entry.configuration.load(Ordering::Relaxed)),
+            rules: entry.rules.clone(),
+            state,
+        })
+    }
+
     fn is_retired(&self, entry: &Entry<A>) -> bool {
         if active(Mutant::SharedMarker) && entry.current(self.configuration()).is_err() {
             return false; // "retired and outdated" read as "being moved"
@@ -302,6 +317,8 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
             Ok(frozen) => frozen,
             Err(Blocked::Retired) => return Renewal::Retired,
             Err(Blocked::Moving) => return Renewal::Moving,
+            // Relocated meanwhile: the copy is the key's state; look again.
+            Err(Blocked::Relocated) => return Renewal::Relocated,
             // Inner rules have one quota: never outdated.
             Err(Blocked::Outdated) => return Renewal::Current,
         };
@@ -387,6 +404,24 @@ mod tests {
             ),
             (6, 6)
         );
+    }
+
+    /// A relocated entry keeps its configuration, rules and state for every thread
+    /// that copies it, and takes no request itself.
+    #[test]
+    fn a_relocated_entry_is_copied_with_its_quota_and_refuses_requests() {
+        let rules = PerKey::<TokenBucketRules, u64>::new(per_second(10));
+        let entry = rules.create(&1);
+        assert!(rules.acquire(&entry, 0, 4).unwrap().is_allowed());
+        let copy = rules.relocate(&entry).unwrap();
+        let again = rules.relocate(&entry).unwrap();
+        assert_eq!(rules.acquire(&entry, 0, 1), Err(Blocked::Relocated));
+        for copy in [&copy, &again] {
+            assert_eq!(available_at_zero(&rules, copy), 6);
+        }
+        // Reconfigured since: the copy is outdated, as its original would be.
+        rules.reconfigure(per_second(20));
+        assert_eq!(rules.acquire(&copy, 0, 1), Err(Blocked::Outdated));
     }
 
     #[test]

@@ -24,13 +24,14 @@ use std::time::Duration;
 /// - *current count* (the low `c` bits, `c = bits(limit)`): requests admitted in the
 ///   key's window, `0..=limit`.
 /// - *previous count* (the next `c` bits): requests admitted in the window before it.
-/// - *window index* (the upper `64 - 2c` bits): the key's window, counted since the
+/// - *window index* (the next `63 - 2c` bits): the key's window, counted since the
 ///   limiter's epoch; it must hold every window a `u64` nanosecond clock can reach,
-///   `u64::MAX / window`, so nothing wraps.
+///   `u64::MAX / window`, so nothing wraps. The top bit is never set: it marks a
+///   relocated word ([`crate::word`]).
 ///
 /// Two counts beside the index do not fit every [`Quota`]: [`SlidingWindowRules::new`]
-/// refuses a quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 64` (the index
-/// keeping at least one bit), about `limit <= sqrt(window in ns)`. That bound is what
+/// refuses a quota unless `2 × bits(limit) + bits(u64::MAX / window) <= 63` (the index
+/// keeping at least one bit), about `limit <= sqrt(window in ns / 2)`. That bound is what
 /// one word holds, not a choice: the weighted estimate needs both counts exactly, each
 /// up to `limit` (`bits(limit)` bits apiece), and the window index must reach every
 /// window of the clock's 584 years so that no key's window ever wraps onto a later one.
@@ -39,7 +40,8 @@ use std::time::Duration;
 ///
 /// The current count reaches `limit` only when the previous one is 0 (see
 /// [`acquire`](WordAlgorithm::acquire)), so a word with both counts all-ones never
-/// occurs and stays free to mark a retired word. A word two windows old carries no
+/// occurs: in particular not `RELOCATED - 1`, whose relocated form marks a retired
+/// word. A word two windows old carries no
 /// information, so every new key starts as the constant word 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindowRules {
@@ -66,7 +68,7 @@ pub struct At {
     pub elapsed: u64,
 }
 
-const REQUIREMENT: &str = "its 64-bit word holds the window index (bits(u64::MAX / window)) \
+const REQUIREMENT: &str = "63 bits of its word hold the window index (bits(u64::MAX / window)) \
     beside two counts of bits(capacity) each, which allows capacities up to about the square \
     root of the window in nanoseconds (Quota::per_second(n): n <= 16,383; per_minute: \
     n <= 131,071; per_hour: n <= 1,048,575); TokenBucket, FixedWindow and SlidingLog hold \
@@ -77,14 +79,16 @@ impl SlidingWindowRules {
     ///
     /// # Errors
     /// [`QuotaError::Unsupported`] unless the window index and two counts fit one
-    /// word: `2 × bits(capacity) + max(1, bits(u64::MAX / window)) <= 64`.
+    /// word below its top bit: `2 × bits(capacity) + max(1, bits(u64::MAX / window))
+    /// <= 63`.
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
         let count_bits = bits(limit);
         let last_index = u64::MAX / interval / limit;
         // The index keeps at least one bit, so no shift spans the whole word.
-        if 2 * count_bits + bits(last_index).max(1) > u64::BITS {
+        // The top bit marks a relocated word (`crate::word`): never a state's.
+        if 2 * count_bits + bits(last_index).max(1) > u64::BITS - 1 {
             return Err(QuotaError::Unsupported {
                 algorithm: "SlidingWindowCounter",
                 capacity: quota.capacity(),

@@ -113,6 +113,9 @@ pub mod mutants {
         /// A sweep raises the watermark and retires words without waiting for the
         /// insertions registered before it, which may have read the old watermark.
         SweepWithoutWaiting,
+        /// A relocation copies a word without freezing it, so a request still holding
+        /// the old word can change it after the copy was taken.
+        CopyWithoutFreezing,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

@@ -8,7 +8,7 @@
 use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
-use crate::word::{MovableWord, WordAlgorithm};
+use crate::word::{MovableWord, STATE_END, WordAlgorithm};
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -26,12 +26,12 @@ use std::time::Duration;
 ///
 /// There is no token field, so nothing bounds the capacity but the quota's `u32`:
 /// every capacity fits beside every interval. The word is at most `g + capacity`, and
-/// `g` is read no further than [`u64::MAX`]` − 2 − capacity`, so the two marker words
-/// [`RETIRED`](crate::word::RETIRED) and [`MOVED`](crate::word::MOVED) are never a
-/// state. That clamp only ever applies to a 1 ns interval (for any longer one,
-/// `u64::MAX / interval + capacity` is far below it): readings are exact for the
-/// clock's whole range, 584 years, less `capacity` nanoseconds for a 1 ns interval;
-/// past that, its grid stops and the bucket gains nothing more.
+/// `g` is read no further than [`STATE_END`]` − 1 − capacity` (just under 2⁶³), so the
+/// word never reaches the markers' top bit ([`crate::word`]). That clamp only applies
+/// to intervals of 1 and 2 ns (for any longer one, `u64::MAX / interval + capacity` is
+/// below it): readings are exact for the clock's whole range, 584 years, at 3 ns or
+/// more; at 1 ns for 292 years (at 2 ns, 584), less `capacity` intervals; past that
+/// the grid stops and the bucket gains nothing more.
 ///
 /// Every new key starts as the word 0, full at every reading, so a full bucket is
 /// the same constant for every key.
@@ -57,7 +57,7 @@ impl TokenBucketRules {
         Self {
             capacity,
             interval,
-            last_index: (u64::MAX / interval).min(u64::MAX - 2 - capacity),
+            last_index: (u64::MAX / interval).min(STATE_END - 1 - capacity),
         }
     }
 
@@ -245,8 +245,8 @@ fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Dura
     // above the reading's grid index and no subtraction wraps.
     let ready = u128::from(full_at) + u128::from(cost) - u128::from(rules.capacity);
     if ready > u128::from(rules.last_index) && rules.last_index < u64::MAX / rules.interval {
-        // Past the grid's last point where it stops before the clock's end (a 1 ns
-        // interval, 584 years in): no wait brings the tokens. (Past the clock's end
+        // Past the grid's last point where it stops before the clock's end (a 1 or
+        // 2 ns interval, 292 or 584 years in): no wait brings the tokens. (Past the clock's end
         // itself, the wait is exact, to a time no reading reaches.)
         return Duration::MAX;
     }
@@ -257,7 +257,6 @@ fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Dura
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::*;
-    use crate::word::MOVED;
 
     use crate::word::strategies::{any_quota, readings};
     use proptest::prelude::*;
@@ -324,7 +323,7 @@ mod tests {
         for _ in 0..4 {
             word = admit(&rules, word, u64::MAX, 1).expect("a token left");
         }
-        assert_eq!(word, u64::MAX - 2, "the last grid index plus the capacity");
+        assert_eq!(word, STATE_END - 1, "the last grid index plus the capacity");
         for cost in 0..=5 {
             let (new, decision) = rules.acquire(word, u64::MAX, cost);
             assert_eq!(
@@ -491,16 +490,16 @@ mod tests {
                     Decision::Allowed { remaining: 0 },
                     "{interval} {capacity}"
                 );
-                assert!(word < MOVED, "{interval} {capacity}: {word}");
+                assert!(word < STATE_END, "{interval} {capacity}: {word}");
                 assert_eq!(l.available(word, u64::MAX), 0);
                 // The next token comes after the clock's last reading: at a grid
                 // point the clock cannot reach (an exact wait), or never, where a
-                // 1 ns grid stops first.
+                // 1 or 2 ns grid stops first.
                 let (_, d) = l.acquire(word, u64::MAX, 1);
                 assert!(!d.is_allowed(), "{interval} {capacity}");
                 let wait = d.retry_after().expect("a denial");
                 assert!(wait > Duration::ZERO, "{interval} {capacity}");
-                if interval == 1 {
+                if interval <= 2 {
                     assert_eq!(d.retry_after(), Some(Duration::MAX), "{capacity}");
                 }
             }
@@ -530,9 +529,9 @@ mod tests {
     }
 
     #[test]
-    fn a_one_nanosecond_grid_stops_capacity_nanoseconds_before_the_clocks_end() {
+    fn a_one_nanosecond_grid_stops_capacity_nanoseconds_before_its_words_end() {
         let l = rules(10, Duration::from_nanos(1));
-        let last = u64::MAX - 2 - 10;
+        let last = STATE_END - 1 - 10;
         let (word, _) = l.acquire(l.full(), last - 3, 10);
         // Three tokens by the last grid point, none after it.
         assert_eq!(l.available(word, last), 3);

@@ -7,19 +7,34 @@ use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, fence};
 
-/// The one word no algorithm's state ever is: it marks a key being forgotten.
+/// The bit that marks a *relocated* word: a state frozen where it is while a copy of it
+/// takes its place elsewhere (a key promoted from the old generation to the young one,
+/// `store/ring/`; a key moved to a segment's larger table, `store/words/`). The other
+/// 63 bits keep the value frozen, so any thread that meets the word can make the copy
+/// itself ([`relocate_word`]): a relocation one thread began is finished by the next,
+/// and none waits for another. No state has this bit: every word algorithm keeps its
+/// states below it.
+pub const RELOCATED: u64 = 1 << 63;
+
+/// The one word no algorithm's state ever is: it marks a key being forgotten. It is
+/// also what the state `RELOCATED - 1` would be relocated as, so no algorithm has that
+/// state either.
 pub const RETIRED: u64 = u64::MAX;
 
 /// The word that marks a key frozen while it moves to a new quota. Only
-/// [`MovableWord`] algorithms reserve it (no state of theirs is ever `MOVED`); the
-/// others never move, and for them it is an ordinary state.
+/// [`MovableWord`] algorithms reserve it (no state of theirs is ever `MOVED`, nor
+/// `MOVED - RELOCATED`, which would be relocated as it); for the others it is the
+/// relocated form of the state `RELOCATED - 2`.
 pub const MOVED: u64 = u64::MAX - 1;
 
 /// A rate-limiting algorithm whose per-key state is one `u64` word, written as pure
 /// functions of that word and the time (nanoseconds since the limiter's epoch).
 ///
-/// No state is ever [`RETIRED`]. Every function returns `word` itself exactly when the
-/// state does not change, so the caller writes nothing.
+/// Every state is below [`RELOCATED`] and is not `RELOCATED - 1` (whose relocated form
+/// is [`RETIRED`]); a [`MovableWord`]'s is not `RELOCATED - 2` either (relocated as
+/// [`MOVED`]). [`STATE_END`] is below all three: a state below it is always one. Every
+/// function returns `word` itself exactly when the state does not change, so the
+/// caller writes nothing.
 pub trait WordAlgorithm: Send + Sync + Sized {
     /// Whether no state is ever [`MOVED`], so the word can mark a move (the
     /// [`MovableWord`] algorithms).
@@ -66,7 +81,7 @@ pub trait WordAlgorithm: Send + Sync + Sized {
 
 /// A word algorithm that holds every quota and whose keys can move between quotas.
 /// None of its states is [`MOVED`]: its packing leaves that word free.
-pub trait MovableWord: WordAlgorithm + PartialEq + 'static {
+pub trait MovableWord: WordAlgorithm + PartialEq + Clone + 'static {
     /// The rules for `quota`.
     fn for_quota(quota: &crate::Quota) -> Self;
 
@@ -74,18 +89,68 @@ pub trait MovableWord: WordAlgorithm + PartialEq + 'static {
     fn moment(&self, word: u64) -> u64;
 }
 
-/// Whether `word` blocks every request: retired, or (for algorithms that reserve it)
-/// frozen for a move. The markers are the highest words, so the common case is one
-/// comparison.
+/// The end of every word algorithm's states: each keeps them below this (its own
+/// bound on readings sees to it), which leaves `RELOCATED - 2` and `RELOCATED - 1`
+/// unused, so that no relocated state is ever [`MOVED`] or [`RETIRED`].
+pub const STATE_END: u64 = RELOCATED - 2;
+
+/// Whether `word` blocks every request: retired, frozen for a move to a new quota (for
+/// algorithms that reserve it), or relocated. Every marker has the top bit, so the
+/// common case is one comparison.
 #[inline(always)]
 fn blocked<W: WordAlgorithm>(word: u64) -> Option<Blocked> {
-    let lowest_marker = if W::RESERVES_MOVED { MOVED } else { RETIRED };
-    if word < lowest_marker {
+    if word < RELOCATED {
         None
     } else if word == RETIRED {
         Some(Blocked::Retired)
-    } else {
+    } else if W::RESERVES_MOVED && word == MOVED {
         Some(Blocked::Moving)
+    } else {
+        Some(Blocked::Relocated)
+    }
+}
+
+/// Freezes `word` where it is and returns the value the copy that replaces it starts
+/// from: the word's last value, which no request can change any more. Called on a word
+/// already relocated (by this thread or another), it returns the same value, so every
+/// thread that meets a relocation can finish it. `Err` for a retired word (Acquire
+/// fence, as in `update`) or one frozen for a move to a new quota.
+///
+/// Relaxed: the compare-and-set reads the latest value in the word's modification
+/// order, so the value frozen is the last any request stored, and every later
+/// compare-and-set on the word fails. The copy reaches other threads through the
+/// store's publication of it (papaya's Release insertion and Acquire lookup), not
+/// through this word; a thread that reads the relocated word reads the frozen value
+/// with it, whatever the ordering, since the word never changes again.
+pub fn relocate_word<W: WordAlgorithm>(word: &AtomicU64) -> Result<u64, Blocked> {
+    // Relaxed: see above.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        match blocked::<W>(current) {
+            None => {}
+            Some(Blocked::Relocated) => return Ok(current & !RELOCATED),
+            Some(Blocked::Retired) => {
+                // Acquire: as `update`'s, for the caller's next look at the key.
+                fence(Ordering::Acquire);
+                return Err(Blocked::Retired);
+            }
+            Some(blocked) => return Err(blocked),
+        }
+        if active(Mutant::CopyWithoutFreezing) {
+            // The mutant: the copy is made but the word stays live, so a request
+            // still holding it can change it after the copy was taken.
+            return Ok(current);
+        }
+        // Relaxed on success and failure: see above.
+        match word.compare_exchange_weak(
+            current,
+            current | RELOCATED,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Ok(current),
+            Err(actual) => current = actual,
+        }
     }
 }
 
@@ -266,6 +331,10 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         WordAlgorithm::available(self, self.fresh(), now)
     }
 
+    fn relocate(&self, word: &AtomicU64) -> Result<AtomicU64, Blocked> {
+        relocate_word::<W>(word).map(AtomicU64::new)
+    }
+
     fn is_retired(&self, word: &AtomicU64) -> bool {
         // Relaxed: a retired word never changes again.
         word.load(Ordering::Relaxed) == RETIRED
@@ -276,6 +345,7 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         let current = word.load(Ordering::Relaxed);
         match blocked::<W>(current) {
             Some(Blocked::Retired) => return Retirement::AlreadyRetired,
+            Some(Blocked::Relocated) => return Retirement::Relocated,
             Some(_) => return Retirement::Moving,
             None => {}
         }
@@ -348,6 +418,9 @@ impl<W: MovableWord> Reconfigurable for W {
         word.store(frozen, Ordering::Relaxed);
     }
 }
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod relocation_tests;
 
 /// Property-test inputs shared by the word algorithms' unit tests.
 #[cfg(all(test, not(turnstile_loom)))]

@@ -21,7 +21,7 @@ use turnstile::{Decision, Gcra, ManualClock, Quota, QuotaError, TokenBucket};
 struct Continuous {
     capacity: u128,
     interval: u128,
-    /// The limiter's last instant (`u64::MAX − 1 − capacity × interval`, as GCRA
+    /// The limiter's last instant (`2^63 − 3 − capacity × interval`, as GCRA
     /// documents): later readings count as it, and a wait past it never ends.
     end: u128,
     buckets: HashMap<u32, (u128, u128)>,
@@ -34,7 +34,7 @@ impl Continuous {
         Self {
             capacity,
             interval,
-            end: u128::from(u64::MAX) - 1 - capacity * interval,
+            end: (1 << 63) - 3 - capacity * interval,
             buckets: HashMap::new(),
         }
     }
@@ -94,7 +94,7 @@ impl Model for Continuous {
     }
 }
 
-/// Small quotas GCRA holds (all of them: their full refill is far below 2^63 ns).
+/// Small quotas GCRA holds (all of them: their full refill is far below 2^62 ns).
 fn quota() -> impl Strategy<Value = Quota> {
     small_quota(6)
 }
@@ -341,17 +341,22 @@ fn long_idle_keys_are_full_and_the_clocks_end_is_safe() {
 }
 
 #[test]
-fn a_full_refill_longer_than_292_years_is_refused_at_construction() {
-    let quota = Quota::new(u32::MAX, Duration::from_secs(10)).unwrap();
-    let err = Gcra::<u64>::new(quota).err();
-    assert!(matches!(
-        err,
-        Some(QuotaError::Unsupported {
-            algorithm: "Gcra",
-            ..
-        })
-    ));
+fn a_full_refill_longer_than_146_years_is_refused_at_construction() {
+    const YEAR: u64 = 365 * 24 * 3600;
+    for refused in [
+        Quota::new(u32::MAX, Duration::from_secs(10)).unwrap(),
+        Quota::new(1, Duration::from_secs(150 * YEAR)).unwrap(),
+    ] {
+        assert!(matches!(
+            Gcra::<u64>::new(refused).err(),
+            Some(QuotaError::Unsupported {
+                algorithm: "Gcra",
+                ..
+            })
+        ));
+    }
     assert!(Gcra::<u64>::new(Quota::per_hour(1_000_000).unwrap()).is_ok());
+    assert!(Gcra::<u64>::new(Quota::new(1, Duration::from_secs(140 * YEAR)).unwrap()).is_ok());
 }
 
 #[test]

@@ -8,8 +8,8 @@
 //!   `per_hour` round the interval up;
 //! - each algorithm's constructor refuses (`QuotaError::Unsupported`) exactly the
 //!   quotas its documentation says it cannot hold — GCRA when `capacity ×
-//!   refill_every` exceeds 2^63 ns, the sliding window counter unless `2 ×
-//!   bits(capacity) + max(1, bits(u64::MAX / window)) <= 64` — and accepts the rest;
+//!   refill_every` exceeds 2^62 ns, the sliding window counter unless `2 ×
+//!   bits(capacity) + max(1, bits(u64::MAX / window)) <= 63` — and accepts the rest;
 //!   the keyed limiter and its direct twin decide every request alike;
 //! - every decision is consistent (`remaining` at most the capacity, a denial's
 //!   wait positive, a cost over the capacity refused as such) and a denial's
@@ -202,14 +202,14 @@ fn bits(x: u64) -> u32 {
 }
 
 /// Whether the constructor must refuse the quota, as documented: GCRA when `capacity
-/// × refill_every` exceeds 2^63 ns; the sliding window counter unless `2 ×
-/// bits(capacity) + max(1, bits(u64::MAX / window)) <= 64`; the others never.
+/// × refill_every` exceeds 2^62 ns; the sliding window counter unless `2 ×
+/// bits(capacity) + max(1, bits(u64::MAX / window)) <= 63`; the others never.
 fn unsupported(algo: Algo, capacity: u32, nanos: u64) -> bool {
     let capacity = u64::from(capacity);
     match algo {
-        Algo::Gcra => u128::from(capacity) * u128::from(nanos) > 1 << 63,
+        Algo::Gcra => u128::from(capacity) * u128::from(nanos) > 1 << 62,
         Algo::SlidingWindowCounter => {
-            2 * bits(capacity) + bits(u64::MAX / nanos / capacity).max(1) > 64
+            2 * bits(capacity) + bits(u64::MAX / nanos / capacity).max(1) > 63
         }
         _ => false,
     }
@@ -310,24 +310,24 @@ impl Bound {
         let max = u128::from(u64::MAX);
         match self.algo {
             // Tokens arrive at the grid points epoch + n × interval, up to the last
-            // index a reading is taken to (`u64::MAX − 2 − capacity` for 1 ns): the
+            // index a reading is taken to (`2^63 − 3 − capacity` for 1 and 2 ns): the
             // bucket's capacity plus the grid points in (lo, hi].
             Algo::TokenBucket => {
-                let last = (max / i).min(max - 2 - c);
+                let last = (max / i).min((1 << 63) - 3 - c);
                 let index = |t: u128| (t / i).min(last);
                 c + index(hi) - index(lo)
             }
             // Continuous refill, readings clamped to the limiter's end
-            // (`u64::MAX − 1 − capacity × interval`): capacity + ⌊(hi − lo) / interval⌋.
+            // (`2^63 − 3 − capacity × interval`): capacity + ⌊(hi − lo) / interval⌋.
             Algo::Gcra => {
-                let end = max - 1 - w;
+                let end = (1 << 63) - 3 - w;
                 c + (hi.min(end) - lo.min(end)) / i
             }
             // The limit in each window the run touches, windows aligned to the epoch
             // and clamped to the last one the index field holds.
             Algo::FixedWindow => {
                 let count_bits = bits(self.capacity as u64 + 2);
-                let last = (max / w).min((1 << (64 - count_bits)) - 1);
+                let last = (max / w).min((1 << (63 - count_bits)) - 1);
                 let index = |t: u128| (t / w).min(last);
                 c * (index(hi) - index(lo) + 1)
             }

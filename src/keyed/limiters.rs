@@ -144,12 +144,13 @@ pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 /// elapsed.
 ///
 /// **Range.** TAT lies up to one full refill (`capacity × refill_every`) past the
-/// reading, so the limiter's time ends that long (and 1 ns) before the clock's
-/// `u64::MAX` ns (584 years): later readings count as that instant, where time
-/// stands still — no key gains anything more, and a `retry_after` is measured from
-/// that instant. The constructors refuse, with
-/// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill longer
-/// than 2^63 ns (292 years), so every accepted limiter is exact for at least 292 years.
+/// reading, and the state word keeps its top bit clear ([`crate::guide::state_word`]),
+/// so the limiter's time ends that long (and 3 ns) before 2^63 ns (292 years): later
+/// readings count as that instant, where time stands still — no key gains anything
+/// more, and a `retry_after` is measured from that instant. The constructors refuse,
+/// with [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill
+/// longer than 2^62 ns (146 years), so every accepted limiter is exact for at least
+/// 146 years.
 ///
 /// Memory: one 8-byte word of state per key, in the limiter's store with the key. Lock-free
 /// and allocation-free per check, sharing `TokenBucket`'s compare-and-set loop.
@@ -305,7 +306,7 @@ where
     ///
     /// # Errors
     /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported) from [`Gcra`] when
-    /// `capacity × refill_every` exceeds 2^63 ns, and from [`SlidingWindowCounter`]
+    /// `capacity × refill_every` exceeds 2^62 ns, and from [`SlidingWindowCounter`]
     /// when the quota's counts do not fit its state word (see each type).
     pub fn new(quota: Quota) -> Built<A, Self> {
         Self::builder(quota).build()

@@ -604,6 +604,8 @@ where
                 // Retired by a race with another pass, or by an earlier call for this
                 // entry: every retired entry is removable.
                 Retirement::AlreadyRetired => false,
+                // Its copy is the key's state elsewhere.
+                Retirement::Relocated => false,
             }
         };
         self.states.retain(keep, pause);
@@ -795,6 +797,8 @@ where
             // The mover replaces the entry next, with no user code in between.
             Blocked::Moving => yield_now(),
             Blocked::Outdated => self.renew(key, now),
+            // The next look finds the copy.
+            Blocked::Relocated => {}
         }
     }
 
@@ -829,7 +833,7 @@ where
         match renewal {
             Some(Renewal::Moving) => yield_now(),
             Some(Renewal::Retired) => self.remove_retired(key),
-            Some(Renewal::Current) | None => {}
+            Some(Renewal::Current | Renewal::Relocated) | None => {}
         }
     }
 }

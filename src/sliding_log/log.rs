@@ -43,7 +43,7 @@ impl SlidingLogRules {
 /// that have left the window at their reading, which later decisions cannot tell
 /// apart from keeping them: every later reading counts as at least that one (see
 /// [`Log::acquire`]), when those entries have left already.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Log {
     slots: Box<[u64]>,
     /// The slot of the oldest entry.
@@ -69,6 +69,9 @@ pub(crate) enum Status {
     Retired,
     /// The key is moving to a new quota: its entries went to the mover.
     Moved,
+    /// The log was relocated: it keeps its entries, frozen, for whoever copies them to
+    /// the key's new place.
+    Relocated,
 }
 
 impl Log {

@@ -16,6 +16,7 @@ fn live(log: &mut MutexGuard<'_, Log>) -> Result<(), Blocked> {
         Status::Live => Ok(()),
         Status::Retired => Err(Blocked::Retired),
         Status::Moved => Err(Blocked::Moving),
+        Status::Relocated => Err(Blocked::Relocated),
     }
 }
 
@@ -52,6 +53,21 @@ impl<K> Algorithm<K> for SlidingLogRules {
         Log::new().available(self, now)
     }
 
+    /// Under the log's lock, as every change to it: marks it relocated, keeping its
+    /// entries for any thread that copies it later, and returns a live copy.
+    fn relocate(&self, log: &Mutex<Log>) -> Result<Mutex<Log>, Blocked> {
+        let mut log = log.lock().unpoisoned();
+        match log.status {
+            Status::Live => log.status = Status::Relocated,
+            Status::Relocated => {}
+            Status::Retired => return Err(Blocked::Retired),
+            Status::Moved => return Err(Blocked::Moving),
+        }
+        let mut copy = log.clone();
+        copy.status = Status::Live;
+        Ok(Mutex::new(copy))
+    }
+
     fn is_retired(&self, log: &Mutex<Log>) -> bool {
         log.lock().unpoisoned().status == Status::Retired
     }
@@ -61,6 +77,7 @@ impl<K> Algorithm<K> for SlidingLogRules {
         match log.status {
             Status::Retired => Retirement::AlreadyRetired,
             Status::Moved => Retirement::Moving,
+            Status::Relocated => Retirement::Relocated,
             Status::Live => match log.forgettable_from(self) {
                 Some(from) if from <= at => {
                     log.status = Status::Retired;
@@ -112,5 +129,67 @@ impl Reconfigurable for SlidingLogRules {
     /// Puts the entries back: the log taken out was live.
     fn thaw(&self, log: &Mutex<Log>, frozen: Log) {
         *log.lock().unpoisoned() = frozen;
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use super::{Algorithm, Blocked, Log, Retirement, SlidingLogRules};
+    use crate::Quota;
+    use std::sync::Mutex;
+
+    fn rules() -> SlidingLogRules {
+        SlidingLogRules::new(&Quota::per_second(3).unwrap())
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A relocated log keeps its entries for every thread that copies it, takes no
+    /// request itself, and its copy answers as it would have.
+    #[test]
+    fn a_relocated_log_is_copied_whole_and_refuses_requests() {
+        let rules = rules();
+        let log = Algorithm::<()>::create(&rules, &());
+        for at in [0, 100 * MS] {
+            assert!(
+                Algorithm::<()>::acquire(&rules, &log, at, 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+        let copy: Mutex<Log> = Algorithm::<()>::relocate(&rules, &log).unwrap();
+        assert_eq!(
+            Algorithm::<()>::acquire(&rules, &log, 200 * MS, 1),
+            Err(Blocked::Relocated)
+        );
+        assert_eq!(
+            Algorithm::<()>::refund(&rules, &log, 200 * MS, 1),
+            Err(Blocked::Relocated)
+        );
+        assert_eq!(
+            Algorithm::<()>::retire_if_forgettable(&rules, &log, u64::MAX),
+            Retirement::Relocated
+        );
+        // A second relocation, by a helper, gets the same entries.
+        let again: Mutex<Log> = Algorithm::<()>::relocate(&rules, &log).unwrap();
+        for copy in [&copy, &again] {
+            assert_eq!(Algorithm::<()>::available(&rules, copy, 200 * MS), Ok(1));
+            // The oldest entry has left the window (a little over 1 s) by 1.05 s.
+            assert_eq!(Algorithm::<()>::available(&rules, copy, 1050 * MS), Ok(2));
+        }
+    }
+
+    #[test]
+    fn a_retired_log_is_not_relocated() {
+        let rules = rules();
+        let log = Algorithm::<()>::create(&rules, &());
+        assert_eq!(
+            Algorithm::<()>::retire_if_forgettable(&rules, &log, 0),
+            Retirement::Retired
+        );
+        assert!(matches!(
+            Algorithm::<()>::relocate(&rules, &log),
+            Err(Blocked::Retired)
+        ));
     }
 }

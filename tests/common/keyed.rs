@@ -271,8 +271,8 @@ fn nanos(quota: Quota) -> u128 {
 /// `full_at = max(full_at, g) + cost`. A reading behind the key's latest write so
 /// finds the tokens still to come by then missing: fewer, never more.
 ///
-/// `g` is `now / interval`, read no further than `u64::MAX − 2 − capacity` (where a
-/// 1 ns grid stops, capacity nanoseconds before the clock's end).
+/// `g` is `now / interval`, read no further than `2^63 − 3 − capacity` (where a 1 or
+/// 2 ns grid stops: the state word keeps its top bit free).
 #[derive(Clone, Debug)]
 pub struct Bucket {
     capacity: u128,
@@ -299,7 +299,7 @@ impl KeyModel for Bucket {
         Self {
             capacity,
             interval: nanos(quota),
-            last_index: u128::from(u64::MAX) - 2 - capacity,
+            last_index: (1 << 63) - 3 - capacity,
             full_at: 0,
         }
     }
@@ -395,7 +395,7 @@ fn span_bound(admitted: &Admitted, bound: impl Fn(u128, u128) -> u128) -> Result
 /// admitted in it. A new key is window 0, empty.
 ///
 /// A reading's window is `now / window`, taken no further than the last window the
-/// word's index holds: `2^(64 − bits(limit + 2)) − 1`, at least 2⁶² intervals in,
+/// word's index holds: `2^(63 − bits(limit + 2)) − 1`, at least 2⁶¹ intervals in,
 /// which only a quota with an interval of a few nanoseconds reaches; that window
 /// never ends.
 #[derive(Clone, Debug)]
@@ -427,7 +427,7 @@ impl KeyModel for Window {
         Self {
             limit,
             window: limit * nanos(quota),
-            last: (1 << (64 - count_bits)) - 1,
+            last: (1 << (63 - count_bits)) - 1,
             index: 0,
             count: 0,
         }
@@ -751,7 +751,7 @@ impl KeyModel for Counter {
 }
 
 /// GCRA (as in tests/gcra.rs): a theoretical arrival time; readings past the limiter's
-/// end (u64::MAX − 1 − capacity × interval) count as the end, so a wait past it is
+/// end (2^63 − 3 − capacity × interval) count as the end, so a wait past it is
 /// forever (`Duration::MAX`).
 #[derive(Clone, Debug)]
 pub struct Arrival {
@@ -784,7 +784,7 @@ impl KeyModel for Arrival {
         Self {
             capacity,
             interval,
-            end: u128::from(u64::MAX) - 1 - capacity * interval,
+            end: (1 << 63) - 3 - capacity * interval,
             tat: 0,
         }
     }
