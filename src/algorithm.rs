@@ -67,7 +67,7 @@ pub enum Renewal {
 /// `K` matter only to per-key rules, which resolve each key's quota.
 pub trait Algorithm<K>: Send + Sync {
     /// One key's state; the keyed store knows where to keep it.
-    type State: Send + Sync + Stored;
+    type State: Send + Sync + Stored + 'static;
 
     /// What moving a key to the current quotas needs to know, from
     /// [`resolve`](Self::resolve).
@@ -126,6 +126,11 @@ pub trait Algorithm<K>: Send + Sync {
     /// the next thread that meets it, so none waits for another. Fails if the state is
     /// retired, or frozen for a move to a new quota.
     fn relocate(&self, state: &Self::State) -> Result<Self::State, Blocked>;
+
+    /// A copy of `state` — a new key's, not yet stored — that is already relocated:
+    /// [`relocate`](Self::relocate) on it gives back a copy of `state`. The claim a new
+    /// key stakes in the ring's old generation (`store/ring/`).
+    fn relocated_copy(&self, state: &Self::State) -> Self::State;
 
     /// Whether the state is retired (moving is not retired).
     fn is_retired(&self, state: &Self::State) -> bool;

@@ -261,6 +261,15 @@ impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
         })
     }
 
+    fn relocated_copy(&self, entry: &Entry<A>) -> Entry<A> {
+        Entry {
+            // Relaxed: as in `Entry::current`.
+            configuration: AtomicU64::new(entry.configuration.load(Ordering::Relaxed)),
+            rules: entry.rules.clone(),
+            state: entry.rules.relocated_copy(&entry.state),
+        }
+    }
+
     fn is_retired(&self, entry: &Entry<A>) -> bool {
         if active(Mutant::SharedMarker) && entry.current(self.configuration()).is_err() {
             return false; // "retired and outdated" read as "being moved"

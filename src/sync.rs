@@ -8,25 +8,55 @@
 //! atomics: the checkers schedule at turnstile's own primitives only.
 
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(turnstile_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_loom)]
 pub(crate) use loom::thread::yield_now;
 
 #[cfg(turnstile_shuttle)]
-pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use shuttle::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(turnstile_shuttle)]
 pub(crate) use shuttle::sync::{Arc, Mutex, MutexGuard, RwLock};
 #[cfg(turnstile_shuttle)]
 pub(crate) use shuttle::thread::yield_now;
+
+/// This thread's slot among `slots`: threads take slots in turn as they first ask.
+/// For spreading per-thread counts over cache lines (`store/striped.rs`); under loom
+/// always 0, since a counter kept across a model's executions would make them differ.
+#[inline]
+pub(crate) fn thread_slot(slots: usize) -> usize {
+    #[cfg(turnstile_loom)]
+    {
+        let _ = slots;
+        0
+    }
+    #[cfg(not(turnstile_loom))]
+    {
+        // std's atomic, whatever the build: a static, which loom's and shuttle's
+        // atomics cannot be, and only a spread of threads over slots, which no checker
+        // needs to see.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        thread_local! {
+            // Relaxed: any spread of threads over slots will do.
+            static SLOT: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        SLOT.with(|slot| *slot % slots)
+    }
+}
 
 /// A lock's guard whether or not a thread panicked while it held the lock: the one
 /// way turnstile takes every lock of its own (std's, loom's and shuttle's all answer
@@ -116,6 +146,14 @@ pub mod mutants {
         /// A relocation copies a word without freezing it, so a request still holding
         /// the old word can change it after the copy was taken.
         CopyWithoutFreezing,
+        /// An insertion into the ring goes on after registering without checking that
+        /// the generation it looked the key up in is still current.
+        StaleInsertion,
+        /// A new key inserted while claims are open claims no place in the old map, so
+        /// an insertion begun before the rotation can give the key a second state.
+        NoClaim,
+        /// The drain removes a state it keeps without copying it into the young map.
+        DrainWithoutCopy,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

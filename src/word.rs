@@ -335,6 +335,11 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
         relocate_word::<W>(word).map(AtomicU64::new)
     }
 
+    fn relocated_copy(&self, word: &AtomicU64) -> AtomicU64 {
+        // Relaxed: an unstored word, this thread's alone.
+        AtomicU64::new(word.load(Ordering::Relaxed) | RELOCATED)
+    }
+
     fn is_retired(&self, word: &AtomicU64) -> bool {
         // Relaxed: a retired word never changes again.
         word.load(Ordering::Relaxed) == RETIRED
@@ -418,9 +423,6 @@ impl<W: MovableWord> Reconfigurable for W {
         word.store(frozen, Ordering::Relaxed);
     }
 }
-
-#[cfg(all(test, not(turnstile_loom)))]
-mod relocation_tests;
 
 /// Property-test inputs shared by the word algorithms' unit tests.
 #[cfg(all(test, not(turnstile_loom)))]

@@ -1,7 +1,7 @@
-//! The limiter's own sweeper thread: started only when first needed (a sweep due, or,
-//! on the opt-in word store, its tables filling past the size from which it grows them
-//! ahead of requests), named, never started under `manual_eviction()`, and gone once the
-//! limiter is dropped.
+//! The limiter's own sweeper thread: started only when first needed (a drain to open,
+//! a sweep due, or, on the opt-in word store, its tables filling past the size from
+//! which it grows them ahead of requests), named, never started under
+//! `manual_eviction()`, and gone once the limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
 
 use std::time::Duration;
@@ -53,19 +53,27 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     }
     assert_eq!(sweeper_threads(), 0, "manual eviction never starts one");
 
-    // Within the first margin (1 s) no key taken from can be forgettable: the map
-    // grows past every size at which a sweep is due (from 1,024 keys), and no sweep is
-    // asked for (once the clock has moved: a clock standing still is not waited for).
+    // Within the first margin (1 s) no key taken from can be forgettable: the young
+    // generation grows past every size at which a rotation is due (from 1,024 keys),
+    // and none comes.
     let many = limiter(false, &clock);
     clock.advance(Duration::from_millis(1));
     for key in 0..30_000 {
         assert!(many.try_acquire(&key));
     }
-    assert_eq!(sweeper_threads(), 0, "no sweep could forget anything yet");
+    assert_eq!(sweeper_threads(), 0, "no key could be forgotten yet");
 
-    // Past it, the next insertions find a sweep due and useful.
+    // Past it, the next insertions rotate the generations (a request's own cheap
+    // step): the old one ages for a margin, and still no thread is needed.
     clock.advance(Duration::from_secs(2));
     for key in 30_000..35_000 {
+        assert!(many.try_acquire(&key));
+    }
+    assert_eq!(sweeper_threads(), 0, "the old generation ages first");
+
+    // Aged, the next insertions find its drain due: the thread's to open.
+    clock.advance(Duration::from_secs(2));
+    for key in 35_000..40_000 {
         assert!(many.try_acquire(&key));
     }
     // The thread names itself as it starts: wait for that.

@@ -2,7 +2,7 @@
 
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::store::{KeyedStore, Store};
+use crate::store::{Map, PapayaMap};
 use crate::sync::Unpoisoned;
 use crate::token_bucket::TokenBucketRules;
 use crate::word::WordAlgorithm;
@@ -11,16 +11,17 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
-/// A token bucket with the same map as [`TokenBucket`](crate::TokenBucket) but
-/// a `Mutex` around each key's state word instead of a compare-and-set loop.
+/// A token bucket with the same map as [`TokenBucket`](crate::TokenBucket)'s young
+/// generation (papaya, configured alike) but a `Mutex` around each key's state word
+/// instead of a compare-and-set loop. It never forgets a key.
 pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
-    words: KeyedStore<K, Mutex<u64>, S>,
+    words: PapayaMap<K, Mutex<u64>, S>,
     rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
 }
 
-impl<K: Hash + Eq + Clone + 'static> MutexPerKey<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> MutexPerKey<K> {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     pub fn new(quota: Quota) -> Self {
         Self::builder(quota).build()
@@ -32,20 +33,23 @@ impl<K: Hash + Eq + Clone + 'static> MutexPerKey<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, C: Clock> MutexPerKey<K, C> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> MutexPerKey<K, C> {
     /// A limiter on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Builder::<MutexPerKey<K>, C>::with_clock(quota, clock).build()
     }
 }
 
-impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
-    Builder<MutexPerKey<K>, C, S>
+impl<K, C, S> Builder<MutexPerKey<K>, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
-            words: KeyedStore::with_hasher(self.hasher, self.expected_keys),
+            words: PapayaMap::with_hasher(self.hasher, self.expected_keys),
             rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,
@@ -55,9 +59,9 @@ impl<K: Hash + Eq + Clone + 'static, C: Clock, S: BuildHasher + Clone + 'static>
 
 impl<K, C, S> RateLimiter<K> for MutexPerKey<K, C, S>
 where
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where
@@ -65,22 +69,22 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let fresh = |_: &K| Mutex::new(self.rules.full());
         let step = |word: &Mutex<u64>| {
             let mut word = word.lock().unpoisoned();
             let (new, decision) = self.rules.acquire(*word, now, cost);
             *word = new;
             decision
         };
-        // Keys are never removed here, so the second look always finds one.
-        loop {
-            if let Some(decision) = self.words.get(key, step) {
-                return decision;
-            }
-            let first = |word: &mut Mutex<u64>| step(word);
-            if let Some(decision) = self.words.get_or_insert(key, fresh, first, step) {
-                return decision;
-            }
+        if let Some(decision) = self.words.get(key, step) {
+            return decision;
+        }
+        // A new key: its first request on its word before any other thread sees it,
+        // or, if another stored the key first, on that one.
+        let fresh = Mutex::new(self.rules.full());
+        let decision = step(&fresh);
+        match self.words.insert(key.to_key(), fresh, step) {
+            Ok(()) => decision,
+            Err(decision) => decision,
         }
     }
 

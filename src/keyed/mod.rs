@@ -5,6 +5,8 @@
 mod limiters;
 mod reconfigure;
 #[cfg(all(test, not(turnstile_loom)))]
+mod relocation_tests;
+#[cfg(all(test, not(turnstile_loom)))]
 mod try_acquire_tests;
 #[cfg(all(test, not(turnstile_loom)))]
 mod unshared_tests;
@@ -14,15 +16,12 @@ pub use limiters::{
     SlidingWindowCounter, TokenBucket,
 };
 
-use crate::evict::maintenance::Maintenance;
-#[cfg(not(turnstile_loom))]
-use crate::evict::maintenance::TurnTimer;
-
-use crate::algorithm::{Algorithm, Blocked, Renewal, Retirement};
+use crate::algorithm::{Algorithm, Blocked, Renewal};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::evict::{self, AfterInsertion, KeyStats, Overflow, Watermark};
-use crate::store::{KeyedStore, Store};
+use crate::evict::{Eviction, KeyStats, Keys, Overflow, SharedAllowance, Sweeper};
+use crate::store::ring::{Missed, View};
+use crate::store::{KeyedStore, Relocator};
 use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
@@ -39,20 +38,21 @@ use std::sync::Arc;
 ///
 /// Keys are created on their first request and forgotten once their state carries no
 /// information ([`crate::evict`]): memory follows the active keys, never a throttled
-/// key's allowance, and no request pays for forgetting — the limiter's own sweeper
-/// thread does, started when first needed and joined when the limiter is dropped. So
+/// key's allowance. The limiter's own sweeper thread does most of the forgetting,
+/// started when first needed and joined when the limiter is dropped; a new key's
+/// request may do a bounded share of it, and no request ever waits for it. So
 /// building one needs keys, hashers and clocks that can be shared with that thread:
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
-/// are also `Clone`, as governor's are: a new key's entry owns a copy, and moving a
-/// key to a new quota replaces its entry with one that does too. States live in
-/// papaya, a lock-free map, by default: looking up, inserting and removing keys take
-/// no lock, and a thread stalled inside the key's `Hash`, `Eq` or `Clone` keeps no
-/// other thread's request waiting (a request can wait only for a key being moved to
-/// a new quota, or inside papaya for an entry a resize is copying);
-/// [`Builder::word_store`] trades that for memory and churn speed. A key type's `Hash` and `Drop` must not panic:
-/// the stores guarantee their own consistency only then. A panicking `Eq` or `Clone`,
-/// resolver or clock reaches its caller and leaves the key usable (a move it
-/// interrupts thaws the key).
+/// are also `Clone`, as governor's are: a new key's entry owns a copy, and a key
+/// relocated or moved to a new quota gets an entry that does too. States live in a
+/// ring of papaya maps, lock-free, by default: looking up, inserting and removing keys
+/// take no lock, and a thread stalled inside the key's `Hash`, `Eq` or `Clone` keeps
+/// no other thread's request waiting (a request can wait only for a key being moved
+/// to a new quota, or inside papaya for an entry a resize is copying);
+/// [`Builder::word_store`] trades that for memory and churn speed. A key type's `Hash`
+/// and `Drop` must not panic: the stores guarantee their own consistency only then. A
+/// panicking `Eq` or `Clone`, resolver or clock reaches its caller and leaves the key
+/// usable (a move it interrupts thaws the key).
 pub struct KeyedLimiter<A, K, C = QuantaClock, S = DefaultHasher>
 where
     A: Algorithm<K>,
@@ -71,8 +71,7 @@ where
     states: KeyedStore<K, A::State, S>,
     algorithm: A,
     epoch: Epoch<C>,
-    watermark: Watermark,
-    maintenance: Maintenance,
+    eviction: Eviction,
     /// The allowance shared by new keys that find the store full, under
     /// `Overflow::Shared`.
     overflow: Option<SharedAllowance>,
@@ -87,23 +86,7 @@ impl<A: Algorithm<K>, K, C, S: BuildHasher> Drop for KeyedLimiter<A, K, C, S> {
         // Joined here, on the dropping thread, so the limiter's own sweeper thread
         // never holds the last reference (a `BackgroundSweeper` from
         // `sweep_in_background` may, mid-sweep, and then frees the limiter itself).
-        self.core.maintenance.stop();
-    }
-}
-
-/// One allowance shared by every new key that finds the store full (`Overflow::Shared`):
-/// a state of the limiter's algorithm under the overflow quota, never retired.
-struct SharedAllowance(Box<dyn Fn(u64, u32) -> Decision + Send + Sync>);
-
-impl SharedAllowance {
-    fn new<R: Algorithm<()> + 'static>(rules: R) -> Self {
-        let state = rules.create(&());
-        let overflow = Decision::Overflow {
-            retry_after: std::time::Duration::ZERO,
-        };
-        Self(Box::new(move |now, cost| {
-            rules.acquire(&state, now, cost).unwrap_or(overflow)
-        }))
+        self.core.eviction.sweeper.stop();
     }
 }
 
@@ -120,19 +103,17 @@ where
     A: Algorithm<K, State = crate::sync::AtomicU64>,
     S: BuildHasher,
 {
-    /// Keeps the keys' state words in the word store instead of papaya: for
-    /// memory-bound services with heavy key churn. The word store keeps each key and
-    /// its 8-byte word side by side in a table of its own (no allocation per key):
-    /// 23 heap bytes per `u64` key against papaya's 54, a new key's request in 796
-    /// instructions against 1,083, sweeps about 20× faster, and a 10M-distinct-key
-    /// stream held to 14–22 MB (five runs) where papaya's map outgrows its sweeper thread
-    /// (results/ANALYSIS.md, "papaya by default"; 2-core EPYC VM). The price is locks:
-    /// insertions, removals, sweeps and table growth take one of 1,024 segment locks,
-    /// so a thread stalled while it holds one (descheduled, or inside the key's `Eq`,
-    /// `Hash` or `Clone`) keeps every insertion into that segment waiting — on
-    /// papaya no request waits for such a thread (`tests/stall.rs`). Lookups of
-    /// stored keys take no lock on either store. Per-key limiters built from this builder
-    /// ([`build_per_key`](Builder::build_per_key)) keep papaya: their states are not
+    /// Keeps the keys' state words in the word store instead of the ring of papaya
+    /// maps: for memory-bound services with heavy key churn. The word store keeps each
+    /// key and its 8-byte word side by side in a table of its own (no allocation per
+    /// key): fewer heap bytes per key, a cheaper new key, and sweeps far cheaper per
+    /// key forgotten (results/README.md). The price is locks: insertions, removals,
+    /// sweeps and table growth take one of 1,024 segment locks, so a thread stalled
+    /// while it holds one (descheduled, or inside the key's `Eq`, `Hash` or `Clone`)
+    /// keeps every insertion into that segment waiting — on the ring no request waits
+    /// for such a thread (`tests/stall.rs`). Lookups of stored keys take no lock on
+    /// either store. Per-key limiters built from this builder
+    /// ([`build_per_key`](Builder::build_per_key)) keep the ring: their states are not
     /// single words.
     pub fn word_store(mut self) -> Self {
         self.store = crate::store::StoreKind::Words;
@@ -170,8 +151,11 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
             states: KeyedStore::build(self.store, self.hasher, self.expected_keys),
             algorithm,
             epoch: Epoch::start(self.clock),
-            watermark: Watermark::new(&self.eviction, self.expected_keys),
-            maintenance: maintenance(automatic, weak.clone()),
+            eviction: Eviction::new(
+                &self.eviction,
+                self.expected_keys,
+                sweeper(automatic, weak.clone()),
+            ),
             overflow,
             quota: self.quota,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -181,69 +165,79 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
     }
 }
 
-/// The sweeper thread of a limiter whose sweeps are `automatic`: it holds the limiter
-/// weakly, so it ends when the limiter is gone.
+/// The sweeper thread of a limiter whose forgetting is `automatic`: it holds the
+/// limiter weakly, so it ends when the limiter is gone. Its work is eviction's
+/// (`Eviction::work`, the store's preparation); this only reaches the limiter.
 #[cfg(not(turnstile_loom))]
-fn maintenance<A, K, C, S>(automatic: bool, core: std::sync::Weak<Core<A, K, C, S>>) -> Maintenance
+fn sweeper<A, K, C, S>(automatic: bool, core: std::sync::Weak<Core<A, K, C, S>>) -> Sweeper
 where
     A: Algorithm<K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
+    use crate::evict::sweeper::TurnTimer;
     if !automatic {
-        return Maintenance::manual();
+        return Sweeper::manual();
     }
-    Maintenance::on_thread(move |wants| {
+    Sweeper::on_thread(move |wants| {
         let Some(limiter) = core.upgrade() else {
             return false;
         };
-        let maintenance = &limiter.maintenance;
+        let sweeper = &limiter.eviction.sweeper;
         // Called between steps of the store's work, holding none of its locks: the
-        // thread's turn may end there (see `TurnTimer`); and whether to stop: the limiter
-        // is being dropped, or a sweep is wanted (a thread behind on sweeps makes
-        // insertions sweep themselves).
+        // thread's turn may end there (see `TurnTimer`); and whether to stop: the
+        // limiter is being dropped, or forgetting is wanted (it bounds memory).
         let pace = TurnTimer::new();
-        let stop = |sweep_wanted: bool| {
+        let stop = |forgetting_wanted: bool| {
             pace.breathe();
-            maintenance.stopping() || sweep_wanted || maintenance.sweep_requested()
+            sweeper.stopping() || forgetting_wanted || sweeper.sweep_requested()
         };
         if wants.prepare {
-            // The word store's tables grown ahead and drained; at once given way to a
-            // sweep wanted too, which bounds memory, and resumed after it (below).
-            limiter.states.prepare(|| stop(wants.sweep));
+            // The word store's tables grown ahead and drained; at once given way to
+            // forgetting wanted too, and resumed after it (below).
+            limiter.prepare(|| stop(wants.sweep));
         }
         if !wants.sweep {
             return true;
         }
-        {
-            let _sweeping = limiter.watermark.lock();
-            limiter.sweep(|| pace.breathe());
+        if limiter.forget(|| pace.breathe()).is_none() {
+            return false;
         }
-        if wants.prepare || limiter.states.wants_preparation() {
-            // What was left for the sweep resumes (or what the store still wants: a
-            // preparation an earlier sweep cut short), after the sweep lock is let go.
-            limiter.states.prepare(|| stop(false));
+        if wants.prepare {
+            limiter.prepare(|| stop(false));
         }
         true
     })
 }
 
-/// No thread under loom: sweeps happen on demand.
+/// No thread under loom: keys are forgotten on demand.
 #[cfg(turnstile_loom)]
-fn maintenance<A: Algorithm<K>, K, C, S: BuildHasher>(
+fn sweeper<A: Algorithm<K>, K, C, S: BuildHasher>(
     _: bool,
     _: std::sync::Weak<Core<A, K, C, S>>,
-) -> Maintenance {
-    Maintenance::manual()
+) -> Sweeper {
+    Sweeper::manual()
+}
+
+impl<A: Algorithm<K>, K, C, S: BuildHasher> KeyedLimiter<A, K, C, S> {
+    /// The quota the limiter was built with (under a per-key resolver, its default).
+    pub fn quota(&self) -> Quota {
+        self.core.quota
+    }
+
+    /// The limiter's algorithm.
+    pub(crate) fn algorithm(&self) -> &A {
+        &self.core.algorithm
+    }
 }
 
 impl<A, K, C, S> KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
@@ -261,8 +255,8 @@ where
     /// the token bucket and the GCRA it computes no `remaining` and no `retry_after`
     /// and reaches its verdict without dividing (a full bucket's new word still
     /// divides), while the other algorithms take their whole step. A new key, a key
-    /// being forgotten or moved, and every request of a named limiter (whose metrics
-    /// see each decision) take `acquire`'s path.
+    /// being forgotten, relocated or moved, and every request of a named limiter
+    /// (whose metrics see each decision) take `acquire`'s path.
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q) -> bool
     where
@@ -292,11 +286,6 @@ where
         self.core.refund(key, cost)
     }
 
-    /// The quota the limiter was built with (under a per-key resolver, its default).
-    pub fn quota(&self) -> Quota {
-        self.core.quota
-    }
-
     /// Number of keys that have state.
     pub fn len(&self) -> usize {
         self.core.states.len()
@@ -310,20 +299,25 @@ where
     /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
     /// cap with nothing to forget.
     pub fn stats(&self) -> KeyStats {
-        self.core.stats()
+        let (evicted, overflowed) = self.core.eviction.tally();
+        KeyStats {
+            keys: self.len(),
+            evicted,
+            overflowed,
+        }
     }
 
     /// Forgets every key whose state has carried no information for the eviction
     /// margin; returns how many. Forgetting never changes a decision (see
-    /// [`crate::evict`]). Waits for a sweep already running to finish.
+    /// [`crate::evict`]). Waits for forgetting already under way to finish.
     pub fn evict_idle(&self) -> usize {
         self.core.evict_idle(|| {})
     }
 
-    /// Also sweeps every `period` on a thread of its own, whether or not the store has
-    /// grown (the limiter's own sweeper runs only when a sweep is due). The thread
-    /// holds the limiter weakly: it ends when the returned handle is dropped, or
-    /// with the limiter.
+    /// Also forgets every `period` on a thread of its own, whether or not new keys
+    /// come (the limiter's own sweeper thread runs only when insertions find work for
+    /// it). The thread holds the limiter weakly: it ends when the returned handle is
+    /// dropped, or with the limiter.
     ///
     /// # Errors
     /// The OS refused to spawn the thread.
@@ -334,15 +328,13 @@ where
     ) -> std::io::Result<crate::evict::BackgroundSweeper>
     where
         A: 'static,
-        K: Send + Sync + 'static,
         C: 'static,
-        S: Send + Sync + 'static,
     {
         let core = Arc::downgrade(&self.core);
         crate::evict::BackgroundSweeper::spawn(period, move || match core.upgrade() {
             Some(core) => {
                 // A thread of its own: it yields as the limiter's own does (`TurnTimer`).
-                let pace = TurnTimer::new();
+                let pace = crate::evict::sweeper::TurnTimer::new();
                 core.evict_idle(|| pace.breathe());
                 true
             }
@@ -350,39 +342,32 @@ where
         })
     }
 
-    /// The limiter's algorithm.
-    pub(crate) fn algorithm(&self) -> &A {
-        &self.core.algorithm
-    }
-
-    /// The raw state of `key`, for loom models.
+    /// The raw state of `key` wherever it is, for loom models.
     #[cfg(turnstile_loom)]
-    pub(crate) fn with_state<Q, R>(&self, key: &Q, f: impl FnOnce(&A::State) -> R) -> Option<R>
+    pub(crate) fn with_state<Q, R>(&self, key: &Q, f: impl Fn(&A::State) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        self.core.states.get(key, f)
-    }
-
-    /// A broken sweep for a loom mutant: removes forgettable states without retiring
-    /// them first.
-    #[cfg(turnstile_loom)]
-    pub(crate) fn sweep_without_retiring(&self, forgettable: impl Fn(&A::State, u64) -> bool) {
-        let at = self.core.watermark.begin(self.core.epoch.elapsed());
-        self.core
-            .states
-            .retain(|state| !forgettable(state, at), || {});
+        self.core.states.peek_state(key, f)
     }
 }
 
 impl<A, K, C, S> Core<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
+    /// The store and the algorithm, as forgetting sees them.
+    fn keys(&self) -> Keys<'_, K, A, S> {
+        Keys {
+            store: &self.states,
+            algorithm: &self.algorithm,
+        }
+    }
+
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
     #[inline]
@@ -397,7 +382,7 @@ where
         // else is out of line (`acquire_new`, `acquire_blocked`).
         let decision = reading.tell(match self.look(key, now, cost) {
             Ok(decision) => decision,
-            Err(blocked) => self.acquire_blocked(key, blocked, now, cost),
+            Err(missed) => self.acquire_slow(key, missed, now, cost),
         });
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
@@ -409,9 +394,10 @@ where
     /// `acquire(key, 1).is_allowed()`, with `acquire`'s hot path (one lookup, one step
     /// on the state found) asking the algorithm only whether ([`Algorithm::admit`]).
     /// Everything else is `acquire`'s own slow path, at the same reading: a new key
-    /// (`acquire_new`, whose overflow answer at the key cap is the same), a blocked
-    /// state (`acquire_blocked`: retired, moving, outdated), and a named limiter's every
-    /// request, which its observer must see decided.
+    /// (`acquire_new`, whose overflow answer at the key cap is the same), a key in the
+    /// old generation (relocated, then asked in full), a blocked state
+    /// (`acquire_blocked`: retired, relocated, moving, outdated), and a named limiter's
+    /// every request, which its observer must see decided.
     #[inline]
     fn try_acquire<Q>(&self, key: &Q) -> bool
     where
@@ -423,34 +409,26 @@ where
             return self.try_acquire_observed(key);
         }
         let now = self.epoch.elapsed();
-        let admit = |state: &A::State| self.algorithm.admit(state, self.watermark.reading(now), 1);
-        // A miss is `look`'s: the new key's first request by `acquire_new`, under
-        // the lookup's guard unless `create` runs user code.
-        let new = || {
-            self.acquire_new(key, now, 1)
-                .map(|decision| decision.is_allowed())
-        };
-        let found = if A::CREATE_CALLS_USER_CODE {
-            self.states.get(key, admit).unwrap_or_else(new)
-        } else {
-            self.states.get_or_else(key, admit, new)
-        };
-        match found {
+        let admit = |state: &A::State| self.algorithm.admit(state, self.eviction.reading(now), 1);
+        match self
+            .states
+            .look(key, admit, &Relocator::of(&self.algorithm))
+        {
             Ok(allowed) => allowed,
-            Err(blocked) => self.try_acquire_blocked(key, blocked, now),
+            Err(missed) => self.try_acquire_slow(key, missed, now),
         }
     }
 
-    /// `try_acquire` on a state it could not use: `acquire_blocked`, at the same
-    /// reading, which clears what kept it and decides by the full step.
+    /// `try_acquire` on a key it found no usable state for: `acquire_slow`, at the same
+    /// reading, which decides by the full step.
     #[cold]
     #[inline(never)]
-    fn try_acquire_blocked<Q>(&self, key: &Q, blocked: Blocked, now: u64) -> bool
+    fn try_acquire_slow<Q>(&self, key: &Q, missed: Missed, now: u64) -> bool
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.acquire_blocked(key, blocked, now, 1).is_allowed()
+        self.acquire_slow(key, missed, now, 1).is_allowed()
     }
 
     /// A named limiter's `try_acquire`: the full `acquire`, so that its observer sees
@@ -475,15 +453,15 @@ where
     {
         let now = self.epoch.elapsed();
         let available =
-            |state: &A::State| self.algorithm.available(state, self.watermark.reading(now));
+            |state: &A::State| self.algorithm.available(state, self.eviction.reading(now));
         loop {
-            match self.get_settled(key, available) {
+            match self.settled(key, available) {
                 Some(Ok(available)) => return available,
                 // No state, or a retired one: the key is as good as new.
                 None | Some(Err(Blocked::Retired)) => {
                     return self
                         .algorithm
-                        .fresh_available(|| key.to_key(), self.watermark.reading(now));
+                        .fresh_available(|| key.to_key(), self.eviction.reading(now));
                 }
                 Some(Err(blocked)) => self.unblock(key, blocked, now),
             }
@@ -500,10 +478,10 @@ where
         let now = self.epoch.elapsed();
         let refund = |state: &A::State| {
             self.algorithm
-                .refund(state, self.watermark.reading(now), cost)
+                .refund(state, self.eviction.reading(now), cost)
         };
         loop {
-            match self.get_settled(key, refund) {
+            match self.settled(key, refund) {
                 // No state, or a retired one, was full: nothing to give back.
                 None | Some(Ok(())) | Some(Err(Blocked::Retired)) => return,
                 Some(Err(blocked)) => self.unblock(key, blocked, now),
@@ -511,13 +489,10 @@ where
         }
     }
 
-    /// `f` on `key`'s state, for a caller that takes a miss or a retired state to mean
-    /// "no state": either, from the lock-free lookup, is looked at again under the
-    /// store's lock. A lock-free lookup can miss a key whose entry a move is replacing
-    /// (see the store contract), and can meet a word the word store froze while it
-    /// grew the key's segment (`store/words/`), which it never shows under the lock.
-    /// Loom model 13 checks the first, with a mutant that trusts the first miss.
-    fn get_settled<Q, T>(
+    /// `f` on `key`'s state, for a caller that takes no state to mean something (see
+    /// `KeyedStore::settled`). Loom model 13 checks the word store's second look, with
+    /// a mutant that trusts the first miss.
+    fn settled<Q, T>(
         &self,
         key: &Q,
         f: impl Fn(&A::State) -> Result<T, Blocked>,
@@ -526,167 +501,51 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        match self.states.get(key, &f) {
-            None | Some(Err(Blocked::Retired)) => {}
-            found => return found,
-        }
-        if active(Mutant::TrustFirstMiss) {
-            return None;
-        }
-        self.states.get_locked(key, f)
-    }
-
-    /// Number of keys that have state.
-    fn len(&self) -> usize {
-        self.states.len()
-    }
-
-    /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
-    /// cap with nothing to forget.
-    fn stats(&self) -> KeyStats {
-        let (evicted, overflowed) = self.watermark.stats();
-        KeyStats {
-            keys: self.len(),
-            evicted,
-            overflowed,
-        }
+        self.states.settled(
+            key,
+            f,
+            &Relocator::of(&self.algorithm),
+            active(Mutant::TrustFirstMiss),
+        )
     }
 
     /// Forgets every key whose state has carried no information for the eviction
-    /// margin; returns how many. Forgetting never changes a decision (see
-    /// [`crate::evict`]). Waits for a sweep already running to finish. `pause` as
-    /// for [`Store::retain`].
+    /// margin; returns how many (see `Eviction::evict_idle`). `pause` between steps.
     fn evict_idle(&self, pause: impl FnMut()) -> usize {
-        let _sweeping = self.watermark.lock();
-        self.sweep(pause)
-    }
-
-    /// One pass over the store, calling `pause` where the store holds no lock (see
-    /// [`Store::retain`]); the caller holds the sweep lock.
-    ///
-    /// The instant keys must be forgettable at moves forward every `REFRESH` keys
-    /// visited (raising the watermark first, as the protocol requires), so a long pass
-    /// also forgets keys that went idle while it ran, and what it keeps is the active
-    /// set, not everything inserted meanwhile.
-    fn sweep(&self, pause: impl FnMut()) -> usize {
-        const REFRESH: u32 = 256;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        let started = self.observer.as_ref().map(|_| std::time::Instant::now());
-        let began = self.epoch.elapsed();
-        let mut at = self.watermark.begin(began);
-        let (mut visited, mut forgotten, mut kept) = (0u32, 0, 0);
-        // The earliest instant any kept key could be forgotten.
-        let mut kept_until = u64::MAX;
-        let keep = |state: &A::State| {
-            if self.maintenance.stopping() {
-                return true; // the limiter is being dropped: end early
-            }
-            visited = visited.wrapping_add(1);
-            if visited % REFRESH == 0 {
-                at = self.watermark.begin(self.epoch.elapsed());
-            }
-            match self.algorithm.retire_if_forgettable(state, at) {
-                Retirement::Kept(until) => {
-                    kept += 1;
-                    kept_until = kept_until.min(until);
-                    true
-                }
-                // Replaced by its mover soon, with a state of its own.
-                Retirement::Moving => {
-                    kept += 1;
-                    kept_until = kept_until.min(at);
-                    true
-                }
-                Retirement::Retired => {
-                    forgotten += 1;
-                    false
-                }
-                // Retired by a race with another pass, or by an earlier call for this
-                // entry: every retired entry is removable.
-                Retirement::AlreadyRetired => false,
-                // Its copy is the key's state elsewhere.
-                Retirement::Relocated => false,
-            }
-        };
-        self.states.retain(keep, pause);
-        self.watermark.end(forgotten, kept, began, kept_until);
+        let started = std::time::Instant::now();
+        let forgotten = self
+            .eviction
+            .evict_idle(&self.keys(), || self.epoch.elapsed(), pause);
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let (Some(observer), Some(started)) = (&self.observer, started) {
+        if let Some(observer) = &self.observer {
             observer.swept(forgotten, self.states.len(), started.elapsed());
         }
         forgotten
     }
 
-    /// After an insertion: on about one in `SIZE_SAMPLE`, look at the store's size and
-    /// ask the sweeper thread for a sweep if one is due (see `evict/`). Visits no key,
-    /// and waits for none, unless the thread has fallen four times behind.
-    #[inline]
-    fn after_insertion(&self, now: u64) {
-        // A named limiter's key gauge follows every insertion (sweeps set it too), so
-        // it reads right between sweeps; only named limiters pay the count.
+    /// The sweeper thread's forgetting on a wake-up (`Eviction::work`); `None` once the
+    /// limiter is being dropped.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    fn forget(&self, breathe: impl FnMut()) -> Option<()> {
+        let (forgotten, took) =
+            self.eviction
+                .work(&self.keys(), || self.epoch.elapsed(), breathe)?;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
-            observer.keys(self.states.len());
-        }
-        if evict::sampled() {
-            self.upkeep(self.watermark.after_insertion(self.states.len(), now));
-            if self.watermark.automatic() && self.states.wants_preparation() {
-                // The store's next memory, made ready by the sweeper thread before
-                // requests reach it (the word store: segments' tables grown ahead and
-                // drained). Without a thread (`manual_eviction()`), requests grow the
-                // tables themselves.
-                self.maintenance.request_preparation();
+            if forgotten > 0 {
+                observer.swept(forgotten, self.states.len(), took);
             }
         }
+        let _ = (forgotten, took);
+        Some(())
     }
 
-    #[cold]
-    fn upkeep(&self, upkeep: AfterInsertion) {
-        match upkeep {
-            AfterInsertion::Nothing => {}
-            AfterInsertion::Request => {
-                if !self.maintenance.request() {
-                    // No thread to ask (the OS refused one): sweep here, as a limiter
-                    // without a sweeper thread must.
-                    self.sweep_here();
-                }
-            }
-            // The thread is behind: it has been asked, and is never waited for (a
-            // request that waited for a sweep slept up to 1.5 s under churn on papaya,
-            // results/ANALYSIS.md, "papaya by default"); `max_keys` is the bound that
-            // holds however far it falls behind. Only a limiter whose thread is not
-            // running (the OS refused one, or a sweep panicked) sweeps on a request.
-            AfterInsertion::SweepHere => {
-                if !self.maintenance.running() && !self.maintenance.request() {
-                    self.sweep_here();
-                }
-            }
-        }
-    }
-
-    /// Sweeps on this thread, unless a sweep is running already (never waited for):
-    /// for a limiter that has no sweeper thread to ask.
-    fn sweep_here(&self) {
-        if let Some(_sweeping) = self.watermark.try_lock() {
-            self.sweep(|| {});
-        }
-    }
-
-    /// The answer to a new key at the cap: asks for a sweep (at most once per margin)
-    /// and answers by the overflow policy at once.
-    #[cold]
-    fn overflow(&self, now: u64, cost: u32) -> Decision {
-        if self.watermark.automatic() && self.watermark.cap_sweep_allowed(now) {
-            self.upkeep(AfterInsertion::Request);
-        }
-        self.watermark.count_overflow();
-        let retry_after = self.watermark.next_cap_sweep_in(now);
-        match &self.overflow {
-            Some(shared) => match (shared.0)(self.watermark.reading(now), cost) {
-                Decision::Overflow { .. } => Decision::Overflow { retry_after },
-                decision => decision,
-            },
-            None => Decision::Overflow { retry_after },
+    /// The word store's next stretch of memory, prepared on the sweeper thread.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    fn prepare(&self, stop: impl Fn() -> bool) {
+        if let Some(words) = self.states.words() {
+            crate::store::InPlace::prepare(words, stop);
         }
     }
 
@@ -696,92 +555,108 @@ where
     #[inline(always)]
     fn apply(&self, state: &A::State, now: u64, cost: u32) -> Result<Decision, Blocked> {
         self.algorithm
-            .acquire(state, self.watermark.reading(now), cost)
+            .acquire(state, self.eviction.reading(now), cost)
     }
 
-    /// The first request of a key with no state: make room if the store is at its cap,
-    /// store the key's state (exactly once, however many threads race) with the
-    /// request applied, and ask for a sweep if one is due. Unless `create` runs user
-    /// code, under the epoch guard of the lookup that missed the key.
+    /// The first request of a key with no state (as of `view`): refused at the cap,
+    /// else stored (exactly once, however many threads race) with the request applied,
+    /// and forgetting given its due (`Eviction::after_insertion`). Unless `create` runs
+    /// user code, under the epoch guard of the lookup that missed the key.
     #[cold]
-    fn acquire_new<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
+    fn acquire_new<Q>(&self, view: View, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        // No cap, no need to count the keys (a sum over sixteen cells). At the cap,
-        // the key is looked for under the store's lock before it is refused: the
-        // lock-free lookup that missed it can miss a key whose entry a move is
-        // replacing.
-        if self.watermark.max_keys != usize::MAX && self.states.len() >= self.watermark.max_keys {
-            if active(Mutant::TrustFirstMiss) {
-                return Ok(self.overflow(now, cost));
+        // No cap, no need to count the keys. At the cap, the key is looked for under
+        // the store's lock before it is refused: the lock-free lookup that missed it
+        // can miss a key whose entry a move is replacing (the word store).
+        let max_keys = self.eviction.max_keys;
+        if max_keys != usize::MAX && self.states.len() >= max_keys {
+            if !active(Mutant::TrustFirstMiss) {
+                if let Some(found) = self
+                    .states
+                    .get_locked(key, |state| self.apply(state, now, cost))
+                {
+                    return found;
+                }
             }
-            let found = self
-                .states
-                .get_locked(key, |state| self.apply(state, now, cost));
-            return found.unwrap_or_else(|| Ok(self.overflow(now, cost)));
+            return Ok(self.eviction.at_cap(now, cost, self.overflow.as_ref()));
         }
         let create = |key: &K| self.algorithm.create(key);
         // The first request applied to the new state before it is stored, at the
-        // watermark as read once the insertion is registered: a sweep that raises it
-        // later waits for this insertion to publish or lose before it forgets anything
-        // (`evict/insertions.rs`). Registered after `create` (user code, for per-key
-        // rules), so no sweep waits on a resolver; held until the store answers.
-        let early = active(Mutant::EarlyReading).then(|| self.watermark.reading(now));
-        let mut registration = None;
+        // watermark as read once the insertion is registered: a forgetting that raises
+        // it later waits for this insertion to be done before it forgets anything
+        // (`store/insertions.rs`). Registered after `create` (user code, for per-key
+        // rules), so nothing waits on a resolver.
+        let early = active(Mutant::EarlyReading).then(|| self.eviction.reading(now));
         let first = |state: &mut A::State| {
-            registration = Some(self.watermark.register_insertion());
-            let reading = early.unwrap_or_else(|| self.watermark.reading(now));
+            let reading = early.unwrap_or_else(|| self.eviction.reading(now));
             self.algorithm.acquire_unshared(state, reading, cost)
         };
-        let found = self
-            .states
-            .get_or_insert(key, create, first, |state| self.apply(state, now, cost));
-        drop(registration);
+        let found = self.states.insert_new(
+            view,
+            key,
+            create,
+            first,
+            |state| self.apply(state, now, cost),
+            &Relocator::of(&self.algorithm),
+        );
         self.after_insertion(now);
-        // Gone before we could use it (forgotten at once), or hidden for a moment by a
-        // move: the next look finds the key absent, fresh or moved, as after meeting a
-        // retired state.
-        found.unwrap_or(Err(Blocked::Retired))
+        found
     }
 
-    /// A request that met a state it could not use: clear what kept it, look again,
-    /// and repeat until the request is decided. Out of line, so the hot path carries
-    /// nothing of the loop.
+    /// After an insertion: forgetting's due (a share of a drain under way; on about one
+    /// insertion in `SIZE_SAMPLE`, the cycle's cheap steps; see `evict/`).
+    #[inline]
+    fn after_insertion(&self, now: u64) {
+        // A named limiter's key gauge follows every insertion (forgetting sets it
+        // too), so it reads right between cycles; only named limiters pay the count.
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer {
+            observer.keys(self.states.len());
+        }
+        self.eviction.after_insertion(&self.keys(), now);
+    }
+
+    /// A request that found no state it could use: a new key's first request, or a
+    /// blocked state cleared (what kept it) and looked again for, until the request is
+    /// decided. Out of line, so the hot path carries nothing of the loop.
     #[cold]
     #[inline(never)]
-    fn acquire_blocked<Q>(&self, key: &Q, mut blocked: Blocked, now: u64, cost: u32) -> Decision
+    fn acquire_slow<Q>(&self, key: &Q, mut missed: Missed, now: u64, cost: u32) -> Decision
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         loop {
-            self.unblock(key, blocked, now);
-            match self.look(key, now, cost) {
+            let next = match missed {
+                Missed::Absent(view) => self
+                    .acquire_new(view, key, now, cost)
+                    .map_err(Missed::Blocked),
+                Missed::Blocked(blocked) => {
+                    self.unblock(key, blocked, now);
+                    self.look(key, now, cost)
+                }
+            };
+            match next {
                 Ok(decision) => return decision,
-                Err(again) => blocked = again,
+                Err(again) => missed = again,
             }
         }
     }
 
     /// One look for `key`'s state and one request applied to it: the stored state if
-    /// there is one, else a new one (`acquire_new`).
+    /// there is one (relocated from the old generation if that is where it is).
     #[inline(always)]
-    fn look<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
+    fn look<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Missed>
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let apply = |state: &A::State| self.apply(state, now, cost);
-        let new = || self.acquire_new(key, now, cost);
-        if A::CREATE_CALLS_USER_CODE {
-            self.states.get(key, apply).unwrap_or_else(new)
-        } else {
-            // The insertion under the lookup's guard (see `Store::get_or_else`): it
-            // runs no user code but a metrics recorder's gauge.
-            self.states.get_or_else(key, apply, new)
-        }
+        self.states
+            .look(key, apply, &Relocator::of(&self.algorithm))
     }
 
     /// Clears what kept a request from `key`'s state, so that the next look finds it
@@ -797,20 +672,20 @@ where
             // The mover replaces the entry next, with no user code in between.
             Blocked::Moving => yield_now(),
             Blocked::Outdated => self.renew(key, now),
-            // The next look finds the copy.
+            // The next look finds the copy, or makes it.
             Blocked::Relocated => {}
         }
     }
 
-    /// A retired state was found for `key`: help remove it, so the next look finds
-    /// the key absent or fresh.
+    /// A retired state was found for `key`: on the word store, help remove it, so the
+    /// next look finds the key absent or fresh (the ring's drain removes its own).
     fn remove_retired<Q>(&self, key: &Q)
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         self.states
-            .remove_if(key, |state| self.algorithm.is_retired(state));
+            .remove_retired(key, |state| self.algorithm.is_retired(state));
     }
 
     /// `key`'s state predates the current quotas: ask for them first (user code, with
@@ -824,9 +699,14 @@ where
         let owned = key.to_key();
         let resolved = self.algorithm.resolve(&owned);
         // The owned key is made before anything is frozen: between the freeze and the
-        // swap only the store runs (hashing and comparing the key).
+        // swap only the store runs (hashing and comparing the key). One look, so the
+        // closure runs at most once and `owned` is moved into the swap once.
+        let owned = std::cell::Cell::new(Some(owned));
         let renewal = self.states.get(key, |state| {
-            let now = self.watermark.reading(now);
+            let Some(owned) = owned.take() else {
+                return Renewal::Current;
+            };
+            let now = self.eviction.reading(now);
             let swap = |successor| self.states.swap(owned, state, successor);
             self.algorithm.renew(state, &resolved, now, swap)
         });
@@ -841,9 +721,9 @@ where
 impl<A, K, C, S> RateLimiter<K> for KeyedLimiter<A, K, C, S>
 where
     A: Algorithm<K>,
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     #[inline]
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision

@@ -68,6 +68,12 @@ impl<K> Algorithm<K> for SlidingLogRules {
         Ok(Mutex::new(copy))
     }
 
+    fn relocated_copy(&self, log: &Mutex<Log>) -> Mutex<Log> {
+        let mut copy = log.lock().unpoisoned().clone();
+        copy.status = Status::Relocated;
+        Mutex::new(copy)
+    }
+
     fn is_retired(&self, log: &Mutex<Log>) -> bool {
         log.lock().unpoisoned().status == Status::Retired
     }

@@ -61,8 +61,8 @@ mod cell;
 #[allow(unsafe_code)]
 mod table;
 
-use super::Store;
-use super::count::KeyCount;
+use super::InPlace;
+use super::striped::Striped as KeyCount;
 use crate::KeyRef;
 use crate::word::RETIRED;
 use sdd::{AtomicShared, Guard, Shared, Tag};
@@ -494,7 +494,7 @@ where
     }
 }
 
-impl<K, S> Store<K, AtomicU64, S> for WordStore<K, S>
+impl<K, S> InPlace<K, AtomicU64, S> for WordStore<K, S>
 where
     K: Hash + Eq + Clone + 'static,
     S: BuildHasher + Clone + 'static,
@@ -756,7 +756,7 @@ where
     }
 
     fn len(&self) -> usize {
-        self.keys.get()
+        self.keys.sum()
     }
 
     fn wants_preparation(&self) -> bool {
@@ -895,7 +895,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{SEGMENTS, Store, WordStore};
+    use super::{InPlace, SEGMENTS, WordStore};
     use crate::word::RETIRED;
     use std::cell::Cell;
     use std::sync::Arc;

@@ -1,21 +1,21 @@
-//! The store of loom builds: a loom `Mutex` around a `HashMap` of `Arc`ed values,
-//! exactly as weak as the store contract allows.
+//! The word store's stand-in under loom: a loom `Mutex` around a `HashMap` of `Arc`ed
+//! values, exactly as weak as the [`InPlace`] contract allows.
 //!
 //! Every closure runs outside the lock, on a snapshot that other threads may replace
 //! or remove meanwhile. An insertion makes its value and applies `first` to it
 //! unlocked, then stores it in one locked step if the key is still absent — so it can
 //! lose a race, as papaya's can — and a loser looks the key up again, unlocked, and
 //! may find it gone. A removal re-checks under the lock that it removes the value its
-//! predicate saw, and asks again otherwise (papaya asks again when the entry changed);
-//! `retain` calls `keep` twice for every entry and follows the second answer (papaya
-//! may ask more than once); a swap hides the key from lock-free lookups for a moment,
+//! predicate saw, and asks again otherwise; `retain` calls `keep` twice for every entry
+//! and follows the second answer (the contract lets it ask more than once); a swap
+//! hides the key from lock-free lookups for a moment,
 //! as the word store's lookups can miss a key being replaced. Values are `Arc`s, so
 //! one is never moved or freed while a closure holds it, as papaya's guards keep
 //! theirs. So loom explores every interleaving the contract permits, not just the ones
 //! a lock around each call would allow.
 
-use super::Store;
 use crate::KeyRef;
+use crate::store::InPlace;
 use crate::sync::{Arc, Mutex, MutexGuard, yield_now};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use std::hash::{BuildHasher, Hash};
 
 /// Keys and their state under one loom mutex; values are `Arc`s so closures run
 /// unlocked.
-pub(crate) struct LoomStore<K, V, S> {
+pub(crate) struct LoomWords<K, V, S> {
     map: Mutex<Entries<K, V, S>>,
 }
 
@@ -36,16 +36,11 @@ struct Entries<K, V, S> {
     hidden: Vec<usize>,
 }
 
-impl<K, V, S> LoomStore<K, V, S>
+impl<K, V, S> LoomWords<K, V, S>
 where
     K: Hash + Eq + Clone,
     S: BuildHasher,
 {
-    /// An empty store: one kind under loom, whatever the limiter asked for.
-    pub(crate) fn build(_: super::StoreKind, hasher: S, expected_keys: usize) -> Self {
-        <Self as Store<K, V, S>>::with_hasher(hasher, expected_keys)
-    }
-
     /// The entries, for a locked operation: it waits while a swap is under way, as
     /// the word store's locked operations wait for the segment lock a swap holds.
     fn locked(&self) -> MutexGuard<'_, Entries<K, V, S>> {
@@ -82,7 +77,7 @@ where
     }
 }
 
-impl<K, V, S> Store<K, V, S> for LoomStore<K, V, S>
+impl<K, V, S> InPlace<K, V, S> for LoomWords<K, V, S>
 where
     K: Hash + Eq + Clone,
     S: BuildHasher,

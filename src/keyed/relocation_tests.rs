@@ -1,8 +1,7 @@
-//! Relocation ([`relocate_word`]) checked on every single-word algorithm: no state
+//! Relocation (`relocate_word`) checked, above every single-word algorithm: no state
 //! ever carries the relocation bit, a relocated word keeps the value it was frozen at
 //! for every thread that meets it, and no request changes it again.
 
-use super::{MOVED, RELOCATED, RETIRED, STATE_END, WordAlgorithm, relocate_word};
 use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Retirement};
 use crate::fixed_window::FixedWindowRules;
@@ -11,6 +10,7 @@ use crate::sliding_window::SlidingWindowRules;
 use crate::sync::{AtomicU64, Ordering};
 use crate::token_bucket::TokenBucketRules;
 use crate::word::strategies::any_quota;
+use crate::word::{MOVED, RELOCATED, RETIRED, STATE_END, WordAlgorithm, relocate_word};
 use proptest::prelude::*;
 
 /// Earlier requests (reading, cost) from a fresh word: readings from the whole clock,

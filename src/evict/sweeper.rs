@@ -1,15 +1,17 @@
-//! The limiter's own sweeper thread, so that no request pays for a sweep.
+//! The sweeper thread: the limiter's own, so that requests do as little of the
+//! forgetting as they can, and the one `sweep_in_background` starts.
 //!
-//! Started lazily, by the first insertion that finds a sweep due (or memory due for
-//! preparation: in the word store, past about 2.5 million keys); named
-//! `turnstile-sweeper`; stopped and joined when the limiter is dropped (a sweep in
-//! progress then passes over the remaining keys without looking at them); never
-//! started for a limiter built with `manual_eviction()`, nor under
-//! `--cfg turnstile_loom`, where sweeps happen only on demand (under
-//! `--cfg turnstile_shuttle` it is a shuttle thread, scheduled with the requests). A request that finds a
-//! sweep due only asks for one — it visits no key. If the OS refuses to start the
-//! thread, or a sweep panicked and ended it, `request` says so and the caller sweeps
-//! itself.
+//! The limiter's own is started lazily, by the first insertion that finds work for it
+//! (or memory due for preparation: in the word store, past about 2.5 million keys);
+//! named `turnstile-sweeper`; stopped and joined when the limiter is dropped (a drain
+//! or sweep in progress then ends at its next step); never started for a limiter built
+//! with `manual_eviction()`, nor under `--cfg turnstile_loom`, where keys are forgotten
+//! only on demand (under `--cfg turnstile_shuttle` it is a shuttle thread, scheduled
+//! with the requests). A request that finds work for it only asks; if the OS refuses
+//! to start the thread, or a sweep panicked and ended it, `request` says so and
+//! requests take on what the thread would have done, a bounded share each
+//! (`crate::evict`). A [`BackgroundSweeper`] is the same thread, woken by a period
+//! instead of by requests.
 //!
 //! The thread also prepares the store's next stretch of memory when asked (in the word
 //! store, a segment's table with 2,048 keys of room or more grown ahead and the
@@ -228,17 +230,17 @@ type Thread = ();
 /// Starts the thread.
 type Start = Box<dyn FnOnce(Arc<Signal>) -> io::Result<Thread> + Send>;
 
-/// `Maintenance::state`: no thread yet (or none ever, for manual sweeps).
+/// `Sweeper::state`: no thread yet (or none ever, for manual sweeps).
 const NOT_STARTED: usize = 0;
-/// `Maintenance::state`: one request is starting the thread.
+/// `Sweeper::state`: one request is starting the thread.
 const STARTING: usize = 1;
-/// `Maintenance::state`: the thread runs (or has ended: `Signal::ended`).
+/// `Sweeper::state`: the thread runs (or has ended: `Signal::ended`).
 const STARTED: usize = 2;
-/// `Maintenance::state`: there is no thread to ask (manual, or the OS refused one).
+/// `Sweeper::state`: there is no thread to ask (manual, or the OS refused one).
 const NO_THREAD: usize = 3;
 
-/// A limiter's sweeper thread, not started until it is first needed.
-pub(crate) struct Maintenance {
+/// A sweeper thread, not started until it is first needed.
+pub(crate) struct Sweeper {
     signal: Arc<Signal>,
     /// Whether the thread is started; moved on by compare-and-set, so that exactly one
     /// request starts it and no request waits for another.
@@ -249,7 +251,7 @@ pub(crate) struct Maintenance {
     thread: Mutex<Option<Thread>>,
 }
 
-impl Maintenance {
+impl Sweeper {
     /// Sweeps only on demand: no thread, ever.
     pub(crate) fn manual() -> Self {
         Self {
@@ -277,6 +279,49 @@ impl Maintenance {
             start: Mutex::new(Some(start)),
             ..Self::manual()
         }
+    }
+
+    /// A thread, started now, that runs `work` every `period` until `work` returns
+    /// `false` (the limiter is gone) or the sweeper is stopped. Not under the checkers:
+    /// it is woken by wall time, which neither models.
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+    pub(crate) fn every(
+        period: std::time::Duration,
+        mut work: impl FnMut() -> bool + Send + 'static,
+    ) -> io::Result<Self> {
+        let signal = Arc::new(Signal::default());
+        let thread = {
+            let signal = Arc::clone(&signal);
+            std::thread::Builder::new()
+                .name("turnstile-sweeper".into())
+                .spawn(move || {
+                    let _ending = Ending(Arc::clone(&signal));
+                    loop {
+                        let due = std::time::Instant::now() + period;
+                        loop {
+                            if signal.stopping() {
+                                return;
+                            }
+                            let now = std::time::Instant::now();
+                            if now >= due {
+                                break;
+                            }
+                            // Woken early by `stop`, or spuriously: looks again.
+                            std::thread::park_timeout(due - now);
+                        }
+                        if !work() {
+                            return;
+                        }
+                    }
+                })?
+        };
+        signal.set_waiter(thread.thread().clone());
+        Ok(Self {
+            signal,
+            state: AtomicUsize::new(STARTED),
+            start: Mutex::new(None),
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// Asks the thread for a sweep, starting it first if this is the first request.
@@ -373,9 +418,47 @@ impl Maintenance {
     }
 }
 
+/// A thread that forgets a limiter's idle keys on a fixed period, from
+/// [`KeyedLimiter::sweep_in_background`](crate::KeyedLimiter::sweep_in_background): the
+/// sweeper thread, woken by the period instead of by requests. Dropping the handle
+/// stops the thread (and waits for it); so does dropping the limiter.
+// Not under the checkers: a thread woken by wall time, which neither models (their
+// tests drive forgetting through the limiter's own sweeper thread).
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+pub struct BackgroundSweeper {
+    sweeper: Sweeper,
+}
+
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+impl BackgroundSweeper {
+    /// Runs `sweep` every `period` until stopped, or until `sweep` returns false.
+    pub(crate) fn spawn(
+        period: std::time::Duration,
+        sweep: impl FnMut() -> bool + Send + 'static,
+    ) -> io::Result<Self> {
+        Sweeper::every(period, sweep).map(|sweeper| Self { sweeper })
+    }
+}
+
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+impl std::fmt::Debug for BackgroundSweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundSweeper")
+            .field("running", &self.sweeper.running())
+            .finish()
+    }
+}
+
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
+impl Drop for BackgroundSweeper {
+    fn drop(&mut self) {
+        self.sweeper.stop();
+    }
+}
+
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
-    use super::Maintenance;
+    use super::Sweeper;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -394,16 +477,16 @@ mod tests {
         let ended = Arc::new(AtomicBool::new(false));
         let guard = Ended(Arc::clone(&ended));
         let (started, busy) = std::sync::mpsc::channel();
-        let maintenance = Maintenance::on_thread(move |_| {
+        let sweeper = Sweeper::on_thread(move |_| {
             let _guard = &guard;
             let _ = started.send(());
             // Busy when told to stop: the stop must wait for this to finish.
             std::thread::sleep(std::time::Duration::from_millis(200));
             true
         });
-        assert!(maintenance.request());
+        assert!(sweeper.request());
         busy.recv().unwrap();
-        maintenance.stop();
+        sweeper.stop();
         assert!(
             ended.load(Ordering::SeqCst),
             "stop returned while its thread still ran"

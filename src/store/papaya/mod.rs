@@ -1,5 +1,6 @@
-//! The default store: a `papaya::HashMap`, lock-free for lookups, insertions and
-//! removals.
+//! The papaya map: a `papaya::HashMap`, lock-free for lookups, insertions and
+//! removals. Each generation of the ring (`ring/`) is one, and so is the per-key mutex
+//! baseline's map.
 //!
 //! Each key's state sits in papaya's own entry (one allocation per key, holding the
 //! key and the state), which papaya never moves: a resize copies the entry's pointer
@@ -8,34 +9,32 @@
 //! found under a guard stays put for as long as the guard does, which is what the
 //! compare-and-set loops on it need.
 //!
-//! What papaya guarantees, and what this store relies on (papaya's docs,
+//! What papaya guarantees, and what this map relies on (papaya's docs,
 //! "Consistency"): a read establishes happens-before with the write it reads; a
 //! lookup never misses a key present throughout it (a replacement is one
 //! compare-and-set of the key's slot, not two steps); an insertion of an absent key
 //! either stores its value or finds the value another thread stored first; the
-//! closures of `compute`, `remove_if` and `retain` may be called more than once
-//! when the entry changes under them; and `retain` first completes any resize in
-//! progress.
+//! closures of `compute` and `remove_if` may be called more than once when the entry
+//! changes under them; and iteration first completes any resize in progress.
 //!
 //! Where papaya itself can make a writer wait (papaya 0.2.5, `src/raw/mod.rs`): a
 //! write to an entry that a resize is copying waits for that entry's copy
 //! (`wait_copied`, the copier hashes the key meanwhile), and a thread that needs the
 //! next table while another allocates it waits for that allocation (a mutex held for
-//! the allocation and a count, never around user code). Lookups never wait, and a
-//! request writes to the map only to insert a new key (papaya never waits on a key
-//! that is absent) or to remove or replace its own key's retired or moving state.
-//! results/ANALYSIS.md ("papaya by default") says what that leaves.
+//! the allocation and a count, never around user code). Lookups never wait. Requests
+//! write to a generation only to insert a key that is absent (papaya never waits on
+//! a key that is absent) or to replace their own key's state when it moves to a new
+//! quota; removals happen only in the old generation, into which nothing is inserted
+//! once its drain begins, so no resize runs there (`ring/`).
 
-use super::Store;
+mod pass;
+
+use super::{Map, Passes};
 use crate::KeyRef;
 use papaya::{Compute, HashMap, Operation, ResizeMode};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-
-/// Keys a sweep asks about between two of its pauses.
-const ASKED_BETWEEN_PAUSES: usize = 1024;
-/// Keys a sweep removes under one guard, between two of its pauses.
-const REMOVED_AT_ONCE: usize = 1024;
+use std::sync::Arc;
 
 /// Removed entries a thread gathers before it hands them to reclamation as a batch.
 /// Each batch handed over costs a heavy memory barrier (seize's `membarrier` system
@@ -45,16 +44,31 @@ const REMOVED_AT_ONCE: usize = 1024;
 /// 32 bytes for `u64` keys.
 const RECLAIMED_AT_ONCE: usize = 1024;
 
+/// A thread hands its batch of removed entries and outgrown tables to reclamation at
+/// least once in this many insertions, full or not. A table outgrown in a resize goes
+/// into the batch of the thread that finished the resize, usually a request's, and a
+/// thread that only inserts fills its batch (1,024 objects) with the few tables it
+/// retires only after many resizes: a drain's removals on another thread left tables,
+/// and the entries papaya keeps on them, unreclaimed for good (live heap growing by
+/// about 11 bytes a key streamed, 2-core EPYC VM). Each hand-over is one heavy memory
+/// barrier (about 2.5 µs here): once in this many insertions it costs a new key
+/// under a nanosecond.
+const FLUSHED_EVERY: u32 = 4096;
+
 /// Keys and their states in a lock-free papaya map.
-pub(crate) struct PapayaStore<K, V, S> {
+pub(crate) struct PapayaMap<K, V, S> {
     map: HashMap<K, V, S>,
 }
 
-impl<K, V, S> Store<K, V, S> for PapayaStore<K, V, S>
+impl<K, V, S> Passes for PapayaMap<K, V, S> {
+    type Pass = pass::Pass<K, V, S>;
+}
+
+impl<K, V, S> Map<K, V, S> for PapayaMap<K, V, S>
 where
-    K: Hash + Eq + Clone + 'static,
-    V: Send + Sync,
-    S: BuildHasher,
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
 {
     fn with_hasher(hasher: S, expected_keys: usize) -> Self {
         let map = HashMap::builder()
@@ -83,57 +97,22 @@ where
     }
 
     #[inline]
-    fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
-    {
-        let map = self.map.pin();
-        match map.get(key) {
-            Some(state) => f(state),
-            // Still pinned: the insertion's own pin is then a nested one.
-            None => missed(),
-        }
-    }
-
-    #[inline]
-    fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>,
-    {
-        // papaya's lookup never misses a key present throughout it: no lock needed.
-        self.get(key, f)
-    }
-
-    #[inline]
-    fn get_or_insert<Q, R>(
-        &self,
-        key: &Q,
-        value: impl FnOnce(&K) -> V,
-        first: impl FnOnce(&mut V) -> R,
-        f: impl FnOnce(&V) -> R,
-    ) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + KeyRef<K>,
-    {
-        // The caller has just missed the key: no second lookup before inserting.
-        let owned = key.to_key();
-        let mut value = value(&owned);
-        // The first request, on a state no other thread can see yet.
-        let first = first(&mut value);
+    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<(), R> {
         // `try_insert` with a ready value, not `try_insert_with`: in papaya 0.2.5
         // only the plain insertion helps a resize along; through the closure path a
         // resize stays unfinished and lookups search two tables (~95 ns instead of
         // ~7 ns, measured).
         let map = self.map.pin();
-        match map.try_insert(owned, value) {
-            Ok(_) => Some(first),
-            // Lost the race: our value (and `first`'s work on it) is dropped unused,
-            // and the request goes to the winner's state.
-            Err(occupied) => Some(f(occupied.current)),
+        let inserted = match map.try_insert(key, value) {
+            Ok(_) => Ok(()),
+            // Lost the race: our value is dropped unused.
+            Err(occupied) => Err(f(occupied.current)),
+        };
+        drop(map);
+        if due_for_flush() {
+            self.flush();
         }
+        inserted
     }
 
     fn remove_if<Q>(&self, key: &Q, mut pred: impl FnMut(&V) -> bool) -> bool
@@ -144,42 +123,6 @@ where
         // papaya removes exactly the entry `pred` answered true for (it asks again
         // if the entry changes first).
         matches!(self.map.pin().remove_if(key, |_, v| pred(v)), Ok(Some(_)))
-    }
-
-    fn retain(&self, mut keep: impl FnMut(&V) -> bool, mut pause: impl FnMut()) {
-        // Two passes, so that no guard spans the removals (the asking pass still holds
-        // one: papaya's iterator cannot be resumed under a new guard, so what is
-        // retired elsewhere meanwhile waits for the pass to end). papaya's own `retain`
-        // removes under the one guard its pass holds, and every entry removed while a
-        // guard is held waits for it to be freed: the whole pass's removals at once
-        // (the 10M-key stream reached 75–85 MB so). Here the first pass only asks, under
-        // one guard, and keeps the keys rejected (a rejected state is retired, and no
-        // request changes it again); then they are removed a batch at a time, each
-        // batch under a guard of its own, so that reclamation frees one batch while
-        // the next is removed.
-        let mut rejected = Vec::new();
-        {
-            let map = self.map.pin();
-            for (asked, (key, state)) in map.iter().enumerate() {
-                if asked % ASKED_BETWEEN_PAUSES == ASKED_BETWEEN_PAUSES - 1 {
-                    pause(); // holding no lock, only the pass's guard
-                }
-                if !keep(state) {
-                    rejected.push(key.clone());
-                }
-            }
-        }
-        for batch in rejected.chunks(REMOVED_AT_ONCE) {
-            let map = self.map.pin();
-            for key in batch {
-                // Asked again (the contract allows it): the entry may have been
-                // removed and stored afresh since; a fresh state is kept unless it too
-                // is rejected now.
-                let _ = map.remove_if(key, |_, state| !keep(state));
-            }
-            drop(map);
-            pause();
-        }
     }
 
     fn swap(&self, key: K, current: &V, new: V) -> bool {
@@ -205,15 +148,51 @@ where
     fn len(&self) -> usize {
         self.map.len()
     }
+
+    fn pass(map: Arc<Self>) -> Self::Pass {
+        pass::Pass::new(map)
+    }
+
+    fn advance(pass: &mut Self::Pass, budget: usize, visit: impl FnMut(&K, &V)) -> bool {
+        pass.advance(budget, visit)
+    }
+}
+
+impl<K, V, S> PapayaMap<K, V, S> {
+    /// The papaya map itself, for the pass over it.
+    fn map(&self) -> &HashMap<K, V, S> {
+        &self.map
+    }
+
+    /// Hands this thread's batch of retired objects to reclamation (a heavy barrier).
+    #[cold]
+    #[inline(never)]
+    fn flush(&self) {
+        papaya::Guard::flush(&self.map.guard());
+    }
+}
+
+/// Whether this thread's insertion is one of the one-in-[`FLUSHED_EVERY`] that hand its
+/// batch over.
+#[inline]
+fn due_for_flush() -> bool {
+    thread_local! {
+        static INSERTIONS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    INSERTIONS.with(|insertions| {
+        let n = insertions.get().wrapping_add(1);
+        insertions.set(n);
+        n % FLUSHED_EVERY == 0
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{PapayaStore, Store};
-    use std::sync::{Barrier, Mutex};
+    use super::{Map, PapayaMap};
+    use std::sync::{Arc, Barrier, Mutex};
 
     /// A boxed state, as the sliding log's and per-key quotas' are.
-    type Counts = PapayaStore<u64, Mutex<u64>, foldhash::fast::RandomState>;
+    type Counts = PapayaMap<u64, Mutex<u64>, foldhash::fast::RandomState>;
 
     /// Adds one to a count; what it was before.
     fn add(state: &Mutex<u64>) -> u64 {
@@ -227,9 +206,10 @@ mod tests {
     fn count(store: &Counts, key: u64) -> u64 {
         match store.get(&key, add) {
             Some(before) => before,
-            None => store
-                .get_or_insert(&key, |_| Mutex::new(0), |state| add(state), add)
-                .expect("the papaya store always answers"),
+            None => match store.insert(key, Mutex::new(1), add) {
+                Ok(()) => 0,
+                Err(before) => before,
+            },
         }
     }
 
@@ -270,31 +250,36 @@ mod tests {
         }
     }
 
-    /// A sweep alongside insertions forgets exactly the keys it rejects: none is
-    /// missed, and none of the new keys is taken with them.
+    /// A pass advanced a few entries at a time, from two threads in turn, removing
+    /// what it visits, empties the map: it visits every entry once, and a removal
+    /// during a visit does not disturb it.
     #[test]
-    fn a_sweep_while_the_map_grows_forgets_exactly_what_it_rejects() {
-        let keys = if cfg!(miri) { 200 } else { 40_000 };
-        let store = Counts::with_hasher(Default::default(), 0);
+    fn a_pass_in_steps_from_several_threads_visits_every_entry_once() {
+        let keys = if cfg!(miri) { 100 } else { 20_000 };
+        let store = Arc::new(Counts::with_hasher(Default::default(), 0));
         for key in 0..keys {
             count(&store, key);
         }
-        // Every count is 1; the sweep keeps those set back to 0, and the new keys,
-        // stored at 0, whether it meets them or not.
-        for key in (0..keys).step_by(2) {
-            store.get(&key, |state| *state.lock().unwrap() = 0);
-        }
+        let pass = Mutex::new(Counts::pass(Arc::clone(&store)));
+        let visited = Mutex::new(vec![0u8; keys as usize]);
         std::thread::scope(|s| {
-            s.spawn(|| store.retain(|state| *state.lock().unwrap() == 0, || {}));
-            for key in keys..3 * keys {
-                let _ = store.get_or_insert(&key, |_| Mutex::new(0), |_| (), |_| ());
+            for _ in 0..2 {
+                s.spawn(|| {
+                    loop {
+                        let mut pass = pass.lock().unwrap();
+                        let more = Counts::advance(&mut pass, 7, |&key, state| {
+                            visited.lock().unwrap()[key as usize] += 1;
+                            assert!(store.remove_if(&key, |found| std::ptr::eq(found, state)));
+                        });
+                        if !more {
+                            return;
+                        }
+                    }
+                });
             }
         });
-        assert_eq!(store.len(), (keys.div_ceil(2) + 2 * keys) as usize);
-        for key in 0..3 * keys {
-            let kept = store.get(&key, |_| ()).is_some();
-            assert_eq!(kept, key >= keys || key % 2 == 0, "key {key}");
-        }
+        assert!(visited.into_inner().unwrap().iter().all(|&v| v == 1));
+        assert_eq!(store.len(), 0);
     }
 
     /// A swap replaces exactly the state it names, and a lookup during the swap
@@ -302,7 +287,7 @@ mod tests {
     #[test]
     fn a_swap_replaces_only_the_state_it_names() {
         let store = Counts::with_hasher(Default::default(), 0);
-        let _ = store.get_or_insert(&1, |_| Mutex::new(5), |_| (), |_| ());
+        assert!(store.insert(1, Mutex::new(5), |_| ()).is_ok());
         let stale = Mutex::new(5);
         assert!(
             !store.swap(1, &stale, Mutex::new(9)),

@@ -1,0 +1,228 @@
+//! The ring's cycle of forgetting (see `crate::evict`, "The ring's cycle"): rotate,
+//! let the claims of the rotation close, let the old generation age a margin, raise
+//! the watermark and wait out the insertions that may have read the old one, then
+//! drain. Each step is taken by whoever holds the schedule; how far a caller may go is
+//! its [`Role`].
+
+use super::schedule::{MIN_SWEEP_KEYS, Stage};
+use super::{Eviction, Keys};
+use crate::algorithm::{Algorithm, Retirement};
+use crate::store::Relocator;
+use crate::store::ring::Drained;
+use crate::sync::yield_now;
+use std::hash::{BuildHasher, Hash};
+
+/// Entries of the old generation the sweeper thread drains in one hold of the drain
+/// (a few microseconds): a thread the OS deschedules while it holds the drain keeps
+/// every request's share from it meanwhile, so the holds are short.
+const CHUNK: usize = 32;
+
+/// Entries of the old generation a new key's insertion drains while a drain is under
+/// way: the request's share, so that the old generation empties as fast as the young
+/// one fills whatever the sweeper thread gets of the CPU (a stream of new keys needs
+/// one forgotten per key inserted, and a share of two leaves room for the relocations).
+pub(crate) const SHARE: usize = 4;
+
+/// Who takes the cycle's steps, and how far they may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A request (a sampled insertion): the cheap steps, never a wait; a drain is
+    /// opened only when the thread cannot (none, or overdue by a margin).
+    Request,
+    /// The sweeper thread: every step, the drain in chunks.
+    Thread,
+    /// `evict_idle`: a whole cycle now, aging skipped, waiting where it must.
+    Manual,
+}
+
+/// Where the cycle was left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Nothing more to do now.
+    Waiting,
+    /// The sweeper thread has a step to take (open the drain, drain).
+    ForTheThread,
+    /// The drain is open: whoever may drains it ([`drain_out`]).
+    Draining,
+}
+
+/// Takes the ring's cycle's steps as far as `role` may at `now`, up to an open drain,
+/// which the caller drains ([`drain_out`]) and then comes back (for `Manual`, through
+/// one whole cycle begun after any left unfinished: `rotations_owed` counts the one
+/// still to begin). The caller holds the schedule.
+pub(crate) fn advance<K, A, S>(
+    eviction: &Eviction,
+    keys: &Keys<'_, K, A, S>,
+    now: impl Fn() -> u64,
+    role: Role,
+    rotations_owed: &mut usize,
+) -> Left
+where
+    A: Algorithm<K>,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A::State: 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    let Some(ring) = keys.store.ring() else {
+        return Left::Waiting;
+    };
+    let schedule = &eviction.schedule;
+    loop {
+        match schedule.stage() {
+            Stage::Idle => {
+                // Not within the first margin: no key taken from can be forgettable
+                // before it, and an early rotation only makes new keys look in the
+                // old map (a limiter counts as rotated at its epoch).
+                let due = match role {
+                    Role::Manual => *rotations_owed > 0,
+                    _ if schedule.room_wanted() => eviction.automatic && ring.young_len() > 0,
+                    _ => {
+                        eviction.automatic
+                            && ring.young_len() >= MIN_SWEEP_KEYS
+                            && now() >= eviction.margin
+                    }
+                };
+                if !due {
+                    return Left::Waiting;
+                }
+                if !ring.rotate() {
+                    // The insertions of the drain's flip are not all done (a moment).
+                    if role == Role::Request {
+                        return Left::Waiting;
+                    }
+                    yield_now();
+                    continue;
+                }
+                *rotations_owed = rotations_owed.saturating_sub(1);
+                schedule.rotated(now());
+                schedule.set_stage(Stage::Claims);
+            }
+            Stage::Claims => {
+                if ring.close_claims() {
+                    schedule.set_stage(Stage::Aging);
+                } else if role == Role::Request {
+                    return Left::Waiting;
+                } else {
+                    // Insertions begun before the rotation: each one papaya insertion.
+                    yield_now();
+                }
+            }
+            Stage::Aging => {
+                let now = now();
+                let rotated = schedule.rotated_at();
+                // A clock that stepped back is not waited for: the watermark keeps its
+                // lagging readings exact, and a margin of them may never come.
+                let aged = now >= rotated.saturating_add(eviction.margin) || now < rotated;
+                // At the key cap, room now: what was touched lately is relocated.
+                if !aged && role != Role::Manual && !schedule.room_wanted() {
+                    return Left::Waiting;
+                }
+                let at = now.saturating_sub(eviction.margin);
+                eviction.watermark.raise(at);
+                schedule.drain_from(at);
+                if !ring.insertions().flip() {
+                    // Claims closed only once the rotation's flip settled: unreachable
+                    // but harmless.
+                    return Left::Waiting;
+                }
+                schedule.set_stage(Stage::Settling);
+            }
+            Stage::Settling => {
+                if !ring.insertions().settled() {
+                    if role == Role::Request {
+                        return Left::Waiting;
+                    }
+                    yield_now();
+                    continue;
+                }
+                // Opening the drain may finish a resize of the old map (papaya's pass
+                // does): the thread's work, unless there is none to do it, or it has
+                // not for an eighth of a margin.
+                let overdue = now()
+                    >= schedule
+                        .drain_at()
+                        .saturating_add(eviction.margin + eviction.margin / 8);
+                if role == Role::Request && eviction.sweeper.running() && !overdue {
+                    return Left::ForTheThread;
+                }
+                ring.open_drain();
+                schedule.set_stage(Stage::Draining);
+            }
+            Stage::Draining => {
+                if !ring.view().old_holds_keys() {
+                    // Drained (by these steps or requests' shares).
+                    schedule.set_stage(Stage::Idle);
+                    schedule.room_made();
+                    continue;
+                }
+                // A drain whose regions are all done with entries left (keys moving to
+                // a new quota) takes another pass; this opens it (and does nothing
+                // while regions are left).
+                if role != Role::Request {
+                    ring.open_drain();
+                }
+                return match role {
+                    // Requests drain by their shares (`Eviction::share`).
+                    Role::Request => Left::ForTheThread,
+                    _ => Left::Draining,
+                };
+            }
+        }
+    }
+}
+
+/// Drains the open drain in chunks until it is over, or no region is left to take
+/// (regions all done with entries left: the schedule opens another pass), or `stop`
+/// says so; `breathe` between chunks, holding nothing of the store.
+pub(crate) fn drain_out<K, A, S>(
+    eviction: &Eviction,
+    keys: &Keys<'_, K, A, S>,
+    mut breathe: impl FnMut(),
+    stop: impl Fn() -> bool,
+) where
+    A: Algorithm<K>,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A::State: 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    loop {
+        let drained = drain(eviction, keys, CHUNK, true);
+        if drained.done || stop() {
+            return;
+        }
+        if !drained.open && drained.forgotten + drained.relocated == 0 {
+            // Nothing to take: the last regions are done (by others, or with entries
+            // left); the caller's next step of the schedule settles which.
+            return;
+        }
+        breathe();
+    }
+}
+
+/// Up to `budget` steps of the drain under way, forgetting what is forgettable as of
+/// the instant the drain was opened for; counted in the limiter's tally.
+pub(crate) fn drain<K, A, S>(
+    eviction: &Eviction,
+    keys: &Keys<'_, K, A, S>,
+    budget: usize,
+    wait: bool,
+) -> Drained
+where
+    A: Algorithm<K>,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A::State: 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    let Some(ring) = keys.store.ring() else {
+        return Drained::default();
+    };
+    let judge = |state: &A::State| -> Retirement {
+        // Read under the drain's lock, which the drain's opener took after recording
+        // it: the instant of the drain under way, or an earlier one (never later).
+        let at = eviction.schedule.drain_at();
+        keys.algorithm.retire_if_forgettable(state, at)
+    };
+    let drained = ring.drain(budget, wait, judge, &Relocator::<A, K>::of(keys.algorithm));
+    eviction.tally.forgot(drained.forgotten);
+    drained
+}

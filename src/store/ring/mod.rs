@@ -1,0 +1,575 @@
+//! The ring: a keyed limiter's default store. Three maps ([`Map`]: papaya, or the loom
+//! map) take turns as the *young* generation, where new keys go; the *old* one, which
+//! a key is found in only until it is relocated into the young one or forgotten; and
+//! the *spare*, empty, next in line. A rotation makes the young map old and the spare
+//! young; the old map is then drained whole — each state in it relocated into the
+//! young map or forgotten, and removed — and becomes the spare. Forgetting a key so
+//! costs no lookup of it, and the young map never holds the tombstones of keys
+//! forgotten (which in papaya force a same-size rehash of every live entry). When the
+//! ring rotates and drains is `crate::evict`'s to decide; this module keeps every key
+//! to one state through it.
+//!
+//! # The view
+//! One word says which map is which: the generation number, the young and old maps'
+//! places, and two flags — `OLD` (the old map may hold keys: lookups that miss the
+//! young one look there) and `CLAIMS` (insertions begun before the last rotation may
+//! still land in the old map). A request reads it once and looks up the young map,
+//! then, on a miss and only if `OLD` is set, the old one.
+//!
+//! # One state per key
+//! - **A key found in the old map is relocated** (`Algorithm::relocate`): its state is
+//!   frozen where it is, with its value kept in the frozen word, and a copy takes its
+//!   place in the young map. The freeze is a compare-and-set on the state, so a
+//!   request that still holds the old state — found there before the rotation —
+//!   either changed it before the freeze (and the copy has the change) or fails after
+//!   it and looks again. Any thread that meets a frozen state makes the copy itself
+//!   (every caller of `relocate` gets the same one; the young map stores one), so a
+//!   relocation begun and not finished is finished by the next thread, and none waits.
+//! - **Every insertion into a generation is registered** (`insertions.rs`), and only
+//!   after registering does it check that the generation it looked the key up in is
+//!   still current (else it looks again). A rotation flips the registration phase
+//!   after it changes the view, so insertions begun before it — which may still land
+//!   in the map that is old now — are counted apart; until they are all done the view
+//!   keeps `CLAIMS` set.
+//! - **While `CLAIMS` is set, a new key first claims its place in the old map**: it
+//!   inserts there a fresh state already relocated, then its own state into the young
+//!   map. An insertion begun before the rotation that meets the claim looks again and
+//!   finds the key in the young map; one that got there first is relocated like any
+//!   state of the old map (the claim fails, and the new key's request looks again).
+//! - **The old map is drained only once `CLAIMS` is clear**, and the next rotation
+//!   waits for the drain to end, so nothing is inserted into a map while it is
+//!   drained, and a map is empty when it becomes young again. The drain relocates
+//!   every state it does not forget (and finishes the relocations it finds begun)
+//!   before removing it.
+//!
+//! Loom models 18 to 21 check each step on the real code, each with a mutant that
+//! breaks it (`loom-tests/tests/ring.rs`).
+
+use super::insertions::{Insertions, Registration};
+use super::{Map, Passes, Relocation};
+use crate::KeyRef;
+use crate::algorithm::{Blocked, Retirement};
+use crate::sync::mutants::{Mutant, active};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, Unpoisoned};
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Which map is young and which old, the generation, and the `OLD` and `CLAIMS`
+/// flags (see the module docs), in one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct View(u64);
+
+impl View {
+    /// The young map's place, in the lowest two bits (the hot path's one mask); the
+    /// old map's, at bit 2.
+    const YOUNG_AT: u32 = 0;
+    const OLD_AT: u32 = 2;
+    /// The old map may hold keys.
+    const OLD: u64 = 1 << 4;
+    /// Insertions begun before the last rotation may still land in the old map.
+    const CLAIMS: u64 = 1 << 5;
+    /// The generation number, counted from the limiter's creation, from bit 8.
+    const GENERATION_AT: u32 = 8;
+
+    /// A new limiter's view: map 0 young, map 2 old and empty, map 1 the spare.
+    pub(crate) const FIRST: View = View(2 << Self::OLD_AT);
+
+    /// The young map's place: two bits, so that indexing [`MAPS`] needs no bounds
+    /// check.
+    #[inline(always)]
+    fn young(self) -> usize {
+        (self.0 >> Self::YOUNG_AT & 3) as usize
+    }
+
+    #[inline(always)]
+    fn old(self) -> usize {
+        (self.0 >> Self::OLD_AT & 3) as usize
+    }
+
+    /// The generation: how many rotations came before this view.
+    pub(crate) fn generation(self) -> u64 {
+        self.0 >> Self::GENERATION_AT
+    }
+
+    /// Whether the old map may hold keys.
+    #[inline(always)]
+    pub(crate) fn old_holds_keys(self) -> bool {
+        self.0 & Self::OLD != 0
+    }
+
+    /// Whether new keys must claim their place in the old map first.
+    pub(crate) fn claims(self) -> bool {
+        self.0 & Self::CLAIMS != 0
+    }
+
+    /// The view after a rotation: the spare young, the young old, both flags set.
+    fn rotated(self) -> View {
+        let spare = 3 - self.young() - self.old();
+        View(
+            (self.generation() + 1) << Self::GENERATION_AT
+                | (self.young() as u64) << Self::OLD_AT
+                | (spare as u64) << Self::YOUNG_AT
+                | Self::OLD
+                | Self::CLAIMS,
+        )
+    }
+}
+
+/// Regions a drain splits the old map into: each a stretch of its entries, drained by
+/// one thread at a time, so that threads sharing the drain seldom find theirs held (a
+/// single cursor, held by one thread at a time, was held two times in three when two
+/// request threads shared it on two cores, and the drain fell behind the stream).
+#[cfg(not(turnstile_loom))]
+const REGIONS: usize = 8;
+/// Two regions under loom: enough for two threads draining at once.
+#[cfg(turnstile_loom)]
+const REGIONS: usize = 2;
+
+/// One region of a drain: a pass placed at the region's first entry, and how many
+/// entries it has left to visit (`None`: to the map's end).
+struct Region<P> {
+    pass: P,
+    left: Option<usize>,
+}
+
+/// Why a look found no state a request could use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Missed {
+    /// The state found could not be used (see [`Blocked`]).
+    Blocked(Blocked),
+    /// The key has no state: it is new as of this view.
+    Absent(View),
+}
+
+impl From<Blocked> for Missed {
+    fn from(blocked: Blocked) -> Self {
+        Missed::Blocked(blocked)
+    }
+}
+
+/// What a step of the drain did (see [`Ring::drain`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Drained {
+    /// States forgotten (retired by this step).
+    pub(crate) forgotten: usize,
+    /// States relocated into the young map, or whose relocation this step finished.
+    pub(crate) relocated: usize,
+    /// Whether the drain is over: the old map is empty, and the ring may rotate again.
+    pub(crate) done: bool,
+    /// Whether another thread held the drain, so this step did nothing.
+    pub(crate) busy: bool,
+    /// Whether a pass is still open: when a pass ends with entries left (keys moving
+    /// to a new quota), the drain needs another ([`Ring::open_drain`]).
+    pub(crate) open: bool,
+}
+
+/// Places for maps: three maps take turns, and a fourth place, never named by a view,
+/// holds a second handle to the first, so that a place read from two bits of the view
+/// is always in bounds.
+const MAPS: usize = 4;
+
+/// Three maps in turn (see the module docs).
+pub(crate) struct Ring<K, V, S, M: Passes> {
+    maps: [Arc<M>; MAPS],
+    view: AtomicU64,
+    /// Every insertion into a map of the ring registers here; the watermark's
+    /// handshake (`crate::evict`) uses it too.
+    insertions: Insertions,
+    /// The drain's regions of the old map, while one runs (see [`Ring::drain`]).
+    regions: [Mutex<Option<Region<M::Pass>>>; REGIONS],
+    /// Regions of the drain under way not yet done.
+    regions_left: AtomicUsize,
+    kinds: PhantomData<fn() -> (K, V, S)>,
+}
+
+impl<K, V, S, M> Ring<K, V, S, M>
+where
+    K: Hash + Eq + Clone,
+    S: Clone,
+    M: Map<K, V, S>,
+{
+    /// An empty ring; the young map sized for about `expected_keys` keys.
+    pub(crate) fn with_hasher(hasher: S, expected_keys: usize) -> Self {
+        let first = Arc::new(M::with_hasher(hasher.clone(), expected_keys));
+        Self {
+            maps: [
+                Arc::clone(&first),
+                Arc::new(M::with_hasher(hasher.clone(), 0)),
+                Arc::new(M::with_hasher(hasher, 0)),
+                first,
+            ],
+            view: AtomicU64::new(View::FIRST.0),
+            insertions: Insertions::new(),
+            regions: std::array::from_fn(|_| Mutex::new(None)),
+            regions_left: AtomicUsize::new(0),
+            kinds: PhantomData,
+        }
+    }
+
+    /// The view now.
+    #[inline(always)]
+    pub(crate) fn view(&self) -> View {
+        // Acquire: pairs with the Release of every change to the view, so a request
+        // that sees the old map drained (`OLD` clear) or claims closed finds in the
+        // young map every state the drain relocated there, and in the old map every
+        // state inserted before the claims closed.
+        View(self.view.load(Ordering::Acquire))
+    }
+
+    /// The registration handshake of the ring's insertions.
+    pub(crate) fn insertions(&self) -> &Insertions {
+        &self.insertions
+    }
+
+    /// Registers an insertion into the maps of `view`, unless the generation has moved
+    /// on since (then `None`: the caller looks the key up again).
+    fn register(&self, view: View) -> Option<Registration<'_>> {
+        let registration = self.insertions.register();
+        let current = self.view();
+        let stale = current.generation() != view.generation();
+        (!stale || active(Mutant::StaleInsertion)).then_some(registration)
+    }
+
+    /// `f` on `key`'s state: the young map's, or (off the hot path) the old map's
+    /// relocated into the young one; `Absent(view)` if neither holds one.
+    #[inline(always)]
+    pub(crate) fn look<Q, R>(
+        &self,
+        key: &Q,
+        f: impl Fn(&V) -> Result<R, Blocked> + Copy,
+        relocation: &impl Relocation<V>,
+    ) -> Result<R, Missed>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let view = self.view();
+        // `f` by value on the hot path, so that the step inlines into the lookup (a
+        // reference to it left a call, and its register saves, in every check); and a
+        // plain lookup, with the miss handled after it, so the hot path builds nothing
+        // for the miss.
+        match self.maps[view.young()].get(key, f) {
+            Some(answer) => answer.map_err(Missed::Blocked),
+            None => self.look_old(view, key, &f, relocation),
+        }
+    }
+
+    /// A miss in the young map: the old map's state relocated, if it has one.
+    #[cold]
+    #[inline(never)]
+    fn look_old<Q, R>(
+        &self,
+        view: View,
+        key: &Q,
+        f: &impl Fn(&V) -> Result<R, Blocked>,
+        relocation: &impl Relocation<V>,
+    ) -> Result<R, Missed>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        if !view.old_holds_keys() || self.maps[view.old()].get(key, |_| ()).is_none() {
+            return Err(Missed::Absent(view));
+        }
+        match self.promote(view, key, f, relocation) {
+            Some(answer) => answer.map_err(Missed::Blocked),
+            // Forgotten meanwhile: a new key.
+            None => Err(Missed::Absent(view)),
+        }
+    }
+
+    /// Relocates `key`'s state from the old map of `view` into its young map and
+    /// applies `f` there; `None` if the old map holds no live state for it any more.
+    fn promote<Q, R>(
+        &self,
+        view: View,
+        key: &Q,
+        f: &impl Fn(&V) -> Result<R, Blocked>,
+        relocation: &impl Relocation<V>,
+    ) -> Option<Result<R, Blocked>>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let Some(_registration) = self.register(view) else {
+            return Some(Err(Blocked::Relocated));
+        };
+        let copy = self.maps[view.old()].get(key, |state| relocation.relocate(state));
+        match copy? {
+            Ok(copy) => Some(self.place(view, key.to_key(), copy, f)),
+            // Being forgotten by the drain: as good as new.
+            Err(Blocked::Retired) => None,
+            Err(blocked) => Some(Err(blocked)),
+        }
+    }
+
+    /// Stores `copy` (a relocated state, or a new key's) in the young map of `view`,
+    /// `f` applied to it first, before any other thread can see it; if the young map
+    /// has a state for the key already, `f` on that instead, and `copy` is dropped.
+    fn place<R>(
+        &self,
+        view: View,
+        key: K,
+        copy: V,
+        f: &impl Fn(&V) -> Result<R, Blocked>,
+    ) -> Result<R, Blocked> {
+        let answer = f(&copy);
+        self.maps[view.young()]
+            .insert(key, copy, f)
+            .map_or_else(|stored| stored, |()| answer)
+    }
+
+    /// A new key's first request: `create` makes its state (user code, before anything
+    /// is registered), `first` applies the request to it (after registering: it reads
+    /// the watermark there), and the state is stored in the young map of `view` (the
+    /// view the key was missed in) — after claiming the key's place in the old map, if
+    /// claims are open. `f` instead on the state another thread stored first. A claim
+    /// that finds the key in the old map, or a generation gone by, answers `Relocated`:
+    /// look again.
+    pub(crate) fn insert_new<Q, R>(
+        &self,
+        view: View,
+        key: &Q,
+        create: impl FnOnce(&K) -> V,
+        first: impl FnOnce(&mut V) -> Result<R, Blocked>,
+        f: impl Fn(&V) -> Result<R, Blocked>,
+        relocation: &impl Relocation<V>,
+    ) -> Result<R, Blocked>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let owned = key.to_key();
+        let mut state = create(&owned);
+        let Some(_registration) = self.register(view) else {
+            return Err(Blocked::Relocated);
+        };
+        let claim =
+            (view.claims() && !active(Mutant::NoClaim)).then(|| relocation.relocated_copy(&state));
+        let answer = first(&mut state);
+        if let Some(claim) = claim {
+            let claimed = self.maps[view.old()].insert(owned.clone(), claim, |_| ());
+            if claimed.is_err() {
+                // A state of the key reached the old map since the lookup (an
+                // insertion begun before the rotation): relocate it instead.
+                return Err(Blocked::Relocated);
+            }
+        }
+        self.maps[view.young()]
+            .insert(owned, state, &f)
+            .map_or_else(|stored| stored, |()| answer)
+    }
+
+    /// `f` on `key`'s state where it is, in the young map or else the old one, without
+    /// relocating it: for a look that changes nothing, or a caller that handles what
+    /// `f` says of a relocated state.
+    pub(crate) fn get<Q, R>(&self, key: &Q, f: impl Fn(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let view = self.view();
+        self.maps[view.young()].get(key, &f).or_else(|| {
+            view.old_holds_keys()
+                .then(|| self.maps[view.old()].get(key, &f))
+                .flatten()
+        })
+    }
+
+    /// Stores `new` as `key`'s state if its state is `current` itself, in whichever
+    /// map holds it; whether it did.
+    pub(crate) fn swap(&self, key: K, current: &V, new: V) -> bool {
+        let view = self.view();
+        let young = &self.maps[view.young()];
+        if young.get(&key, |found| std::ptr::eq(found, current)) == Some(true) {
+            return young.swap(key, current, new);
+        }
+        view.old_holds_keys() && self.maps[view.old()].swap(key, current, new)
+    }
+
+    /// Number of keys held: the young map's and the old map's (a key being relocated
+    /// may count twice for a moment).
+    pub(crate) fn len(&self) -> usize {
+        let view = self.view();
+        let old = if view.old_holds_keys() {
+            self.maps[view.old()].len()
+        } else {
+            0
+        };
+        self.maps[view.young()].len() + old
+    }
+
+    /// Keys in the young map.
+    pub(crate) fn young_len(&self) -> usize {
+        self.maps[self.view().young()].len()
+    }
+
+    /// Makes the young map old and the spare young, then flips the insertion phase so
+    /// that the insertions begun before are counted apart; `false`, changing nothing,
+    /// unless the old map is drained and the insertions of the flip before are done.
+    /// One caller at a time (`crate::evict`'s schedule).
+    pub(crate) fn rotate(&self) -> bool {
+        let view = self.view();
+        if view.old_holds_keys() || view.claims() || !self.insertions.settled() {
+            return false;
+        }
+        // Release: see `view`. Only the schedule's holder changes the view while the
+        // old map is drained (the flags are clear), so a store does.
+        self.view.store(view.rotated().0, Ordering::Release);
+        let flipped = self.insertions.flip();
+        debug_assert!(flipped, "settled just before, and no one else flips");
+        true
+    }
+
+    /// Clears `CLAIMS` once every insertion begun before the last rotation is done;
+    /// whether it is clear.
+    pub(crate) fn close_claims(&self) -> bool {
+        let view = self.view();
+        if !view.claims() {
+            return true;
+        }
+        if !self.insertions.settled() {
+            return false;
+        }
+        // Release: see `view`; the insertions' stored states were acquired by
+        // `settled`. The schedule's holder alone changes the view now.
+        self.view
+            .store(View(view.0 & !View::CLAIMS).0, Ordering::Release);
+        true
+    }
+
+    /// Begins the drain of the old map: its regions, each a pass placed at its first
+    /// entry. For the thread that may take long (the first pass finishes a resize the
+    /// map was in, and placing a pass steps over the entries before its region): the
+    /// sweeper thread, or `evict_idle`. Nothing to drain, claims still open, or a drain
+    /// under way: `false`.
+    pub(crate) fn open_drain(&self) -> bool {
+        let view = self.view();
+        // Relaxed: the schedule's holder alone opens drains; its own write.
+        if !view.old_holds_keys() || view.claims() || self.regions_left.load(Ordering::Relaxed) > 0
+        {
+            return false;
+        }
+        let old = &self.maps[view.old()];
+        let stretch = old.len().div_ceil(REGIONS).max(1);
+        for (i, region) in self.regions.iter().enumerate() {
+            let mut pass = M::pass(Arc::clone(old));
+            M::advance(&mut pass, i * stretch, |_, _| {});
+            *region.lock().unpoisoned() = Some(Region {
+                pass,
+                left: (i + 1 < REGIONS).then_some(stretch),
+            });
+        }
+        // Release: pairs with the Acquire in `drain`; the regions themselves are
+        // published by their locks.
+        self.regions_left.store(REGIONS, Ordering::Release);
+        true
+    }
+
+    /// Takes up to `budget` more steps of the drain begun with
+    /// [`open_drain`](Self::open_drain): each state of the old map that `judge`
+    /// retires is removed, every other relocated into the young map and removed (a
+    /// relocation found begun is finished), and a state being moved to a new quota is
+    /// left behind. With `wait`, in the first region not yet done, waiting for another
+    /// thread's steps there to end; else in this thread's region (threads take regions
+    /// in turn), or the next one free, answering `busy` if another thread holds every
+    /// region tried (a request's share). When the last region is done and the old map
+    /// is empty, the drain is over (`OLD` clears); if entries are left (moves to a new
+    /// quota), `open_drain` begins another. No drain under way: nothing done.
+    pub(crate) fn drain(
+        &self,
+        budget: usize,
+        wait: bool,
+        mut judge: impl FnMut(&V) -> Retirement,
+        relocation: &impl Relocation<V>,
+    ) -> Drained {
+        let view = self.view();
+        // Acquire: pairs with `open_drain`'s Release.
+        if !view.old_holds_keys() || self.regions_left.load(Ordering::Acquire) == 0 {
+            return Drained {
+                done: !view.old_holds_keys(),
+                ..Drained::default()
+            };
+        }
+        let first = if wait {
+            0
+        } else {
+            crate::sync::thread_slot(REGIONS)
+        };
+        let mut held = None;
+        for i in 0..REGIONS {
+            let slot = &self.regions[(first + i) % REGIONS];
+            let region = if wait {
+                slot.lock().unpoisoned()
+            } else {
+                match slot.try_lock() {
+                    Ok(region) => region,
+                    Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => continue,
+                }
+            };
+            if region.is_some() {
+                held = Some(region);
+                break;
+            }
+        }
+        let Some(mut held) = held else {
+            return Drained {
+                busy: !wait,
+                ..Drained::default()
+            };
+        };
+        let Some(region) = held.as_mut() else {
+            unreachable!("turnstile: a region held is one not done")
+        };
+        let (old, young) = (&self.maps[view.old()], &self.maps[view.young()]);
+        let mut drained = Drained::default();
+        let steps = region.left.map_or(budget, |left| left.min(budget));
+        let more = M::advance(&mut region.pass, steps, |key, state| {
+            let verdict = judge(state);
+            let remove = match verdict {
+                Retirement::Retired => {
+                    drained.forgotten += 1;
+                    true
+                }
+                Retirement::AlreadyRetired => true,
+                Retirement::Moving => false,
+                Retirement::Kept(_) | Retirement::Relocated => match relocation.relocate(state) {
+                    Ok(copy) => {
+                        drained.relocated += 1;
+                        if !active(Mutant::DrainWithoutCopy) {
+                            let _ = young.insert(key.clone(), copy, |_| ());
+                        }
+                        true
+                    }
+                    Err(Blocked::Retired) => true,
+                    Err(_) => false,
+                },
+            };
+            if remove {
+                old.remove_if(key, |found| std::ptr::eq(found, state));
+            }
+        });
+        if let Some(left) = &mut region.left {
+            *left -= steps;
+        }
+        let region_done = !more || region.left == Some(0);
+        drained.open = !region_done;
+        if region_done {
+            *held = None;
+            drop(held);
+            // AcqRel: the last region done sees every other region's removals (each
+            // done region's Release) before it asks whether the map is empty.
+            if self.regions_left.fetch_sub(1, Ordering::AcqRel) == 1 && old.len() == 0 {
+                // Release: see `view`. The schedule's holder alone changes the view
+                // while the old map holds keys and claims are closed.
+                self.view
+                    .store(View(view.0 & !View::OLD).0, Ordering::Release);
+                drained.done = true;
+            }
+        }
+        drained
+    }
+}
