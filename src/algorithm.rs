@@ -294,8 +294,13 @@ impl Stored for AtomicU64 {
 #[cfg(not(turnstile_loom))]
 impl<T: Send> Stored for std::sync::Mutex<T> {}
 
-/// A state's shape under loom: any (the loom store keeps every state in an `Arc`).
+/// A state's shape under loom: any (loom's stores keep every state in an `Arc`, and
+/// its stand-in for the word store holds any state).
 #[cfg(turnstile_loom)]
-pub trait Stored {}
+pub trait Stored {
+    /// Whether the word store may hold the state: any, under loom.
+    #[doc(hidden)]
+    const WORD: bool = true;
+}
 #[cfg(turnstile_loom)]
 impl<T> Stored for T {}

@@ -12,6 +12,7 @@ use std::hash::{BuildHasher, Hash};
 
 pub use crate::algorithm::Blocked;
 pub use crate::sync::mutants::{Mutant, with as with_mutant};
+
 pub use crate::token_bucket::TokenBucketRules;
 
 /// The leased Redis limiter's per-key hold (`redis/lease/hold.rs`), for its model.
@@ -27,9 +28,9 @@ pub use crate::word::{MOVED, RETIRED, WordAlgorithm, acquire_word, admit_word};
 pub fn word<W, K, C, S, Q>(limiter: &KeyedLimiter<W, K, C, S>, key: &Q) -> (Option<u64>, W)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64> + Copy,
-    K: Hash + Eq + Clone + Borrow<Q> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
     Q: ?Sized + Hash + Eq,
 {
     // Relaxed: read after the model's threads are joined, which orders everything.
@@ -43,9 +44,9 @@ pub fn token_bucket_word<K, C, S, Q>(
     key: &Q,
 ) -> (Option<u64>, TokenBucketRules)
 where
-    K: Hash + Eq + Clone + Borrow<Q> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
     Q: ?Sized + Hash + Eq,
 {
     word(limiter, key)
@@ -56,13 +57,27 @@ where
 pub fn sweep_without_retiring<W, K, C, S>(limiter: &KeyedLimiter<W, K, C, S>)
 where
     W: WordAlgorithm + Algorithm<K, State = AtomicU64>,
-    K: Hash + Eq + Clone + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
-    S: BuildHasher + Clone + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    let rules = limiter.algorithm();
-    // Relaxed: this is the mutant; the model shows why it is wrong.
-    limiter.sweep_without_retiring(|word, at| rules.forgettable(word.load(Ordering::Relaxed), at));
+    with_mutant(Mutant::RemoveWithoutRetiring, || {
+        limiter.evict_idle();
+    });
+}
+
+/// The eviction cycle's rotation alone: the ring's young map made old, new keys'
+/// claims in it closed once the insertions begun before are done; nothing aged or
+/// drained. For models of a new key meeting a rotation; `limiter` must run no other
+/// cycle (manual eviction, no `evict_idle` at the same time).
+pub fn rotate<A, K, C, S>(limiter: &KeyedLimiter<A, K, C, S>)
+where
+    A: Algorithm<K>,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    limiter.rotate_ring();
 }
 
 /// The fixed window's step and rules.
@@ -83,24 +98,21 @@ pub mod gcra {
     pub use crate::gcra::GcraRules;
 }
 
-/// The forgetting bookkeeping alone (a limiter's watermark), so that a model can run
-/// the retire protocol on a bare word, without the store's own synchronization.
+/// The watermark alone, so that a model can run the retire protocol on a bare word,
+/// without the store's own synchronization.
 pub struct Watermark(crate::evict::Watermark);
 
 impl Watermark {
-    /// A watermark at 0, with no eviction margin.
+    /// A watermark at 0.
     pub fn new() -> Self {
-        let settings = crate::evict::EvictionSettings {
-            margin: std::time::Duration::ZERO,
-            ..Default::default()
-        };
-        Self(crate::evict::Watermark::new(&settings, 0))
+        Self(crate::evict::Watermark::new())
     }
 
-    /// Starts a sweep at `now`: raises the watermark; returns the instant keys must be
-    /// forgettable at.
+    /// Starts a forgetting at `now`, with no margin: raises the watermark to `now`;
+    /// returns the instant keys must be forgettable at.
     pub fn begin(&self, now: u64) -> u64 {
-        self.0.begin(now)
+        self.0.raise(now);
+        now
     }
 
     /// A request's reading `now`, raised to the watermark.
@@ -123,12 +135,12 @@ pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: 
 }
 
 /// The sweeper thread's handshake alone: what a request and the thread share.
-pub struct SweepSignal(crate::evict::maintenance::Signal);
+pub struct SweepSignal(crate::evict::sweeper::Signal);
 
 impl SweepSignal {
     /// No request yet.
     pub fn new() -> Self {
-        Self(crate::evict::maintenance::Signal::default())
+        Self(crate::evict::sweeper::Signal::default())
     }
 
     /// The thread that waits on the signal, set before the first request.

@@ -154,6 +154,9 @@ pub mod mutants {
         NoClaim,
         /// The drain removes a state it keeps without copying it into the young map.
         DrainWithoutCopy,
+        /// Forgetting removes forgettable states without retiring them first, so a
+        /// request still holding one can take from it after it is gone.
+        RemoveWithoutRetiring,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

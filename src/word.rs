@@ -358,6 +358,9 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
             Some(from) if from <= at => {}
             from => return Retirement::Kept(from.unwrap_or(u64::MAX)),
         }
+        if active(Mutant::RemoveWithoutRetiring) {
+            return Retirement::Retired;
+        }
         // Release: publishes the sweep's watermark to whoever sees RETIRED (so does the
         // SeqCst fence the sweep took after raising it, in `Insertions::flip_and_wait`:
         // either alone suffices, loom model 11). Relaxed on failure: the word changed

@@ -2,7 +2,7 @@
 
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
-use crate::store::{Map, PapayaMap};
+use crate::store::{BuildMap, Map};
 use crate::sync::Unpoisoned;
 use crate::token_bucket::TokenBucketRules;
 use crate::word::WordAlgorithm;
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 /// generation (papaya, configured alike) but a `Mutex` around each key's state word
 /// instead of a compare-and-set loop. It never forgets a key.
 pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
-    words: PapayaMap<K, Mutex<u64>, S>,
+    words: BuildMap<K, Mutex<u64>, S>,
     rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
@@ -49,7 +49,7 @@ where
     /// Builds the limiter; its epoch is now.
     pub fn build(self) -> MutexPerKey<K, C, S> {
         MutexPerKey {
-            words: PapayaMap::with_hasher(self.hasher, self.expected_keys),
+            words: BuildMap::with_hasher(self.hasher, self.expected_keys),
             rules: TokenBucketRules::new(&self.quota),
             epoch: Epoch::start(self.clock),
             quota: self.quota,

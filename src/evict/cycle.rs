@@ -192,7 +192,10 @@ pub(crate) fn drain_out<K, A, S>(
         }
         if !drained.open && drained.forgotten + drained.relocated == 0 {
             // Nothing to take: the last regions are done (by others, or with entries
-            // left); the caller's next step of the schedule settles which.
+            // left); the caller's next step of the schedule settles which. A share
+            // may be between finishing the last region and saying so: the yield lets
+            // it (a caller that comes straight back must not spin on it).
+            yield_now();
             return;
         }
         breathe();

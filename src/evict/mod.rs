@@ -74,7 +74,7 @@
 //!   each a few atomic operations, none of which waits) if no one else holds the
 //!   schedule, and wakes the thread for the rest;
 //! - while the old map drains, every new key's insertion drains a share of it
-//!   ([`SHARE`](cycle::SHARE) entries), unless another thread is draining at that
+//!   (`cycle::SHARE` entries), unless another thread is draining at that
 //!   moment: so the old map empties as fast as the young one fills, whatever the
 //!   thread gets of the CPU (two request threads on two cores leave it little);
 //! - a drain's first step (papaya's pass, which may finish a resize the old map was

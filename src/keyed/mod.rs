@@ -351,6 +351,20 @@ where
     {
         self.core.states.peek_state(key, f)
     }
+
+    /// Rotates the ring and closes its claims, as the eviction cycle's first two
+    /// stages do, without aging or draining: for loom models of a rotation alone.
+    /// The model's thread is the only one to run the cycle.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn rotate_ring(&self) {
+        let Some(ring) = self.core.states.ring() else {
+            return;
+        };
+        assert!(ring.rotate(), "turnstile: a model rotates a drained ring");
+        while !ring.close_claims() {
+            crate::sync::yield_now();
+        }
+    }
 }
 
 impl<A, K, C, S> Core<A, K, C, S>

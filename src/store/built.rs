@@ -19,6 +19,9 @@ type RingMap<K, V, S> = super::papaya::PapayaMap<K, V, S>;
 #[cfg(turnstile_loom)]
 type RingMap<K, V, S> = super::loom::LoomMap<K, V, S>;
 
+/// The ring of this build's maps.
+type RingOf<K, V, S> = Ring<K, V, S, RingMap<K, V, S>>;
+
 /// The word store of this build: ours, holding words, or loom's stand-in.
 #[cfg(not(turnstile_loom))]
 type Words<K, V, S> = WordsOf<K, V, S>;
@@ -39,7 +42,7 @@ pub(crate) struct WordsOf<K, V, S> {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum KeyedStore<K, V: Stored, S: BuildHasher> {
     /// The default, for every `V`.
-    Ring(Ring<K, V, S, RingMap<K, V, S>>),
+    Ring(RingOf<K, V, S>),
     /// Chosen per limiter, only for single words: forgotten in place, by sweeps.
     Words {
         store: Words<K, V, S>,
@@ -51,7 +54,7 @@ pub(crate) enum KeyedStore<K, V: Stored, S: BuildHasher> {
 impl<K, V, S> KeyedStore<K, V, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    V: Stored + 'static,
+    V: Stored + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// An empty store of the `kind` asked for. A state that is not a single word lives
@@ -76,7 +79,7 @@ where
     }
 
     /// The ring, if the limiter keeps its keys in one.
-    pub(crate) fn ring(&self) -> Option<&Ring<K, V, S, RingMap<K, V, S>>> {
+    pub(crate) fn ring(&self) -> Option<&RingOf<K, V, S>> {
         match self {
             KeyedStore::Ring(ring) => Some(ring),
             KeyedStore::Words { .. } => None,
@@ -286,21 +289,6 @@ mod words_of {
             Q: ?Sized + Hash + Eq,
         {
             self.words.get(key, |word| f(V::of_word(word)))
-        }
-
-        #[inline(always)]
-        fn get_or_else<Q, R>(
-            &self,
-            key: &Q,
-            f: impl FnOnce(&V) -> R,
-            missed: impl FnOnce() -> R,
-        ) -> R
-        where
-            K: Borrow<Q>,
-            Q: ?Sized + Hash + Eq,
-        {
-            self.words
-                .get_or_else(key, |word| f(V::of_word(word)), missed)
         }
 
         fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>

@@ -43,8 +43,11 @@ mod striped;
 mod words;
 
 pub(crate) use built::KeyedStore;
+/// The map of this build (papaya, or loom's stand-in), for the baselines.
 #[cfg(all(not(turnstile_loom), feature = "baselines"))]
-pub(crate) use papaya::PapayaMap;
+pub(crate) type BuildMap<K, V, S> = papaya::PapayaMap<K, V, S>;
+#[cfg(all(turnstile_loom, feature = "baselines"))]
+pub(crate) type BuildMap<K, V, S> = loom::LoomMap<K, V, S>;
 
 /// Which store a keyed limiter keeps its states in, chosen when it is built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,19 +122,6 @@ pub(crate) trait InPlace<K, V, S> {
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq;
-
-    /// `f` on the value of `key` if present, else `missed()`, called before the
-    /// lookup lets go of what it holds (an epoch guard), so that a `get_or_insert`
-    /// inside `missed` pins a nested guard, with no barrier of its own
-    /// (results/ANALYSIS.md). `missed` may take long (a sweep, when the store has
-    /// outgrown its bound).
-    fn get_or_else<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R, missed: impl FnOnce() -> R) -> R
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
-    {
-        self.get(key, f).unwrap_or_else(missed)
-    }
 
     /// Calls `f` with the value of `key`, if present: never misses a key that a `swap`
     /// is replacing (the word store looks under the segment's lock).
@@ -218,6 +208,13 @@ impl<A: crate::algorithm::Algorithm<K>, K> Relocation<A::State> for Relocator<'_
     }
 }
 
+/// The type of a map's pass ([`Map::pass`]), named apart from [`Map`] so that a type
+/// holding a pass (the ring) puts no bounds on its keys where it is declared.
+pub(crate) trait Passes {
+    /// A pass over the map's entries, held between the steps that advance it.
+    type Pass;
+}
+
 /// A concurrent map of keys to states: one generation of the ring, or a baseline's map.
 ///
 /// # Contract
@@ -237,7 +234,7 @@ impl<A: crate::algorithm::Algorithm<K>, K> Relocation<A::State> for Relocator<'_
 ///   for that (see `crate::evict` and `ring/`).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one step.
-/// - **passes**: a [`Pass`](Map::Pass) visits each entry present throughout it once,
+/// - **passes**: a [`Pass`](Passes::Pass) visits each entry present throughout it once,
 ///   entries inserted or removed meanwhile perhaps; it may be advanced by any thread,
 ///   a few entries at a time, and an entry it visits may be removed during the visit.
 /// - Closures may see a value that is replaced or removed before the call returns.
@@ -245,13 +242,6 @@ impl<A: crate::algorithm::Algorithm<K>, K> Relocation<A::State> for Relocator<'_
 ///   under a lock (the loom map runs every closure unlocked, on snapshots, which
 ///   permits more interleavings, not fewer).
 /// - Every method may be called from any number of threads at once.
-/// The type of a map's pass ([`Map::pass`]), named apart from [`Map`] so that a type
-/// holding a pass (the ring) puts no bounds on its keys where it is declared.
-pub(crate) trait Passes {
-    /// A pass over the map's entries, held between the steps that advance it.
-    type Pass;
-}
-
 pub(crate) trait Map<K, V, S>: Passes + Sized + Send + Sync {
     /// An empty map expecting about `expected_keys` keys.
     fn with_hasher(hasher: S, expected_keys: usize) -> Self;

@@ -34,12 +34,14 @@ impl Striped {
     }
 
     /// Adds `n` (negative: removes) on this thread's cell.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
     #[inline]
     pub(crate) fn add(&self, n: isize) {
         // Relaxed: a statistic and a heuristic threshold; it guards no other memory.
         self.cell().fetch_add(n, Ordering::Relaxed);
     }
 
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
     /// The count now: the sum of the cells (never below zero, though a removal
     /// counted on one cell may be summed before the insertion counted on another).
     pub(crate) fn sum(&self) -> usize {

@@ -49,7 +49,7 @@ where
         // guard's batch, which nothing ever hands over (seize does not when an owned
         // guard drops): a table a drain, kept for good (the live heap grew by a table
         // a cycle, 2-core EPYC VM).
-        drop(map.map().pin().iter());
+        let _finished = map.map().pin().iter();
         // SAFETY: the guard borrows the map's collector, which `map` keeps alive, at
         // its place, for as long as the pass holds the guard (see the module docs).
         let guard = unsafe {

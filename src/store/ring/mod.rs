@@ -127,11 +127,15 @@ const REGIONS: usize = 8;
 #[cfg(turnstile_loom)]
 const REGIONS: usize = 2;
 
-/// One region of a drain: a pass placed at the region's first entry, and how many
-/// entries it has left to visit (`None`: to the map's end).
+/// One region of a drain: a pass placed at the region's first entry, how many
+/// entries it has left to visit (`None`: to the map's end), and the view the drain was
+/// opened under. A thread that takes the region works on that view's maps, not on the
+/// one it read before it took the region: by then that drain may be over, the ring
+/// rotated, and this region another drain's.
 struct Region<P> {
     pass: P,
     left: Option<usize>,
+    view: View,
 }
 
 /// Why a look found no state a request could use.
@@ -170,6 +174,9 @@ pub(crate) struct Drained {
 /// is always in bounds.
 const MAPS: usize = 4;
 
+/// The ring's key, state and hasher types, owned by none of its fields.
+type Kinds<K, V, S> = PhantomData<fn() -> (K, V, S)>;
+
 /// Three maps in turn (see the module docs).
 pub(crate) struct Ring<K, V, S, M: Passes> {
     maps: [Arc<M>; MAPS],
@@ -181,7 +188,7 @@ pub(crate) struct Ring<K, V, S, M: Passes> {
     regions: [Mutex<Option<Region<M::Pass>>>; REGIONS],
     /// Regions of the drain under way not yet done.
     regions_left: AtomicUsize,
-    kinds: PhantomData<fn() -> (K, V, S)>,
+    kinds: Kinds<K, V, S>,
 }
 
 impl<K, V, S, M> Ring<K, V, S, M>
@@ -452,6 +459,14 @@ where
         {
             return false;
         }
+        // Counted before any region is placed: every region of this drain is counted
+        // down once, by the thread that finishes it, and one may be taken (by a
+        // thread that saw the last drain under way) as soon as it is placed. Every
+        // region is empty now (each is emptied before it is counted down), so a
+        // thread that sees the count first finds nothing to take. Relaxed: the
+        // regions are published by their locks, and `drain`'s load only spares a
+        // thread the locks when no drain is under way.
+        self.regions_left.store(REGIONS, Ordering::Relaxed);
         let old = &self.maps[view.old()];
         let stretch = old.len().div_ceil(REGIONS).max(1);
         for (i, region) in self.regions.iter().enumerate() {
@@ -460,11 +475,9 @@ where
             *region.lock().unpoisoned() = Some(Region {
                 pass,
                 left: (i + 1 < REGIONS).then_some(stretch),
+                view,
             });
         }
-        // Release: pairs with the Acquire in `drain`; the regions themselves are
-        // published by their locks.
-        self.regions_left.store(REGIONS, Ordering::Release);
         true
     }
 
@@ -486,8 +499,8 @@ where
         relocation: &impl Relocation<V>,
     ) -> Drained {
         let view = self.view();
-        // Acquire: pairs with `open_drain`'s Release.
-        if !view.old_holds_keys() || self.regions_left.load(Ordering::Acquire) == 0 {
+        // Relaxed: a hint (see `open_drain`); the region taken is read under its lock.
+        if !view.old_holds_keys() || self.regions_left.load(Ordering::Relaxed) == 0 {
             return Drained {
                 done: !view.old_holds_keys(),
                 ..Drained::default()
@@ -524,6 +537,7 @@ where
         let Some(region) = held.as_mut() else {
             unreachable!("turnstile: a region held is one not done")
         };
+        let view = region.view;
         let (old, young) = (&self.maps[view.old()], &self.maps[view.young()]);
         let mut drained = Drained::default();
         let steps = region.left.map_or(budget, |left| left.min(budget));

@@ -442,6 +442,41 @@ where
         drop(gone);
     }
 
+    #[inline]
+    /// `f` on the word of `key` if present, else `missed()`: a lookup under one epoch
+    /// guard of the segment's tables.
+    pub(crate) fn get_or_else<Q, R>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&AtomicU64) -> R,
+        missed: impl FnOnce() -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Hash + Eq,
+    {
+        let hash = self.hash(key);
+        let segment = self.segment(hash);
+        let guard = Guard::new();
+        // Acquire: as in `Segment::tables`.
+        let table = segment.table.load(Ordering::Acquire, &guard);
+        let word = match table.as_ref().and_then(|table| table.find(hash, key)) {
+            Some(found) => Some(found.word),
+            // Relaxed: only whether to look; `find_draining` loads it again with
+            // Acquire. A table that drained since `table` was loaded has moved every key.
+            None if !segment.draining.is_null(Ordering::Relaxed) => {
+                find_draining(segment, hash, key, &guard)
+            }
+            None => None,
+        };
+        // `f` in one place: the algorithm's step, inlined once.
+        match word {
+            Some(word) => f(word),
+            // Under the same guard: an insertion's own is then a nested one.
+            None => missed(),
+        }
+    }
+
     /// Removes the full slot `placed`. The caller holds the segment's lock (`used`).
     fn remove_at(&self, segment: &Segment<K>, placed: &Placed<'_>, used: &mut Used, guard: &Guard) {
         let (table, draining) = segment.tables(guard);
@@ -539,39 +574,6 @@ where
         Q: ?Sized + Hash + Eq,
     {
         self.get_or_else(key, |word| Some(f(word)), || None)
-    }
-
-    #[inline]
-    fn get_or_else<Q, R>(
-        &self,
-        key: &Q,
-        f: impl FnOnce(&AtomicU64) -> R,
-        missed: impl FnOnce() -> R,
-    ) -> R
-    where
-        K: Borrow<Q>,
-        Q: ?Sized + Hash + Eq,
-    {
-        let hash = self.hash(key);
-        let segment = self.segment(hash);
-        let guard = Guard::new();
-        // Acquire: as in `Segment::tables`.
-        let table = segment.table.load(Ordering::Acquire, &guard);
-        let word = match table.as_ref().and_then(|table| table.find(hash, key)) {
-            Some(found) => Some(found.word),
-            // Relaxed: only whether to look; `find_draining` loads it again with
-            // Acquire. A table that drained since `table` was loaded has moved every key.
-            None if !segment.draining.is_null(Ordering::Relaxed) => {
-                find_draining(segment, hash, key, &guard)
-            }
-            None => None,
-        };
-        // `f` in one place: the algorithm's step, inlined once.
-        match word {
-            Some(word) => f(word),
-            // Under the same guard: an insertion's own is then a nested one.
-            None => missed(),
-        }
     }
 
     fn get_locked<Q, R>(&self, key: &Q, f: impl FnOnce(&AtomicU64) -> R) -> Option<R>
