@@ -2,21 +2,12 @@
 
 use crate::machine::Machine;
 use crate::runs::{Figures, Throughput};
+use crate::scenarios::{SCENARIOS, find, millions, ops};
 use crate::targets;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Scenarios and contenders in table order; floors last. The keyed scenarios, for
-/// the targets and the plot too.
-pub const SCENARIOS: [&str; 7] = [
-    "hot-allowed",
-    "hot-denied",
-    "uniform-allowed",
-    "uniform-denied",
-    "zipf-allowed",
-    "zipf-denied",
-    "churn-allowed",
-];
+/// Contenders in table order; floors last.
 const CONTENDERS: [&str; 11] = [
     "turnstile",
     "turnstile-words",
@@ -41,50 +32,11 @@ const ALGORITHMS: [&str; 5] = [
     "sliding-log",
 ];
 
-pub(crate) fn ops(figures: &Figures, scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
-    find(&figures.throughput, scenario, limiter, threads)
-}
-
-/// The interleaved median (see benches/ratios.rs), where there is one; else criterion's.
-pub(crate) fn interleaved(
-    figures: &Figures,
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<f64> {
-    find(&figures.interleaved, scenario, limiter, threads)
-        .or_else(|| ops(figures, scenario, limiter, threads))
-}
-
-pub(crate) fn find(
-    list: &[Throughput],
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<f64> {
-    entry(list, scenario, limiter, threads).map(|t| t.ops_per_sec)
-}
-
-/// One contender's figure in `list`, with its rounds.
-pub(crate) fn entry<'a>(
-    list: &'a [Throughput],
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<&'a Throughput> {
-    list.iter()
-        .find(|t| t.scenario == scenario && t.limiter == limiter && t.threads == threads)
-}
-
 fn thread_counts(figures: &Figures) -> Vec<usize> {
     let mut counts: Vec<usize> = figures.throughput.iter().map(|t| t.threads).collect();
     counts.sort_unstable();
     counts.dedup();
     counts
-}
-
-pub(crate) fn millions(ops: f64) -> String {
-    format!("{:.1} M/s", ops / 1e6)
 }
 
 /// One markdown table for `scenario`: `contenders` × thread counts, in millions of
