@@ -27,7 +27,8 @@
 //! the process's peak.
 //!
 //! One stream by hand, printed as its CSV row (the heading and a readable line go to
-//! stderr): `memory --stream LIMITER [THREADS]` — LIMITER one of `turnstile`,
+//! stderr, the line with the keys turnstile forgot and the requests it answered at
+//! its cap, the process's CPU time and its sweeper thread's): `memory --stream LIMITER [THREADS]` — LIMITER one of `turnstile`,
 //! `turnstile-words`, `turnstile-capped` (`max_keys(250_000)`) and `governor`, THREADS
 //! the request threads (default 1). For example `cargo bench --bench memory --
 //! --stream turnstile 2`, or the built executable itself
@@ -219,6 +220,9 @@ struct StreamRun {
     peak_keys: usize,
     /// Keys the limiter still held when the last request thread finished.
     end_keys: usize,
+    /// Keys turnstile's limiter had forgotten by then, and requests it had answered
+    /// at its `max_keys` cap (governor forgets none and has no cap).
+    forgotten: Option<(u64, u64)>,
     /// The streaming thread's peak heap and its heap at the end, with one request
     /// thread only (the count is per thread).
     heap: Option<(u64, i64)>,
@@ -279,6 +283,10 @@ fn stream(limiter: &str, threads: usize) -> StreamRun {
                     clock.advance(STREAM_STEP);
                 },
                 |limiter| limiter.len(),
+                |limiter| {
+                    let stats = limiter.stats();
+                    Some((stats.evicted, stats.overflowed))
+                },
             )
         }
         "governor" => {
@@ -296,6 +304,7 @@ fn stream(limiter: &str, threads: usize) -> StreamRun {
                     clock.advance(STREAM_STEP);
                 },
                 |limiter| limiter.len(),
+                |_| None,
             )
         }
         other => panic!("unknown limiter {other}"),
@@ -310,23 +319,52 @@ fn stream_through<L: Sync>(
     make: impl FnOnce() -> L,
     check: impl Fn(&L, u64) + Sync,
     len: impl Fn(&L) -> usize + Sync,
+    forgotten: impl Fn(&L) -> Option<(u64, u64)>,
 ) -> StreamRun {
     let mut streamed = None;
     let info = allocation_counter::measure(|| {
         let limiter = make();
         let (peak_keys, wall) = drive(threads, |key| check(&limiter, key), || len(&limiter));
-        streamed = Some((peak_keys, len(&limiter), wall));
+        streamed = Some((peak_keys, len(&limiter), forgotten(&limiter), wall));
         std::mem::forget(limiter);
     });
     let peak_rss = peak_rss_bytes().saturating_sub(rss_before);
-    let (peak_keys, end_keys, wall) = streamed.expect("streamed");
+    let (peak_keys, end_keys, forgotten, wall) = streamed.expect("streamed");
     StreamRun {
         peak_keys,
         end_keys,
+        forgotten,
         heap: (threads == 1).then_some((info.bytes_max, info.bytes_current)),
         peak_rss,
         wall,
     }
+}
+
+/// CPU time (user + system) of this process so far, exited threads included, and of
+/// its thread named `turnstile-sweeper` where it has one (a limiter's sweeper thread,
+/// still alive: the limiter is never dropped), from `/proc` in clock ticks of 10 ms.
+fn cpu_secs() -> (f64, Option<f64>) {
+    let ticks = |stat: &str| -> f64 {
+        // The fields after the command name, which is in parentheses: utime and stime
+        // are the 14th and 15th of the line.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        (field(11).unwrap_or(0.0) + field(12).unwrap_or(0.0)) / 100.0
+    };
+    let process = ticks(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default());
+    let sweeper = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            // The kernel keeps 15 bytes of a thread's name.
+            "turnstile-sweeper".starts_with(comm.trim()) && !comm.trim().is_empty()
+        })
+        .map(|task| ticks(&std::fs::read_to_string(task.path().join("stat")).unwrap_or_default()))
+        .reduce(|a, b| a + b);
+    (process, sweeper)
 }
 
 /// Runs `check` on every key of the stream, thread t of `threads` taking keys t,
@@ -445,12 +483,21 @@ fn stream_by_hand(args: &[String]) {
         Some(_) => stream_usage(),
     };
     let run = stream(limiter, threads);
+    let (cpu, sweeper) = cpu_secs();
     eprintln!("{STREAM_HEADER}");
     println!("{}", run.row(limiter, threads));
     let secs = run.wall.as_secs_f64();
+    let forgotten = run
+        .forgotten
+        .map(|(keys, overflowed)| format!(", {keys} forgotten, {overflowed} at the cap"))
+        .unwrap_or_default();
+    let sweeper = sweeper.map_or_else(
+        || "no sweeper thread".to_string(),
+        |secs| format!("the sweeper thread's {secs:.1} s"),
+    );
     eprintln!(
-        "{limiter}, {threads} thr: peak {} keys, {} at the end; peak RSS growth {:.1} MB; \
-         {secs:.2} s ({:.2} M keys/s)",
+        "{limiter}, {threads} thr: peak {} keys, {} at the end{forgotten}; peak RSS growth \
+         {:.1} MB; {secs:.2} s ({:.2} M keys/s); CPU {cpu:.1} s, {sweeper}",
         run.peak_keys,
         run.end_keys,
         run.peak_rss as f64 / 1e6,
