@@ -236,10 +236,10 @@ fn churn_memory_table(figures: &Figures) -> String {
         );
     }
     out.push_str(
-        "\nThe heap is counted per thread: with one request thread, turnstile's sweeper \
-         thread frees what the streaming thread allocated, which that count cannot see; with \
-         several there is no one streaming thread, and the heap is not given (–). Compare \
-         the resident set.\n",
+        "\nThe heap is counted per thread: with one request thread, that count misses what \
+         turnstile's sweeper thread frees and counts what the streaming thread frees of \
+         others' allocations (it can end below zero); with several there is no one streaming \
+         thread, and the heap is not given (–). Compare the resident set.\n",
     );
     out
 }
