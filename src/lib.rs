@@ -60,6 +60,9 @@
 // runs that module's tests in CI (.ci/test).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
+// Every public type prints (tests/send_sync.rs checks the limiters show their
+// configuration).
+#![deny(missing_debug_implementations)]
 // docs.rs builds with `--cfg docsrs` on nightly: the feature labels on the optional
 // modules (`doc(cfg(...))`) need the `doc_cfg` gate there. CI builds the docs the
 // same way (.ci/run).

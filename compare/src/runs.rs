@@ -113,7 +113,7 @@ fn bench_executables(options: &Options) -> Result<Vec<(String, PathBuf)>, String
     cargo.current_dir(workspace_root()).args([
         "bench",
         "-p",
-        "turnstile",
+        "turnstile-ratelimit",
         "--no-run",
         "--message-format=json",
     ]);

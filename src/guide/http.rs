@@ -8,7 +8,7 @@
 //! are on [`crate::policy`].
 //!
 //! ```toml
-//! turnstile = { version = "0.1", features = ["tower"] }
+//! turnstile-ratelimit = { version = "0.2", features = ["tower"] }
 //! ```
 //!
 //! # Routes

@@ -31,6 +31,15 @@ pub struct PeerIp<T = SocketAddr> {
     ipv6_prefix: u8,
 }
 
+/// The IPv6 prefix, not the function that finds the address.
+impl<T> std::fmt::Debug for PeerIp<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerIp")
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PeerIp<SocketAddr> {
     /// The peer address from a `SocketAddr` request extension.
     pub fn new() -> Self {
