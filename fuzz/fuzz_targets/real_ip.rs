@@ -81,6 +81,8 @@ struct Input {
     extra_hops: u8,
     /// Any lines at all, from a trusted and an untrusted peer.
     raw: Vec<Vec<u8>>,
+    /// One `X-Forwarded-For` entry, read against std's address parsers.
+    entry: Vec<u8>,
 }
 
 /// `prefix_len` leading one bits of 32.
@@ -197,6 +199,43 @@ fn entry(forwarded: bool, ip: IpAddr, proxy: &Proxy) -> String {
     element
 }
 
+/// What one `X-Forwarded-For` entry names, as the documentation states it, read with
+/// std's parsers: an address (IPv6 bare or in brackets, IPv4 bare), either in
+/// brackets or IPv4 with a port (decimal up to 65535, or obfuscated: `_` and letters,
+/// digits, `.`, `_`, `-`); `None` for anything else, and for more than 64 bytes (no
+/// address with a port is that long).
+fn xff_entry(entry: &[u8]) -> Option<IpAddr> {
+    let entry = std::str::from_utf8(entry.trim_ascii()).ok()?;
+    if entry.len() > 64 {
+        return None;
+    }
+    let port = |port: &str| match port.strip_prefix('_') {
+        Some(obfuscated) => {
+            !obfuscated.is_empty()
+                && obfuscated
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }
+        None => {
+            (1..=5).contains(&port.len())
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u16>().is_ok()
+        }
+    };
+    if let Some(bracketed) = entry.strip_prefix('[') {
+        let (v6, after) = bracketed.split_once(']')?;
+        let v6: Ipv6Addr = v6.parse().ok()?;
+        return (after.is_empty() || after.strip_prefix(':').is_some_and(port))
+            .then_some(IpAddr::V6(v6));
+    }
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (v4, after) = entry.split_once(':')?;
+    let v4: Ipv4Addr = v4.parse().ok()?;
+    port(after).then_some(IpAddr::V4(v4))
+}
+
 fn values(lines: &[Vec<u8>]) -> Vec<HeaderValue> {
     lines
         .iter()
@@ -260,6 +299,26 @@ fuzz_target!(|input: Input| {
             .collect()
     };
     let extractor = extractor.max_hops(proxies.len() + usize::from(input.extra_hops % 4));
+
+    // One entry, behind a peer trusting every address: the entry's address as std
+    // reads it, or the peer where it names none.
+    if !input.entry.contains(&b',')
+        && let Ok(value) = HeaderValue::from_bytes(&input.entry)
+    {
+        let everyone = RealIp::new(ProxyHeader::XForwardedFor)
+            .trust("0.0.0.0/0".parse().expect("a network"))
+            .trust("::/0".parse().expect("a network"));
+        let peer = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let mut headers = http::HeaderMap::new();
+        headers.append("x-forwarded-for", value);
+        let expected = xff_entry(&input.entry).map_or(peer, canonical);
+        assert_eq!(
+            everyone.client_ip(peer, &headers),
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(&input.entry)
+        );
+    }
 
     // Any lines at all, from a trusted and an untrusted peer: no panic; the untrusted
     // peer is its own key.

@@ -136,14 +136,31 @@
 //! # The example server behind a proxy
 //! `examples/http_server.rs` takes `--trust-proxy CIDR` (repeatable; `--forwarded`
 //! reads `Forwarded` instead of `X-Forwarded-For`) and keys its per-IP limit (300 a
-//! minute) through [`RealIp`]. Captured with `curl` against
-//! `http_server --trust-proxy 127.0.0.1 127.0.0.1:3000` (on loopback, 127.0.0.1 plays
-//! the proxy and 127.0.0.2 a client that reaches the server directly; Linux routes all
-//! of `127/8` to loopback):
+//! minute) through [`RealIp`]; without it, through [`PeerIp`]. On loopback, with
+//! `--trust-proxy 127.0.0.1`, 127.0.0.1 plays the proxy and 127.0.0.2 a client that
+//! reaches the server directly (Linux routes all of `127/8` to loopback). The client
+//! sends 300 requests, each with an API key and an `X-Forwarded-For` of its own (so no
+//! per-user limit binds), then one more; then two requests come through the proxy.
+//! Statuses and the `RateLimit` field, from the capture in `results/http.md`:
 //!
 //! ```text
-//! CURL_OUTPUT
+//! $ curl -s -K spoof.curl | sort | uniq -c      # 300 requests from 127.0.0.2
+//!     300 200
+//! $ curl -i --interface 127.0.0.2 -H "x-api-key: mallory" -H "x-forwarded-for: 203.0.113.250" http://127.0.0.1:3000/balance
+//! HTTP/1.1 429 Too Many Requests
+//! ratelimit: "per-ip";r=0;t=1
+//! $ curl -i -H "x-api-key: bob" -H "x-forwarded-for: 203.0.113.7" http://127.0.0.1:3000/balance
+//! HTTP/1.1 200 OK
+//! ratelimit: "balance";r=99;t=1
+//! $ curl -i -H "x-api-key: carol" -H "x-forwarded-for: 198.51.100.1, 127.0.0.2" http://127.0.0.1:3000/balance
+//! HTTP/1.1 429 Too Many Requests
+//! ratelimit: "per-ip";r=0;t=1
 //! ```
+//!
+//! The client's made-up addresses were ignored: its 301st request is refused by the
+//! per-IP limit of its own address. Through the proxy, 203.0.113.7 has its own
+//! allowance; and 127.0.0.2 coming through the proxy, with an address of its choosing
+//! in front of the one the proxy appended, is the same client, refused.
 //!
 //! What the layer costs with three hops against [`PeerIp`], and the extractor alone:
 //! `results/http.md`, "Behind a proxy".

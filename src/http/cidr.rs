@@ -102,6 +102,23 @@ impl Cidr {
     pub fn prefix_len(&self) -> u8 {
         self.prefix_len
     }
+
+    /// The network's bits and its mask, for matching many addresses against many
+    /// networks: an address `a` of the same family is in it when `a & mask == bits`.
+    pub(super) fn bits(&self) -> Bits {
+        match self.network {
+            IpAddr::V4(network) => {
+                Bits::V4(u32::from(network), (mask(self.prefix_len) >> 96) as u32)
+            }
+            IpAddr::V6(network) => Bits::V6(u128::from(network), mask(self.prefix_len)),
+        }
+    }
+}
+
+/// A network's bits and mask ([`Cidr::bits`]).
+pub(super) enum Bits {
+    V4(u32, u32),
+    V6(u128, u128),
 }
 
 /// One address: the network of that address alone (`/32` or `/128`; an IPv4-mapped

@@ -10,9 +10,10 @@
 //! the same reason: a line is never rejected whole for a byte somewhere in it.
 
 use super::ProxyHeader;
+use super::address;
 use http::HeaderValue;
 use http::header::ValueIter;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 /// The entries of every line of one header, the last line's last entry first; each
 /// is the address it names, or `None` for one that names no address: `unknown`, an
@@ -46,36 +47,107 @@ impl Iterator for Hops<'_> {
                 Some(rest) => rest,
                 None => self.lines.next_back()?.as_bytes(),
             };
-            let quoted = self.syntax == ProxyHeader::Forwarded;
-            let (rest, entry) = split_last(line, b',', quoted);
-            self.rest = rest;
-            let entry = trim(entry);
-            if entry.is_empty() {
-                continue;
-            }
-            return Some(match self.syntax {
-                ProxyHeader::XForwardedFor => node(entry, Brackets::Optional),
-                ProxyHeader::Forwarded => forwarded_for(entry)
-                    .and_then(unquote)
-                    .and_then(|node_| node(node_, Brackets::ForIpv6)),
-            });
+            let hop = match self.syntax {
+                ProxyHeader::XForwardedFor => {
+                    let (rest, entry) = split_last(line);
+                    self.rest = rest;
+                    let entry = entry.trim_ascii();
+                    if entry.is_empty() {
+                        continue;
+                    }
+                    node(entry, Brackets::Optional)
+                }
+                ProxyHeader::Forwarded => {
+                    let (rest, element) = last_element(line);
+                    self.rest = rest;
+                    match element {
+                        Element::Empty => continue,
+                        Element::For(value) => {
+                            unquote(value).and_then(|value| node(value, Brackets::ForIpv6))
+                        }
+                        Element::NoFor | Element::Malformed => None,
+                    }
+                }
+            };
+            return Some(hop);
         }
     }
 }
 
-/// Splits `bytes` at its last `separator`, outside quoted strings when `quoted`: the
-/// bytes before it (`None` when there is none) and those after it.
-fn split_last(bytes: &[u8], separator: u8, quoted: bool) -> (Option<&[u8]>, &[u8]) {
-    let mut in_quotes = false;
-    for (at, &byte) in bytes.iter().enumerate().rev() {
-        if byte == separator && !in_quotes {
-            return (Some(&bytes[..at]), &bytes[at + 1..]);
+/// Splits an `X-Forwarded-For` line at its last comma: the bytes before it (`None`
+/// when there is none) and those after it.
+fn split_last(line: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    match line.iter().rposition(|&byte| byte == b',') {
+        Some(at) => (Some(&line[..at]), &line[at + 1..]),
+        None => (None, line),
+    }
+}
+
+/// What a `Forwarded` element (RFC 7239 §4: `pair *( ";" pair )`) says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Element<'a> {
+    /// No pair at all: an empty list element, skipped.
+    Empty,
+    /// Pairs, none of them `for`.
+    NoFor,
+    /// The value of its one `for` pair (names are case-insensitive).
+    For(&'a [u8]),
+    /// A pair without `=`, or `for` twice (a parameter occurs once per element).
+    Malformed,
+}
+
+impl<'a> Element<'a> {
+    /// The element with one more of its pairs read.
+    fn with_pair(self, pair: &'a [u8]) -> Self {
+        let pair = pair.trim_ascii();
+        if pair.is_empty() || self == Element::Malformed {
+            return self;
         }
-        if quoted && byte == b'"' && !escaped(&bytes[..at]) {
-            in_quotes = !in_quotes;
+        let Some(equals) = pair.iter().position(|&b| b == b'=') else {
+            return Element::Malformed;
+        };
+        if !pair[..equals].eq_ignore_ascii_case(b"for") {
+            return if self == Element::Empty {
+                Element::NoFor
+            } else {
+                self
+            };
+        }
+        match self {
+            Element::For(_) => Element::Malformed,
+            _ => Element::For(&pair[equals + 1..]),
         }
     }
-    (None, bytes)
+}
+
+/// The last element of a `Forwarded` line, read from its end in one pass: the bytes
+/// before its comma (`None` when it is the first) and what it says. Commas and
+/// semicolons inside quoted strings (`host="a,b"`) separate nothing.
+fn last_element(line: &[u8]) -> (Option<&[u8]>, Element<'_>) {
+    let mut element = Element::Empty;
+    let mut in_quotes = false;
+    let mut pair_end = line.len();
+    let mut at = line.len();
+    while at > 0 {
+        at -= 1;
+        let byte = line[at];
+        // Most bytes are none of the three: one test for them.
+        if !matches!(byte, b'"' | b';' | b',') {
+            continue;
+        }
+        if byte == b'"' {
+            if !escaped(&line[..at]) {
+                in_quotes = !in_quotes;
+            }
+        } else if !in_quotes {
+            element = element.with_pair(&line[at + 1..pair_end]);
+            if byte == b',' {
+                return (Some(&line[..at]), element);
+            }
+            pair_end = at;
+        }
+    }
+    (None, element.with_pair(&line[..pair_end]))
 }
 
 /// Whether a quote after `before` is escaped: preceded by an odd run of backslashes
@@ -84,37 +156,11 @@ fn escaped(before: &[u8]) -> bool {
     before.iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
 }
 
-/// The value of the one `for` parameter of a `Forwarded` element (`for=...;proto=...`,
-/// names case-insensitive); `None` when it has none, or more than one (RFC 7239: a
-/// parameter occurs at most once per element), or a parameter without `=`.
-fn forwarded_for(element: &[u8]) -> Option<&[u8]> {
-    let mut found = None;
-    let mut rest = Some(element);
-    while let Some(bytes) = rest {
-        let (before, pair) = split_last(bytes, b';', true);
-        rest = before;
-        let pair = trim(pair);
-        if pair.is_empty() {
-            continue;
-        }
-        let equals = pair.iter().position(|&b| b == b'=')?;
-        if pair[..equals].eq_ignore_ascii_case(b"for") {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(&pair[equals + 1..]);
-        }
-    }
-    found
-}
-
 /// A parameter's value, without its quotes if quoted; `None` for a quoted string
 /// left open or holding an escape (no address needs one).
 fn unquote(value: &[u8]) -> Option<&[u8]> {
     match value {
-        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') && !inner.contains(&b'"') => {
-            Some(inner)
-        }
+        [b'"', inner @ .., b'"'] if !inner.iter().any(|&b| b == b'\\' || b == b'"') => Some(inner),
         [b'"', ..] | [.., b'"'] => None,
         token => Some(token),
     }
@@ -141,30 +187,34 @@ fn node(node: &[u8], brackets: Brackets) -> Option<IpAddr> {
     if node.len() > MAX_NODE {
         return None;
     }
-    let text = std::str::from_utf8(node).ok()?;
-    if let Some(bracketed) = text.strip_prefix('[') {
-        let (v6, after) = bracketed.split_once(']')?;
-        let v6: Ipv6Addr = v6.parse().ok()?;
-        return (after.is_empty() || after.strip_prefix(':').is_some_and(port))
+    if let Some(bracketed) = node.strip_prefix(b"[") {
+        let close = bracketed.iter().position(|&b| b == b']')?;
+        let v6 = address::ipv6(&bracketed[..close])?;
+        let after = &bracketed[close + 1..];
+        return (after.is_empty() || after.strip_prefix(b":").is_some_and(port))
             .then_some(IpAddr::V6(v6));
     }
-    if brackets == Brackets::Optional
-        && let Ok(ip) = text.parse::<IpAddr>()
-    {
-        return Some(ip);
+    if brackets == Brackets::Optional {
+        if let Some(v4) = address::ipv4(node) {
+            return Some(IpAddr::V4(v4));
+        }
+        if let Some(v6) = address::ipv6(node) {
+            return Some(IpAddr::V6(v6));
+        }
     }
-    let (v4, after) = match text.split_once(':') {
-        Some((v4, port_)) => (v4, Some(port_)),
-        None => (text, None),
-    };
-    let v4: Ipv4Addr = v4.parse().ok()?;
-    after.is_none_or(port).then_some(IpAddr::V4(v4))
+    match node.iter().position(|&b| b == b':') {
+        Some(colon) => {
+            let v4 = address::ipv4(&node[..colon])?;
+            port(&node[colon + 1..]).then_some(IpAddr::V4(v4))
+        }
+        None => address::ipv4(node).map(IpAddr::V4),
+    }
 }
 
 /// A port: decimal up to 65535, or obfuscated (RFC 7239 §6.3: `_` and letters,
 /// digits, `.`, `_`, `-`).
-fn port(text: &str) -> bool {
-    match text.as_bytes() {
+fn port(text: &[u8]) -> bool {
+    match text {
         [b'_', rest @ ..] => {
             !rest.is_empty()
                 && rest
@@ -174,20 +224,12 @@ fn port(text: &str) -> bool {
         digits => {
             (1..=5).contains(&digits.len())
                 && digits.iter().all(u8::is_ascii_digit)
-                && text.parse::<u16>().is_ok()
+                && digits
+                    .iter()
+                    .fold(0_u32, |port, &d| port * 10 + u32::from(d - b'0'))
+                    <= 65_535
         }
     }
-}
-
-/// `bytes` without optional whitespace (spaces and tabs) at either end.
-fn trim(bytes: &[u8]) -> &[u8] {
-    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = bytes.iter().position(|b| !is_ows(b)).unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |at| at + 1);
-    &bytes[start..end]
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -306,12 +348,12 @@ mod tests {
     #[test]
     fn ports_are_decimal_up_to_65535_or_obfuscated() {
         for good in ["0", "80", "65535", "_p", "_a.b-c_d"] {
-            assert!(port(good), "{good}");
+            assert!(port(good.as_bytes()), "{good}");
         }
         for bad in [
             "", "65536", "+80", "-1", "123456", "_", "_a b", "0x50", "８０",
         ] {
-            assert!(!port(bad), "{bad}");
+            assert!(!port(bad.as_bytes()), "{bad}");
         }
     }
 }

@@ -149,6 +149,7 @@
 //! [`Limit::window_secs`]: crate::policy::Limit::window_secs
 //! [`Verdict::binding`]: crate::policy::Verdict::binding
 
+mod address;
 mod cidr;
 mod fields;
 mod forwarded;

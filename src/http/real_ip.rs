@@ -1,7 +1,7 @@
 //! The client's address behind reverse proxies: the peer's, unless the peer is a proxy
 //! you trust, which then vouches for the address it got the request from.
 
-use super::cidr::Cidr;
+use super::cidr::{Bits, Cidr};
 use super::forwarded::Hops;
 use super::key::network;
 use crate::policy::KeyExtractor;
@@ -127,6 +127,9 @@ pub struct RealIp<T = SocketAddr> {
     header: ProxyHeader,
     name: HeaderName,
     trusted: Vec<Cidr>,
+    /// The trusted networks' bits and masks by family, matched on every hop.
+    trusted_v4: Vec<(u32, u32)>,
+    trusted_v6: Vec<(u128, u128)>,
     ipv6_prefix: u8,
     max_hops: usize,
 }
@@ -151,6 +154,8 @@ impl<T> RealIp<T> {
             header,
             name: header.name(),
             trusted: Vec::new(),
+            trusted_v4: Vec::new(),
+            trusted_v6: Vec::new(),
             ipv6_prefix: 64,
             max_hops: 16,
         }
@@ -162,6 +167,10 @@ impl<T> RealIp<T> {
     #[must_use]
     pub fn trust(mut self, proxies: Cidr) -> Self {
         self.trusted.push(proxies);
+        match proxies.bits() {
+            Bits::V4(bits, mask) => self.trusted_v4.push((bits, mask)),
+            Bits::V6(bits, mask) => self.trusted_v6.push((bits, mask)),
+        }
         self
     }
 
@@ -192,7 +201,26 @@ impl<T> RealIp<T> {
     #[inline]
     #[must_use]
     pub fn trusts(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|range| range.contains(ip))
+        self.trusts_canonical(ip.to_canonical())
+    }
+
+    /// Whether `ip`, in canonical form, is in a trusted range.
+    #[inline]
+    fn trusts_canonical(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(v4) => {
+                let ip = u32::from(v4);
+                self.trusted_v4
+                    .iter()
+                    .any(|&(bits, mask)| ip & mask == bits)
+            }
+            IpAddr::V6(v6) => {
+                let ip = u128::from(v6);
+                self.trusted_v6
+                    .iter()
+                    .any(|&(bits, mask)| ip & mask == bits)
+            }
+        }
     }
 
     /// The client's address for a request from `peer` with `headers`, found as the
@@ -203,7 +231,7 @@ impl<T> RealIp<T> {
         // The address the walk can vouch for so far: the peer, then each trusted
         // entry. Returned where the walk cannot go on.
         let mut nearest = peer.to_canonical();
-        if !self.trusts(nearest) {
+        if !self.trusts_canonical(nearest) {
             return nearest;
         }
         let mut hops = Hops::new(headers.get_all(&self.name).iter(), self.header);
@@ -213,7 +241,7 @@ impl<T> RealIp<T> {
                 return nearest;
             };
             let ip = ip.to_canonical();
-            if !self.trusts(ip) {
+            if !self.trusts_canonical(ip) {
                 return ip;
             }
             nearest = ip;
@@ -240,6 +268,8 @@ impl<T> Clone for RealIp<T> {
             header: self.header,
             name: self.name.clone(),
             trusted: self.trusted.clone(),
+            trusted_v4: self.trusted_v4.clone(),
+            trusted_v6: self.trusted_v6.clone(),
             ipv6_prefix: self.ipv6_prefix,
             max_hops: self.max_hops,
         }
