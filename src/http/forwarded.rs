@@ -9,11 +9,37 @@
 //! proxy's entry into "malformed" and choose the fallback. Bytes are read as bytes for
 //! the same reason: a line is never rejected whole for a byte somewhere in it.
 
-use super::ProxyHeader;
 use super::address;
-use http::HeaderValue;
 use http::header::ValueIter;
+use http::{HeaderName, HeaderValue};
 use std::net::IpAddr;
+
+/// Which header the trusted proxies write the client's address to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`: a list of addresses, each proxy
+    /// appending the one it got the request from (nginx's
+    /// `$proxy_add_x_forwarded_for`, HAProxy's `option forwardfor`, Envoy, AWS's and
+    /// Google's load balancers). Bare IPv6 addresses, bracketed ones and addresses with
+    /// a port (`192.0.2.1:5678`, `[2001:db8::1]:443`) are all read.
+    XForwardedFor,
+    /// `Forwarded: for=client, for="[2001:db8::1]:4711";proto=https` (RFC 7239): a list
+    /// of elements, one per proxy, whose `for` parameter names the address it got the
+    /// request from; IPv6 in brackets and quoted, as the RFC writes it.
+    Forwarded,
+}
+
+impl ProxyHeader {
+    /// The header's name.
+    #[must_use]
+    pub fn name(self) -> HeaderName {
+        match self {
+            Self::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            Self::Forwarded => http::header::FORWARDED,
+        }
+    }
+}
 
 /// The entries of every line of one header, the last line's last entry first; each
 /// is the address it names, or `None` for one that names no address: `unknown`, an

@@ -162,7 +162,8 @@ mod service;
 
 pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
+pub use forwarded::ProxyHeader;
 pub use key::{HeaderKey, PeerIp};
 pub use layer::{ConfigError, RateLimitLayer, RateLimitLayerBuilder};
-pub use real_ip::{ProxyHeader, RealIp};
+pub use real_ip::RealIp;
 pub use service::{RateLimit, ResponseFuture};

@@ -2,40 +2,13 @@
 //! you trust, which then vouches for the address it got the request from.
 
 use super::cidr::{Bits, Cidr};
-use super::forwarded::Hops;
+use super::forwarded::{Hops, ProxyHeader};
 use super::key::network;
 use crate::policy::KeyExtractor;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-
-/// Which header the trusted proxies write the client's address to.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-#[non_exhaustive]
-pub enum ProxyHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2`: a list of addresses, each proxy
-    /// appending the one it got the request from (nginx's
-    /// `$proxy_add_x_forwarded_for`, HAProxy's `option forwardfor`, Envoy, AWS's and
-    /// Google's load balancers). Bare IPv6 addresses, bracketed ones and addresses with
-    /// a port (`192.0.2.1:5678`, `[2001:db8::1]:443`) are all read.
-    XForwardedFor,
-    /// `Forwarded: for=client, for="[2001:db8::1]:4711";proto=https` (RFC 7239): a list
-    /// of elements, one per proxy, whose `for` parameter names the address it got the
-    /// request from; IPv6 in brackets and quoted, as the RFC writes it.
-    Forwarded,
-}
-
-impl ProxyHeader {
-    /// The header's name.
-    #[must_use]
-    pub fn name(self) -> HeaderName {
-        match self {
-            Self::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            Self::Forwarded => http::header::FORWARDED,
-        }
-    }
-}
 
 /// The client's IP address behind reverse proxies you trust — nginx's `real_ip`
 /// (`set_real_ip_from` with `real_ip_recursive on`) as a key extractor.
@@ -90,7 +63,7 @@ impl ProxyHeader {
 /// | a trusted entry | (the walk goes on, left) |
 /// | the first untrusted address | that address |
 /// | no header, or no entry left: every hop trusted | the leftmost hop: the last entry read, or the peer |
-/// | `unknown`, an obfuscated identifier (`_hidden`), a `Forwarded` element without one `for`, anything malformed | the nearest trusted hop |
+/// | `unknown`, an obfuscated identifier (`_hidden`), a `Forwarded` element without one `for`, an entry longer than any address with a port (64 bytes), anything malformed | the nearest trusted hop |
 /// | more than [`max_hops`](RealIp::max_hops) entries (16 by default) | the nearest trusted hop |
 ///
 /// The **nearest trusted hop** is the last address the walk could vouch for: the
