@@ -721,7 +721,7 @@ fn between_phases(shared: &Shared) {
         _ => between.rng.random_range(0..4_000_000),
     };
     shared.clock.advance(Duration::from_nanos(step));
-    if between.phases % RECONFIGURE_EVERY == 0 {
+    if between.phases.is_multiple_of(RECONFIGURE_EVERY) {
         between.configuration += 1;
         for subject in &shared.subjects {
             subject.limiter.reconfigure(between.configuration);

@@ -13,7 +13,7 @@
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
 //!
-//! Run:  `cargo run --release --example http_server --features tower,metrics,redis [-- ADDR] [--generous | --no-limits] [--no-recorder] [--redis URL [--leased] [--one-check] [--bare]]`
+//! Run:  `cargo run --release --example http_server --features tower,metrics,redis [-- ADDR] [--generous | --no-limits] [--no-recorder] [--trust-proxy CIDR ... [--forwarded]] [--redis URL [--leased] [--one-check] [--bare]]`
 //! Then: `curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/balance`
 //! and   `curl http://127.0.0.1:3000/metrics`
 //!
@@ -22,6 +22,13 @@
 //! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
 //! recorder (the limiters are named, but report to no one: the cost of the `metrics`
 //! feature alone). They exist for `results/http.md`.
+//!
+//! **Behind a reverse proxy**: `--trust-proxy CIDR` (repeatable) trusts the proxies in
+//! that range, and the per-IP limit keys on the client's address from the
+//! `X-Forwarded-For` they append to (`--forwarded`: from `Forwarded`, RFC 7239),
+//! through `RealIp`: a client that is not a trusted proxy is keyed by its own address,
+//! whatever it sends. Without it the per-IP limit keys on the peer (`PeerIp`) and
+//! reads no header.
 //!
 //! **Shared mode**, for a fleet: `--redis URL` keeps every limit in Redis (one
 //! `RedisTokenBucket` per endpoint's per-user limit and one for the per-IP limit,
@@ -44,7 +51,7 @@ use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use turnstile::http::{HeaderKey, PeerIp, RateLimitLayer};
+use turnstile::http::{Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp};
 use turnstile::policy::{Check, KeyExtractor, Limit, Policy, PolicyCheck};
 use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
 use turnstile::{Quota, QuotaError, TokenBucket};
@@ -57,6 +64,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let (mut generous, mut no_limits, mut recorder) = (false, false, true);
     let mut store = Store::InProcess;
     let (mut one_check, mut bare) = (false, false);
+    let (mut trusted, mut header) = (Vec::new(), ProxyHeader::XForwardedFor);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -67,6 +75,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "--leased" => store = store.leased()?,
             "--one-check" => one_check = true,
             "--bare" => bare = true,
+            "--trust-proxy" => {
+                let range = args.next().ok_or("--trust-proxy needs a CIDR")?;
+                trusted.push(range.parse::<Cidr>()?);
+            }
+            "--forwarded" => header = ProxyHeader::Forwarded,
             other => addr = other.parse()?,
         }
     }
@@ -77,10 +90,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         None
     };
 
+    let proxies = (!trusted.is_empty()).then_some(Proxies { trusted, header });
     let limits = Limits {
         generous,
         store,
         one_check,
+        proxies,
     };
     let app = if bare {
         bare_balance(&limits)?
@@ -109,8 +124,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         (false, false) => "limits on",
     };
     let store = limits.store.describe();
+    let peers = match &limits.proxies {
+        None => "per-IP by the peer address".to_owned(),
+        Some(proxies) => proxies.describe(),
+    };
     println!(
-        "listening on http://{} ({mode}, {store})",
+        "listening on http://{} ({mode}, {store}, {peers})",
         listener.local_addr()?
     );
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -144,11 +163,30 @@ impl Store {
     }
 }
 
+/// The reverse proxies trusted to say who the client is.
+struct Proxies {
+    trusted: Vec<Cidr>,
+    header: ProxyHeader,
+}
+
+impl Proxies {
+    fn describe(&self) -> String {
+        let ranges: Vec<String> = self.trusted.iter().map(Cidr::to_string).collect();
+        let header = self.header.name();
+        format!(
+            "per-IP by the client behind proxies in {} ({header})",
+            ranges.join(", ")
+        )
+    }
+}
+
 /// How the server limits.
 struct Limits {
     generous: bool,
     store: Store,
     one_check: bool,
+    /// `None`: the peer is the client.
+    proxies: Option<Proxies>,
 }
 
 impl Limits {
@@ -199,15 +237,23 @@ impl Limits {
     }
 }
 
-/// The peer's address as a key of bytes, for Redis: `PeerIp`'s address (IPv4-mapped
-/// IPv6 as IPv4, IPv6 by its /64), as its octets.
-struct PeerIpBytes(PeerIp<ConnectInfo<SocketAddr>>);
+/// The client's address as a key of bytes, for Redis: `PeerIp`'s or, behind trusted
+/// proxies, `RealIp`'s address (IPv4-mapped IPv6 as IPv4, IPv6 by its /64), as its
+/// octets.
+enum ClientIpBytes {
+    Peer(PeerIp<ConnectInfo<SocketAddr>>),
+    BehindProxies(RealIp<ConnectInfo<SocketAddr>>),
+}
 
-impl KeyExtractor<Parts> for PeerIpBytes {
+impl KeyExtractor<Parts> for ClientIpBytes {
     type Key = IpBytes;
 
     fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&IpBytes) -> T) -> Option<T> {
-        self.0.with_key(request, |ip| with(&IpBytes::of(*ip)))
+        let with = |ip: &IpAddr| with(&IpBytes::of(*ip));
+        match self {
+            Self::Peer(peer) => peer.with_key(request, with),
+            Self::BehindProxies(real) => real.with_key(request, with),
+        }
     }
 }
 
@@ -275,10 +321,17 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
             .name("per-ip")
             .build(),
     );
-    let peer = || {
-        PeerIpBytes(PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| {
-            info.0
-        }))
+    let peer_address = |info: &ConnectInfo<SocketAddr>| info.0;
+    let peer = || match &limits.proxies {
+        None => ClientIpBytes::Peer(PeerIp::from_extension(peer_address)),
+        Some(proxies) => {
+            let real = RealIp::from_extension(proxies.header, peer_address);
+            let real = proxies
+                .trusted
+                .iter()
+                .fold(real, |real, &range| real.trust(range));
+            ClientIpBytes::BehindProxies(real)
+        }
     };
 
     let endpoint = |name: &str, per_minute: u32| -> Result<Policy<Parts>, Box<dyn Error>> {

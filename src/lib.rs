@@ -27,6 +27,7 @@
 //! | a quota per key, quotas changed while running | [`guide::per_key_quotas`], [`per_key`] |
 //! | several limits on one request, dry run, waiting | [`guide::policies`], [`policy`] |
 //! | HTTP: 429, `Retry-After`, the RateLimit fields (feature `tower`) | [`guide::http`], `turnstile::http` |
+//! | HTTP behind load balancers: the client's address from trusted proxies (feature `tower`) | [`guide::behind_a_proxy`], `turnstile::http::RealIp` |
 //! | limits shared by many servers (feature `redis`) | [`guide::redis`], `turnstile::redis` |
 //! | metrics and logs (features `metrics`, `tracing`) | `turnstile::observe` |
 //! | moving from governor | [`guide::coming_from_governor`] |
@@ -60,6 +61,9 @@
 // runs that module's tests in CI (.ci/test).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
+// Every public type prints (tests/send_sync.rs checks the limiters show their
+// configuration).
+#![deny(missing_debug_implementations)]
 // docs.rs builds with `--cfg docsrs` on nightly: the feature labels on the optional
 // modules (`doc(cfg(...))`) need the `doc_cfg` gate there. CI builds the docs the
 // same way (.ci/run).

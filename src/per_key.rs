@@ -73,6 +73,7 @@ use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
 use crate::decision::Decision;
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
+use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -148,6 +149,26 @@ impl<A: Reconfigurable> Entry<A> {
         } else {
             Err(Blocked::Outdated)
         }
+    }
+}
+
+/// The configuration's number (how many reconfigurations so far), not the resolver.
+impl<A, K> fmt::Debug for PerKey<A, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerKey")
+            .field("configuration", &self.configuration())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The configuration the entry was made under, not its rules or state.
+impl<A: Algorithm<()>> fmt::Debug for Entry<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: as `Entry::current`.
+        let configuration = self.configuration.load(Ordering::Relaxed);
+        f.debug_struct("Entry")
+            .field("configuration", &configuration)
+            .finish_non_exhaustive()
     }
 }
 

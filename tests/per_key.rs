@@ -249,7 +249,7 @@ mod same_decisions {
         ) {
             let small = quota(2, ms(1));
             let large = quota(5, Duration::from_micros(700));
-            let of = move |key: &u64| if key % 2 == 0 { small } else { large };
+            let of = move |key: &u64| if key.is_multiple_of(2) { small } else { large };
             let clock = ManualClock::new();
             let per_key = TokenBucket::<u64>::builder(small).clock(clock.clone()).build_per_key(of);
             let shared = [

@@ -18,6 +18,7 @@ mod machine;
 mod plot;
 mod report;
 mod runs;
+mod scenarios;
 mod targets;
 
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! throughput.svg: aggregate throughput against thread count, one panel per scenario.
 
 use crate::machine::Machine;
-use crate::report::SCENARIOS;
 use crate::runs::Figures;
+use crate::scenarios::SCENARIOS;
 use plotters::prelude::*;
 use std::path::Path;
 

@@ -2,21 +2,12 @@
 
 use crate::machine::Machine;
 use crate::runs::{Figures, Throughput};
+use crate::scenarios::{SCENARIOS, find, millions, ops};
 use crate::targets;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Scenarios and contenders in table order; floors last. The keyed scenarios, for
-/// the targets and the plot too.
-pub const SCENARIOS: [&str; 7] = [
-    "hot-allowed",
-    "hot-denied",
-    "uniform-allowed",
-    "uniform-denied",
-    "zipf-allowed",
-    "zipf-denied",
-    "churn-allowed",
-];
+/// Contenders in table order; floors last.
 const CONTENDERS: [&str; 11] = [
     "turnstile",
     "turnstile-words",
@@ -41,50 +32,11 @@ const ALGORITHMS: [&str; 5] = [
     "sliding-log",
 ];
 
-pub(crate) fn ops(figures: &Figures, scenario: &str, limiter: &str, threads: usize) -> Option<f64> {
-    find(&figures.throughput, scenario, limiter, threads)
-}
-
-/// The interleaved median (see benches/ratios.rs), where there is one; else criterion's.
-pub(crate) fn interleaved(
-    figures: &Figures,
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<f64> {
-    find(&figures.interleaved, scenario, limiter, threads)
-        .or_else(|| ops(figures, scenario, limiter, threads))
-}
-
-pub(crate) fn find(
-    list: &[Throughput],
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<f64> {
-    entry(list, scenario, limiter, threads).map(|t| t.ops_per_sec)
-}
-
-/// One contender's figure in `list`, with its rounds.
-pub(crate) fn entry<'a>(
-    list: &'a [Throughput],
-    scenario: &str,
-    limiter: &str,
-    threads: usize,
-) -> Option<&'a Throughput> {
-    list.iter()
-        .find(|t| t.scenario == scenario && t.limiter == limiter && t.threads == threads)
-}
-
 fn thread_counts(figures: &Figures) -> Vec<usize> {
     let mut counts: Vec<usize> = figures.throughput.iter().map(|t| t.threads).collect();
     counts.sort_unstable();
     counts.dedup();
     counts
-}
-
-pub(crate) fn millions(ops: f64) -> String {
-    format!("{:.1} M/s", ops / 1e6)
 }
 
 /// One markdown table for `scenario`: `contenders` × thread counts, in millions of
@@ -259,23 +211,35 @@ fn memory_table(figures: &Figures) -> String {
 
 fn churn_memory_table(figures: &Figures) -> String {
     let mut out = String::from(
-        "| contender | keys streamed | peak keys held | peak heap (streaming thread) | heap at the end | peak resident-set growth |\n|---|---|---|---|---|---|\n",
+        "| contender | request threads | keys streamed | peak keys held | keys held at the end \
+         | peak heap (streaming thread) | heap at the end | peak resident-set growth \
+         | stream wall time |\n|---|---|---|---|---|---|---|---|---|\n",
     );
+    let megabytes =
+        |bytes: Option<f64>| bytes.map_or("–".into(), |b| format!("{:.1} MB", b / 1e6));
     for c in &figures.churn_memory {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} MB | {:.1} MB | {:.1} MB |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} MB | {} |",
             c.limiter,
+            c.threads,
             c.keys_streamed,
             c.peak_keys,
-            c.peak_heap as f64 / 1e6,
-            c.end_heap as f64 / 1e6,
-            c.peak_rss as f64 / 1e6
+            c.end_keys.map_or("–".into(), |keys| keys.to_string()),
+            megabytes(c.peak_heap.map(|b| b as f64)),
+            megabytes(c.end_heap.map(|b| b as f64)),
+            c.peak_rss as f64 / 1e6,
+            c.stream_secs.map_or("–".into(), |secs| format!(
+                "{secs:.2} s ({:.2} M keys/s)",
+                c.keys_streamed as f64 / secs / 1e6
+            )),
         );
     }
     out.push_str(
-        "\nThe heap is counted per thread: turnstile's sweeper thread frees what the \
-         streaming thread allocated, which that count cannot see; compare the resident set.\n",
+        "\nThe heap is counted per thread: with one request thread, that count misses what \
+         turnstile's sweeper thread frees and counts what the streaming thread frees of \
+         others' allocations (it can end below zero); with several there is no one streaming \
+         thread, and the heap is not given (–). Compare the resident set.\n",
     );
     out
 }
@@ -366,12 +330,22 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
     write_file(&out.join("memory.csv"), &csv)?;
 
     let mut csv = head.clone()
-        + "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes,peak_rss_growth_bytes\n";
+        + "limiter,threads,keys_streamed,peak_keys,end_keys,peak_heap_bytes,end_heap_bytes,\
+           peak_rss_growth_bytes,stream_secs\n";
+    let or_dash = |field: Option<String>| field.unwrap_or_else(|| "-".into());
     for c in &figures.churn_memory {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{}",
-            c.limiter, c.keys_streamed, c.peak_keys, c.peak_heap, c.end_heap, c.peak_rss
+            "{},{},{},{},{},{},{},{},{}",
+            c.limiter,
+            c.threads,
+            c.keys_streamed,
+            c.peak_keys,
+            or_dash(c.end_keys.map(|k| k.to_string())),
+            or_dash(c.peak_heap.map(|b| b.to_string())),
+            or_dash(c.end_heap.map(|b| b.to_string())),
+            c.peak_rss,
+            or_dash(c.stream_secs.map(|s| format!("{s:.3}")))
         );
     }
     write_file(&out.join("churn_memory.csv"), &csv)?;
@@ -506,8 +480,14 @@ pub fn write(out: &Path, machine: &Machine, figures: &Figures, full: bool) -> Re
          counted by a global allocator. RSS: growth of the resident set.\n\n{}\n\
          ## Memory under key churn\n\n\
          Distinct keys streamed through once each, a simulated clock advancing 10 µs per key, \
-         quota 10 tokens + 1 per ms. turnstile forgets idle keys by itself (default 1 s margin); \
-         governor keeps every key until `retain_recent` is called.\n\n{}\n\
+         quota 10 tokens + 1 per ms, from 1 and from 2 request threads: with N, each thread \
+         checks every Nth key and advances the shared clock 10 µs per key it checks, so the \
+         clock moves 10 µs per key overall and about 100,000 keys carry information at any \
+         moment whatever N is. turnstile forgets idle keys by itself (default 1 s margin; \
+         `turnstile-capped` also holds at most 250,000 keys); governor keeps every key until \
+         `retain_recent` is called. The wall time runs from the request threads' release to \
+         the last one's end; each stream is one run in its own process (`memory --stream \
+         LIMITER THREADS` repeats one).\n\n{}\n\
          ## Sweep pause\n\n\
          Automatic sweeps run on the limiter's own sweeper thread, so no request pays \
          this pause, and on the default store (papaya) no request waits for a sweep at \

@@ -41,16 +41,29 @@ pub struct Memory {
     pub rss_per_key: f64,
 }
 
-/// Distinct keys streamed through once each: the most keys and heap held at once.
+/// Distinct keys streamed through once each, from one or more request threads: the
+/// most keys held at once, the keys held at the end, the process's peak memory and
+/// the stream's wall time (benches/memory.rs).
 pub struct ChurnMemory {
     pub limiter: String,
+    /// Request threads the keys were split between (1 in rows from before the column).
+    pub threads: usize,
     pub keys_streamed: u64,
     pub peak_keys: u64,
-    pub peak_heap: u64,
-    pub end_heap: u64,
+    /// Keys held when the last request thread finished; `None` in rows from before
+    /// the column.
+    pub end_keys: Option<u64>,
+    /// The streaming thread's peak heap and its heap at the end: `None` with several
+    /// request threads, where the per-thread count tells no process's figure.
+    pub peak_heap: Option<u64>,
+    pub end_heap: Option<i64>,
     /// Growth of the process's peak resident set: unlike the heap counter, which
-    /// counts per thread, it sees memory freed by turnstile's sweeper thread.
+    /// counts per thread, it sees memory freed by turnstile's sweeper thread and
+    /// allocated by every request thread.
     pub peak_rss: u64,
+    /// Wall time of the stream, from the request threads' release to the last one's
+    /// end; `None` in rows from before the column.
+    pub stream_secs: Option<f64>,
 }
 
 /// How long one sweep over many keys holds up the call that runs it.
@@ -100,7 +113,7 @@ fn bench_executables(options: &Options) -> Result<Vec<(String, PathBuf)>, String
     cargo.current_dir(workspace_root()).args([
         "bench",
         "-p",
-        "turnstile",
+        "turnstile-ratelimit",
         "--no-run",
         "--message-format=json",
     ]);
@@ -198,14 +211,7 @@ pub fn last_figures() -> Result<Figures, String> {
             heap_per_key: f[3].parse().unwrap_or(f64::NAN),
             rss_per_key: f[4].parse().unwrap_or(f64::NAN),
         })?,
-        churn_memory: read_csv(&scratch.join("churn_memory.csv"), |f| ChurnMemory {
-            limiter: f[0].to_string(),
-            keys_streamed: f[1].parse().unwrap_or(0),
-            peak_keys: f[2].parse().unwrap_or(0),
-            peak_heap: f[3].parse().unwrap_or(0),
-            end_heap: f[4].parse().unwrap_or(0),
-            peak_rss: f.get(5).and_then(|v| v.parse().ok()).unwrap_or(0),
-        })?,
+        churn_memory: read_named_csv(&scratch.join("churn_memory.csv"), parse_churn_memory)?,
         sweeps: read_csv(&scratch.join("sweep.csv"), |f| SweepPause {
             keys: f[0].parse().unwrap_or(0),
             forgettable: f[1].to_string(),
@@ -238,6 +244,43 @@ fn parse_interleaved(f: &[&str]) -> Throughput {
         threads: f[2].parse().unwrap_or(0),
         ops_per_sec: f[3].parse().unwrap_or(f64::NAN),
         rounds,
+    }
+}
+
+/// A row of benches/memory.rs's `churn_memory.csv`, read by column name, so that a
+/// file from before the `threads`, `end_keys` and `stream_secs` columns still reads
+/// (one thread; the others `None`); a heap written as `-` (several request threads) is
+/// `None`.
+fn parse_churn_memory(row: &NamedRow) -> ChurnMemory {
+    ChurnMemory {
+        limiter: row.get("limiter").unwrap_or_default().to_string(),
+        threads: row.parse("threads").unwrap_or(1),
+        keys_streamed: row.parse("keys_streamed").unwrap_or(0),
+        peak_keys: row.parse("peak_keys").unwrap_or(0),
+        end_keys: row.parse("end_keys"),
+        peak_heap: row.parse("peak_heap_bytes"),
+        end_heap: row.parse("end_heap_bytes"),
+        peak_rss: row.parse("peak_rss_growth_bytes").unwrap_or(0),
+        stream_secs: row.parse("stream_secs"),
+    }
+}
+
+/// One row of a CSV file beside its header's column names.
+struct NamedRow<'a> {
+    names: &'a [&'a str],
+    fields: Vec<&'a str>,
+}
+
+impl NamedRow<'_> {
+    /// The field under column `name`, if the file has that column.
+    fn get(&self, name: &str) -> Option<&str> {
+        let at = self.names.iter().position(|n| *n == name)?;
+        self.fields.get(at).copied()
+    }
+
+    /// The field under column `name`, if there is one and it parses.
+    fn parse<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+        self.get(name)?.parse().ok()
     }
 }
 
@@ -302,6 +345,28 @@ fn read_csv<T>(path: &Path, row: impl Fn(&[&str]) -> T) -> Result<Vec<T>, String
         .collect())
 }
 
+fn read_named_csv<T>(path: &Path, row: impl Fn(&NamedRow) -> T) -> Result<Vec<T>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    Ok(parse_named_csv(&text, row))
+}
+
+/// Every row of a CSV text whose first line names the columns.
+fn parse_named_csv<T>(text: &str, row: impl Fn(&NamedRow) -> T) -> Vec<T> {
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty());
+    let names: Vec<&str> = lines
+        .next()
+        .map_or_else(Vec::new, |h| h.split(',').collect());
+    lines
+        .map(|line| {
+            row(&NamedRow {
+                names: &names,
+                fields: line.split(',').collect(),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,5 +396,39 @@ mod tests {
         let old = parse_interleaved(&["s", "l", "1", "12", "7"]);
         assert_eq!(old.ops_per_sec, 12.0);
         assert!(old.rounds.is_empty());
+    }
+
+    #[test]
+    fn a_churn_memory_row_is_read_by_its_column_names_old_and_new() {
+        let new = "limiter,threads,keys_streamed,peak_keys,end_keys,peak_heap_bytes,\
+                   end_heap_bytes,peak_rss_growth_bytes,stream_secs\n\
+                   turnstile,1,10000000,347146,120000,290804466,290804466,55525376,3.210\n\
+                   turnstile,2,10000000,7750000,7750000,-,-,552000000,2.500\n";
+        let rows = parse_named_csv(new, parse_churn_memory);
+        assert_eq!(rows.len(), 2);
+        let (one, two) = (&rows[0], &rows[1]);
+        assert_eq!((one.limiter.as_str(), one.threads), ("turnstile", 1));
+        assert_eq!((one.peak_keys, one.end_keys), (347_146, Some(120_000)));
+        assert_eq!(
+            (one.peak_heap, one.end_heap),
+            (Some(290_804_466), Some(290_804_466))
+        );
+        assert_eq!((one.peak_rss, one.stream_secs), (55_525_376, Some(3.21)));
+        // Several request threads: no heap, the rest as written.
+        assert_eq!((two.threads, two.peak_keys), (2, 7_750_000));
+        assert_eq!((two.peak_heap, two.end_heap), (None, None));
+        assert_eq!((two.peak_rss, two.stream_secs), (552_000_000, Some(2.5)));
+        // A file from before the threads column: one thread, no end keys, no time.
+        let old = "limiter,keys_streamed,peak_keys,peak_heap_bytes,end_heap_bytes,\
+                   peak_rss_growth_bytes\n\
+                   governor,10000000,9999361,303039632,285213824,303411200\n";
+        let old = &parse_named_csv(old, parse_churn_memory)[0];
+        assert_eq!((old.limiter.as_str(), old.threads), ("governor", 1));
+        assert_eq!((old.peak_keys, old.end_keys), (9_999_361, None));
+        assert_eq!(
+            (old.peak_heap, old.end_heap),
+            (Some(303_039_632), Some(285_213_824))
+        );
+        assert_eq!((old.peak_rss, old.stream_secs), (303_411_200, None));
     }
 }

@@ -3,8 +3,8 @@
 //! the same rival in the same run. Where even the floor cannot win, no limiter built on
 //! the same parts could, and the table says so with the floor's figure beside ours.
 
-use crate::report::{SCENARIOS, entry, find, interleaved, millions};
 use crate::runs::{Figures, Latency, Throughput};
+use crate::scenarios::{SCENARIOS, entry, find, interleaved, millions};
 use std::fmt::Write as _;
 
 /// Reaching the floor: within this fraction of the floor's own ratio to a rival

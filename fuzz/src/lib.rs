@@ -9,7 +9,9 @@
 //! - `quota`: `Quota` and every algorithm's constructor on arbitrary numbers, then
 //!   arbitrary traffic on a clock that also runs backwards, against each algorithm's
 //!   documented bound;
-//! - `redis_reply`: the Redis limiters on a connection that answers anything.
+//! - `redis_reply`: the Redis limiters on a connection that answers anything;
+//! - `real_ip`: `RealIp` behind arbitrary trusted ranges and proxy chains, with
+//!   arbitrary header lines from the client: its key is its own address.
 //!
 //! Run one with `cargo +nightly fuzz run <target> fuzz/corpus/<target>` from the
 //! repository root (CONTRIBUTING.md says more).

@@ -8,6 +8,7 @@ use crate::word::WordAlgorithm;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
@@ -17,6 +18,14 @@ pub struct GlobalLock<K, C = QuantaClock, S = DefaultHasher> {
     rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
+}
+
+impl<K, C, S> fmt::Debug for GlobalLock<K, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GlobalLock")
+            .field("quota", &self.quota)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K: Hash + Eq> GlobalLock<K> {

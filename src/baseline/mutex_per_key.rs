@@ -8,6 +8,7 @@ use crate::token_bucket::TokenBucketRules;
 use crate::word::WordAlgorithm;
 use crate::{Decision, KeyRef, Quota, RateLimiter};
 use std::borrow::Borrow;
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
@@ -19,6 +20,14 @@ pub struct MutexPerKey<K, C = QuantaClock, S: BuildHasher = DefaultHasher> {
     rules: TokenBucketRules,
     epoch: Epoch<C>,
     quota: Quota,
+}
+
+impl<K, C, S: BuildHasher> fmt::Debug for MutexPerKey<K, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexPerKey")
+            .field("quota", &self.quota)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MutexPerKey<K> {

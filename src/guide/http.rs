@@ -8,7 +8,7 @@
 //! are on [`crate::policy`].
 //!
 //! ```toml
-//! turnstile = { version = "0.1", features = ["tower"] }
+//! turnstile-ratelimit = { version = "0.2", features = ["tower"] }
 //! ```
 //!
 //! # Routes
@@ -50,8 +50,10 @@
 //! ```
 //!
 //! Keys: [`PeerIp`] (the connection's peer address; IPv4-mapped IPv6 counted as IPv4;
-//! one key per IPv6 `/64` by default, `ipv6_prefix` to change it), [`HeaderKey`] (an
-//! API key; what makes one usable is on [`crate::http`]), or any closure.
+//! one key per IPv6 `/64` by default, `ipv6_prefix` to change it), [`RealIp`] (the
+//! client's address behind reverse proxies you trust: [`behind_a_proxy`](super::behind_a_proxy)),
+//! [`HeaderKey`] (an API key; what makes one usable is on [`crate::http`]), or any
+//! closure.
 //!
 //! # The example server, and what a client sees
 //! `examples/http_server.rs` serves an endpoint table: `GET /balance` 100 per minute
@@ -157,6 +159,7 @@
 //!
 //! [`RateLimitLayer`]: crate::http::RateLimitLayer
 //! [`PeerIp`]: crate::http::PeerIp
+//! [`RealIp`]: crate::http::RealIp
 //! [`HeaderKey`]: crate::http::HeaderKey
 //! [`Policy`]: crate::policy::Policy
 //! [`Check::shared`]: crate::policy::Check::shared

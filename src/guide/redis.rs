@@ -7,7 +7,7 @@
 //! leases' exact bound is [`crate::redis::lease`].
 //!
 //! ```toml
-//! turnstile = { version = "0.1", features = ["redis"] }
+//! turnstile-ratelimit = { version = "0.2", features = ["redis"] }
 //! ```
 //!
 //! # Why

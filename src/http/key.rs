@@ -23,12 +23,24 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// is given at least a `/64`, so one host can pick any of 2^64 source addresses, and
 /// keying on the full address would give it that many allowances. Change it with
 /// [`ipv6_prefix`](PeerIp::ipv6_prefix) (`128` keys each address on its own; a
-/// shorter prefix such as `56` or `48` groups whole customer allocations). Behind a reverse proxy every request has the proxy's address:
-/// take the client's from a header the proxy sets, with a closure, and only from a
-/// proxy you trust (anyone can send `X-Forwarded-For`).
+/// shorter prefix such as `56` or `48` groups whole customer allocations).
+///
+/// Behind a reverse proxy every request has the proxy's address, and every client
+/// would share one key: use [`RealIp`](super::RealIp), which takes the client's
+/// address from the header your trusted proxies append to, and only from them
+/// (anyone can send `X-Forwarded-For`).
 pub struct PeerIp<T = SocketAddr> {
     peer: fn(&T) -> SocketAddr,
     ipv6_prefix: u8,
+}
+
+/// The IPv6 prefix, not the function that finds the address.
+impl<T> std::fmt::Debug for PeerIp<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerIp")
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PeerIp<SocketAddr> {
@@ -88,7 +100,7 @@ impl<T: Send + Sync + 'static> KeyExtractor<Parts> for PeerIp<T> {
 }
 
 /// The first `bits` bits of `addr`, the rest zero.
-fn network(addr: Ipv6Addr, bits: u8) -> Ipv6Addr {
+pub(super) fn network(addr: Ipv6Addr, bits: u8) -> Ipv6Addr {
     let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
     Ipv6Addr::from(u128::from(addr) & mask)
 }

@@ -65,6 +65,16 @@ pub struct RateLimitLayerBuilder {
     dry_run: bool,
 }
 
+impl fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("routes", &self.routes.len())
+            .field("delay", &self.delay)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RateLimitLayerBuilder {
     /// Requests whose path is `prefix` or lies below it (on whole segments: `/balance`
     /// covers `/balance/eur`, not `/balances`) are limited by `policy`. Routes are

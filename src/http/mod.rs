@@ -67,6 +67,11 @@
 //!   once, non-empty, at most 256 bytes (configurable) and visible ASCII; anything
 //!   else — absent, repeated, empty, huge, non-UTF-8 or control bytes — counts as
 //!   missing. Bad input never panics and never yields a 500.
+//! - Behind reverse proxies, [`RealIp`] keys on the client's address, read from the
+//!   header that the proxies you trust append to, and only past them: a client that is
+//!   not a trusted proxy can make its key nothing but its own address, whatever
+//!   headers it sends (see [`RealIp`] and the guide's
+//!   [behind a proxy](crate::guide::behind_a_proxy)).
 //!
 //! [`MissingKey`]: crate::policy::MissingKey
 //!
@@ -144,14 +149,21 @@
 //! [`Limit::window_secs`]: crate::policy::Limit::window_secs
 //! [`Verdict::binding`]: crate::policy::Verdict::binding
 
+mod address;
+mod cidr;
 mod fields;
+mod forwarded;
 mod key;
 mod layer;
+mod real_ip;
 mod refusal;
 mod routes;
 mod service;
 
+pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
+pub use forwarded::ProxyHeader;
 pub use key::{HeaderKey, PeerIp};
 pub use layer::{ConfigError, RateLimitLayer, RateLimitLayerBuilder};
+pub use real_ip::RealIp;
 pub use service::{RateLimit, ResponseFuture};

@@ -22,6 +22,17 @@ pub struct RateLimit<S> {
     routes: Arc<Routes>,
 }
 
+/// The inner service and the number of routes (the fallback not counted), as
+/// [`RateLimitLayer`](super::RateLimitLayer)'s `Debug`.
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("routes", &(self.routes.routes.len() - 1))
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S> RateLimit<S> {
     pub(crate) fn new(inner: S, routes: Arc<Routes>) -> Self {
         Self { inner, routes }
@@ -192,6 +203,12 @@ pin_project! {
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
+    }
+}
+
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 

@@ -81,6 +81,15 @@ where
     observer: Option<Box<crate::observe::LimiterObserver>>,
 }
 
+/// The limiter's quota (each key's own, for the per-key ones, is its resolver's).
+impl<A: Algorithm<K>, K, C, S: BuildHasher> std::fmt::Debug for KeyedLimiter<A, K, C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quota", &self.core.quota)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<A: Algorithm<K>, K, C, S: BuildHasher> Drop for KeyedLimiter<A, K, C, S> {
     fn drop(&mut self) {
         // Joined here, on the dropping thread, so the limiter's own sweeper thread

@@ -5,6 +5,7 @@ use super::key::KeyExtractor;
 use super::limit::{KnownLimit, Limit};
 use crate::{Decision, KeyRef, RateLimiter};
 use std::borrow::Borrow;
+use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -72,6 +73,18 @@ where
     {
         let limit = limiter.limit();
         Self::with_limiter(name.into(), limiter, limit, extractor)
+    }
+}
+
+/// The check's configuration (name, limit, cost, mode), not its limiter or extractor.
+impl<L, K, E> fmt::Debug for Check<L, K, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Check")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .field("cost", &self.cost)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
     }
 }
 

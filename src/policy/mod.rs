@@ -332,13 +332,33 @@ impl<R: ?Sized> Policy<R> {
 
 impl<R: ?Sized> fmt::Debug for Policy<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut list = f.debug_list();
-        for check in self.checks.iter() {
-            let (name, limit, cost) = check.describe();
-            let mode = if check.is_dry_run() { " (dry run)" } else { "" };
-            list.entry(&format_args!("{name}: cost {cost} of {limit:?}{mode}"));
-        }
-        list.finish()
+        ListChecks(&self.checks).fmt(f)
+    }
+}
+
+/// Checks listed as `Policy`, `PolicyBuilder` and `PolicyCheck` show them.
+struct ListChecks<'a, R: ?Sized>(&'a [Box<dyn Evaluate<R>>]);
+
+impl<R: ?Sized> fmt::Debug for ListChecks<'_, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|check| Described(&**check)))
+            .finish()
+    }
+}
+
+/// One check: `name: cost C of LIMIT`, with ` (dry run)` after a check in dry run.
+struct Described<'a, R: ?Sized>(&'a dyn Evaluate<R>);
+
+impl<R: ?Sized> fmt::Debug for Described<'_, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, limit, cost) = self.0.describe();
+        let mode = if self.0.is_dry_run() {
+            " (dry run)"
+        } else {
+            ""
+        };
+        write!(f, "{name}: cost {cost} of {limit:?}{mode}")
     }
 }
 
@@ -421,6 +441,14 @@ async fn join_all<'a, T>(futures: impl Iterator<Item = Option<Fetch<'a, T>>>) ->
 /// [`PolicyBuilder::check`].
 pub struct PolicyCheck<R: ?Sized>(Box<dyn Evaluate<R>>);
 
+impl<R: ?Sized> fmt::Debug for PolicyCheck<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("PolicyCheck")
+            .field(&Described(&*self.0))
+            .finish()
+    }
+}
+
 impl<R, L, K, E> From<Check<L, K, E>> for PolicyCheck<R>
 where
     R: ?Sized,
@@ -452,6 +480,18 @@ pub struct PolicyBuilder<R: ?Sized> {
     dry_run: bool,
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     name: Option<std::sync::Arc<str>>,
+}
+
+/// The checks added so far, as [`Policy`]'s `Debug` lists them.
+impl<R: ?Sized> fmt::Debug for PolicyBuilder<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut builder = f.debug_struct("PolicyBuilder");
+        builder.field("checks", &ListChecks(&self.checks));
+        builder.field("dry_run", &self.dry_run);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        builder.field("name", &self.name);
+        builder.finish()
+    }
 }
 
 impl<R: ?Sized> PolicyBuilder<R> {

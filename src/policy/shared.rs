@@ -11,6 +11,7 @@ use super::check::{
 };
 use super::key::KeyExtractor;
 use super::limit::Limit;
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -62,6 +63,12 @@ pub trait SharedLimiter: Send + Sync + 'static {
 
 /// A shared limiter in a [`Check`]: made by [`Check::shared`].
 pub struct Shared<L>(Arc<L>);
+
+impl<L: fmt::Debug> fmt::Debug for Shared<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Shared").field(&self.0).finish()
+    }
+}
 
 impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
     /// A check on a shared `limiter` (say, a Redis limiter): as [`Check::new`], with

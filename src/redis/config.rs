@@ -164,7 +164,7 @@ pub(crate) use settings_methods;
 /// `d` in microseconds rounded up, and whether it was a whole number of them.
 pub(crate) fn micros_ceil(d: Duration) -> (u128, bool) {
     let nanos = d.as_nanos();
-    (nanos.div_ceil(1000), nanos % 1000 == 0)
+    (nanos.div_ceil(1000), nanos.is_multiple_of(1000))
 }
 
 /// Why a Redis limiter was not built.

@@ -6,6 +6,7 @@ use super::random_up_to;
 use crate::{Decision, RateLimiter};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
+use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -67,6 +68,17 @@ impl<S: Stream, L, K, F> Throttled<S, L, K, F> {
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
         self
+    }
+}
+
+/// The stream's jitter and whether it holds a denied item, not the stream, limiter or
+/// key function.
+impl<S: Stream, L, K, F> fmt::Debug for Throttled<S, L, K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttled")
+            .field("jitter", &self.jitter)
+            .field("holding", &self.held.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -90,7 +90,11 @@ impl Resolver {
     }
 
     pub fn of(&self, key: u64) -> Quota {
-        if key % 2 == 0 { self.even } else { self.odd }
+        if key.is_multiple_of(2) {
+            self.even
+        } else {
+            self.odd
+        }
     }
 }
 

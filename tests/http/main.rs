@@ -7,6 +7,8 @@ mod bad_input;
 mod delay;
 mod dry_run;
 mod fields;
+mod real_ip;
+mod real_ip_props;
 mod routes;
 mod server;
 #[cfg(feature = "redis")]

@@ -1,0 +1,102 @@
+//! The limiters can be shared between threads (`Send + Sync`) and printed (`Debug`):
+//! asserted at compile time, so a field that takes either away fails the build of
+//! this test. (Every public type's `Debug` is the lint `missing_debug_implementations`,
+//! denied in Cargo.toml; here the limiters' is also checked to show the configuration.)
+
+use std::fmt::Debug;
+use std::time::Duration;
+use turnstile::baseline::{GlobalLock, MutexPerKey};
+use turnstile::policy::{Policy, PolicyBuilder};
+use turnstile::{
+    DirectFixedWindow, DirectGcra, DirectSlidingWindowCounter, DirectTokenBucket, FixedWindow,
+    Gcra, ManualClock, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket, Quota, SlidingLog,
+    SlidingWindowCounter, StdClock, TokenBucket,
+};
+
+/// Compiles only for a type that can be shared between threads and printed.
+const fn shared_and_printable<T: Send + Sync + Debug + ?Sized>() {}
+
+/// The keyed limiters, on the default clock and on the others, with owned and
+/// `Copy` keys.
+const _: () = {
+    shared_and_printable::<TokenBucket<String>>();
+    shared_and_printable::<TokenBucket<u64, ManualClock>>();
+    shared_and_printable::<TokenBucket<u64, StdClock>>();
+    shared_and_printable::<Gcra<String>>();
+    shared_and_printable::<FixedWindow<String>>();
+    shared_and_printable::<SlidingWindowCounter<String>>();
+    shared_and_printable::<SlidingLog<String>>();
+    shared_and_printable::<PerKeyTokenBucket<String>>();
+    shared_and_printable::<PerKeyFixedWindow<String>>();
+    shared_and_printable::<PerKeySlidingLog<String>>();
+};
+
+/// The direct limiters.
+const _: () = {
+    shared_and_printable::<DirectTokenBucket>();
+    shared_and_printable::<DirectTokenBucket<ManualClock>>();
+    shared_and_printable::<DirectGcra>();
+    shared_and_printable::<DirectFixedWindow>();
+    shared_and_printable::<DirectSlidingWindowCounter>();
+};
+
+/// Policies, over any request type (`str` here, `http::request::Parts` below), their
+/// builders and the baselines.
+const _: () = {
+    shared_and_printable::<Policy<str>>();
+    shared_and_printable::<Policy<u64>>();
+    shared_and_printable::<GlobalLock<String>>();
+    shared_and_printable::<MutexPerKey<String>>();
+};
+
+/// A policy builder crosses threads, but is not shared.
+const _: () = {
+    const fn sendable<T: Send + Debug + ?Sized>() {}
+    sendable::<PolicyBuilder<str>>();
+};
+
+/// The HTTP layer and its service (over a service that is itself `Send + Sync`); the
+/// response future is `Send`, as tower's servers need.
+#[cfg(feature = "tower")]
+const _: () = {
+    use http::Response;
+    use http::request::Parts;
+    use std::convert::Infallible;
+    use std::future::Ready;
+    use turnstile::http::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
+
+    #[derive(Debug)]
+    struct Inner;
+
+    const fn sendable<T: Send + Debug>() {}
+    shared_and_printable::<Policy<Parts>>();
+    shared_and_printable::<RateLimitLayer>();
+    shared_and_printable::<RateLimit<Inner>>();
+    sendable::<RateLimitLayerBuilder>();
+    sendable::<ResponseFuture<Ready<Result<Response<()>, Infallible>>, (), Infallible>>();
+};
+
+/// The Redis limiters, async and blocking, on their default connection.
+#[cfg(feature = "redis")]
+const _: () = {
+    use turnstile::redis::{RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket, blocking};
+
+    shared_and_printable::<RedisTokenBucket>();
+    shared_and_printable::<RedisFixedWindow>();
+    shared_and_printable::<RedisLeasedTokenBucket>();
+    shared_and_printable::<blocking::RedisTokenBucket>();
+    shared_and_printable::<blocking::RedisFixedWindow>();
+};
+
+#[test]
+fn a_limiter_prints_its_quota_not_its_keys() {
+    let quota = Quota::new(3, Duration::from_secs(2)).unwrap();
+    let keyed = TokenBucket::<String>::new(quota);
+    assert!(keyed.try_acquire("a key that must not be printed"));
+    let printed = format!("{keyed:?}");
+    assert!(printed.contains(&format!("{quota:?}")), "{printed}");
+    assert!(!printed.contains("must not be printed"), "{printed}");
+
+    let direct = DirectTokenBucket::new(quota);
+    assert!(format!("{direct:?}").contains(&format!("{quota:?}")));
+}
