@@ -238,7 +238,7 @@ pub type Built<A, L> = <<A as FromQuota>::Error as Refusal>::Built<L>;
 
 /// A state's shape, as the keyed store needs to know it: a single word, which the word
 /// store (`store/words/`, opt-in) can keep beside its key, or anything else, which
-/// papaya (`store/papaya.rs`, the default) holds in its own entry.
+/// the ring of papaya maps (`store/ring/`, the default) holds in its own entry.
 #[cfg(not(turnstile_loom))]
 pub trait Stored: Sized + Send + Sync {
     /// Whether the state is a single word, which the word store can hold beside its

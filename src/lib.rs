@@ -56,9 +56,12 @@
 //!   whole limiter runs under shuttle's random schedules. What is checked, and how, is
 //!   in `CONTRIBUTING.md` at the repository's root.
 
-// No `unsafe` but in one module: the word store's write-once key cells and the table
-// that reads them (`store/words/`), where safe Rust's cells cost 8 bytes per key. miri
-// runs that module's tests in CI (.ci/test).
+// No `unsafe` but in two modules: the word store's write-once key cells and the table
+// that reads them (`store/words/`), where safe Rust's cells cost 8 bytes per key; and
+// the papaya pass (`store/papaya/pass.rs`), which holds an epoch guard and an iterator
+// borrowing it between the steps of a drain that any thread may take (papaya's
+// iterator borrows its guard; no owned form exists). miri runs both modules' tests in
+// CI (.ci/test).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 // Every public type prints (tests/send_sync.rs checks the limiters show their

@@ -388,3 +388,37 @@ fn no_top_level_module_is_in_an_import_circle() {
         panic!("import circle among folders: {}", names.join(" -> "));
     }
 }
+
+/// Atomics come only through `sync.rs`, which swaps in loom's and shuttle's under their
+/// cfgs: an atomic named straight from `std` (or `core`) elsewhere would be invisible
+/// to the models, whose interleavings would then leave its orderings unchecked. Test
+/// modules too, so that a model never meets a file that mixes both.
+#[test]
+fn atomics_come_only_through_sync() {
+    let mut known = BTreeMap::new();
+    modules(
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
+        &[],
+        &mut known,
+    );
+    assert!(
+        known.contains_key(&vec!["sync".to_owned()]),
+        "the scan sees sync.rs"
+    );
+    let straight: Vec<String> = known
+        .iter()
+        .filter(|(module, _)| module.as_slice() != ["sync"])
+        .filter(|(_, source)| {
+            let code = code(source);
+            ["std::sync::atomic", "core::sync::atomic"]
+                .iter()
+                .any(|path| code.contains(path))
+        })
+        .map(|(module, _)| name(module))
+        .collect();
+    assert!(
+        straight.is_empty(),
+        "atomics named outside sync.rs: {}",
+        straight.join(", ")
+    );
+}

@@ -7,15 +7,17 @@
 //!   allowance — a move at the mover's raw reading is rejected — and a move to the same
 //!   quota changes nothing — a move that rebuilds unchanged rules is rejected;
 //! - model 10: a sweep that retires a key and meets it again after a
-//!   reconfiguration leaves nothing stuck — a move that shares forgetting's retired
+//!   reconfiguration leaves nothing stuck, on the ring (a drain) and on the word store
+//!   (a sweep in place) — on the word store, a move that shares forgetting's retired
 //!   marker (so "retired and outdated" reads as "being moved") livelocks and is
 //!   rejected;
-//! - model 13: a peek racing with a move sees the key's own allowance — the store's
-//!   lock-free lookup may miss a key while a swap replaces its entry, and a peek that
-//!   trusts that miss (answering "a new key: full") is rejected;
-//! - model 14: the same miss at the `max_keys` cap: a request for a stored key is
-//!   answered by the key's state — one that trusts the miss and refuses the key as a
-//!   new one (`Overflow`) is rejected.
+//! - model 13: a peek racing with a move sees the key's own allowance — the word
+//!   store's lock-free lookup may miss a key while a move replaces its entry, and a
+//!   peek that trusts that miss (answering "a new key: full") is rejected. (The ring
+//!   replaces an entry in one step, so its lookups have no such miss.)
+//! - model 14: the same miss at the `max_keys` cap, on the word store: a request for a
+//!   stored key is answered by the key's state — one that trusts the miss and refuses
+//!   the key as a new one (`Overflow`) is rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -127,6 +129,7 @@ fn an_unchanged_quota_changes_nothing() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u64>::builder(quota(2))
         .clock(clock.clone())
+        .word_store()
         .build_reconfigurable();
     clock.set(Duration::from_nanos(50));
     assert!(limiter.acquire(&KEY, 2).is_allowed());
@@ -168,12 +171,16 @@ fn mutant_9_rebuilding_unchanged_rules_is_rejected() {
 /// A full key is swept (margin 0) while the limiter is reconfigured to a larger
 /// quota and the key asked for a token: the request returns, allowed, and the key
 /// then holds the new quota's capacity less that token.
-fn a_sweep_meeting_a_move_leaves_nothing_stuck() {
-    let limiter = TokenBucket::<u64>::builder(quota(1))
+fn a_sweep_meeting_a_move_leaves_nothing_stuck(word_store: bool) {
+    let builder = TokenBucket::<u64>::builder(quota(1))
         .clock(ManualClock::new())
         .eviction_margin(Duration::ZERO)
-        .manual_eviction()
-        .build_reconfigurable();
+        .manual_eviction();
+    let limiter = if word_store {
+        builder.word_store().build_reconfigurable()
+    } else {
+        builder.build_reconfigurable()
+    };
     assert!(limiter.acquire(&KEY, 0).is_allowed()); // exists, full: forgettable
     let limiter = Arc::new(limiter);
     let sweeper = {
@@ -194,21 +201,21 @@ fn a_sweep_meeting_a_move_leaves_nothing_stuck() {
 
 #[test]
 fn model_10_a_sweep_meeting_a_move_leaves_nothing_stuck() {
-    check(
-        "10 sweep meeting a move",
-        Some(3),
-        a_sweep_meeting_a_move_leaves_nothing_stuck,
-    );
+    check("10 sweep meeting a move", Some(3), || {
+        a_sweep_meeting_a_move_leaves_nothing_stuck(false)
+    });
+    check("10w sweep meeting a move, word store", Some(3), || {
+        a_sweep_meeting_a_move_leaves_nothing_stuck(true)
+    });
 }
 
 #[test]
 #[should_panic(expected = "Model exceeded maximum number of branches")]
 fn mutant_10_one_marker_for_forgetting_and_moving_is_rejected() {
     check("10 mutant: one marker", Some(3), || {
-        with_mutant(
-            Mutant::SharedMarker,
-            a_sweep_meeting_a_move_leaves_nothing_stuck,
-        )
+        with_mutant(Mutant::SharedMarker, || {
+            a_sweep_meeting_a_move_leaves_nothing_stuck(true)
+        })
     });
 }
 
@@ -220,6 +227,7 @@ fn a_peek_during_a_move_sees_the_key() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::<u64>::builder(quota(2))
         .clock(clock.clone())
+        .word_store()
         .build_reconfigurable();
     clock.set(Duration::from_nanos(50));
     assert!(limiter.acquire(&KEY, 2).is_allowed());
@@ -265,6 +273,7 @@ fn a_request_at_the_cap_during_a_move_finds_the_key() {
     let limiter = TokenBucket::<u64>::builder(quota(4))
         .clock(clock.clone())
         .max_keys(1, Overflow::Deny)
+        .word_store()
         .build_reconfigurable();
     clock.set(Duration::from_nanos(50));
     assert!(limiter.acquire(&KEY, 1).is_allowed()); // stored, 3 left; the map is full

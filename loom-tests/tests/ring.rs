@@ -11,6 +11,9 @@
 //!   rotates (the cycle's first two stages alone: rotate, close claims). Mutants: a new key that claims no place in the old map (an insertion
 //!   begun before the rotation gives the key a second state there), an insertion that
 //!   goes on in the generation it looked in after a rotation.
+//! - model 20: a peek at a key the cycle relocates sees the key's tokens. Mutant: a
+//!   peek that trusts a miss in both maps (the drain can move the key from the old
+//!   map to the young one between the two lookups) and answers "full".
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
@@ -27,6 +30,8 @@ const KEY: u64 = 5;
 /// of minutes); the rotation of model 19 about 22 s at 3.
 const CYCLE_PREEMPTIONS: usize = 2;
 const ROTATION_PREEMPTIONS: usize = 3;
+/// A peek is short: model 20's whole cycle at 4 takes about 2 s.
+const PEEK_PREEMPTIONS: usize = 4;
 
 /// A bucket that never refills within the model (the clock stands), with margin 0
 /// and eviction by hand, where [`KEY`] has one token left: a bucket of two with one
@@ -120,5 +125,49 @@ fn mutant_19_a_stale_insertion_is_rejected() {
         "19 mutant: stale insertion",
         Some(ROTATION_PREEMPTIONS),
         || with_mutant(Mutant::StaleInsertion, new_key),
+    );
+}
+
+/// A key with one of its two tokens left is peeked at while this thread runs a whole
+/// eviction cycle, which relocates it: the peek sees the key's one token, wherever the
+/// key is at that moment — never a full bucket, as if the key were new.
+fn a_peek_during_a_relocation_sees_the_key() {
+    let limiter = TokenBucket::<u64>::builder(Quota::new(2, Duration::from_secs(1)).unwrap())
+        .clock(ManualClock::new())
+        .eviction_margin(Duration::ZERO)
+        .manual_eviction()
+        .build();
+    assert!(limiter.acquire(&KEY, 1).is_allowed());
+    let limiter = Arc::new(limiter);
+    let peeker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || limiter.peek(&KEY))
+    };
+    limiter.evict_idle();
+    let seen = peeker.join().unwrap();
+    assert_eq!(seen, 1, "ring: a peek during a relocation saw {seen} of 1");
+}
+
+#[test]
+fn model_20_a_peek_during_a_relocation_sees_the_key() {
+    check(
+        "20 peek racing a relocation",
+        Some(PEEK_PREEMPTIONS),
+        a_peek_during_a_relocation_sees_the_key,
+    );
+}
+
+#[test]
+#[should_panic(expected = "ring:")]
+fn mutant_20_trusting_the_first_miss_is_rejected() {
+    check(
+        "20 mutant: trust the first miss",
+        Some(PEEK_PREEMPTIONS),
+        || {
+            with_mutant(
+                Mutant::TrustFirstMiss,
+                a_peek_during_a_relocation_sees_the_key,
+            )
+        },
     );
 }

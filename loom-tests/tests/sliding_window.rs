@@ -15,8 +15,10 @@ use turnstile::loom_hooks::sliding_window::{SlidingWindowRules, word};
 use turnstile::{Decision, ManualClock, Quota, SlidingWindowCounter};
 
 /// Refill interval of every model, in nanoseconds of the `ManualClock`; the window is
-/// `limit × INTERVAL`.
-const INTERVAL: u64 = 10;
+/// `limit × INTERVAL`. A microsecond: the word holds the window index beside two
+/// counts in 63 bits, so a window must be long enough for its index to leave room
+/// (a 20 ns window's index alone takes 60 bits).
+const INTERVAL: u64 = 1_000;
 
 fn quota(limit: u32) -> Quota {
     Quota::new(limit, Duration::from_nanos(INTERVAL)).unwrap()

@@ -158,18 +158,21 @@ fn words_the_sweeper_thread_forgets_full_keys() {
     });
 }
 
+/// On the ring. The handshake is the same code for both stores (`evict/sweeper.rs`;
+/// loom's model 12 checks it alone), but on the word store every insertion here also
+/// asks the thread to prepare the store's next tables, and a thread woken for that
+/// notices a sweep asked for meanwhile: the lost request is made good, and the mutant
+/// survives these schedules there.
 #[test]
 fn mutant_waking_before_asking_loses_the_sweep() {
-    for store in [Store::Papaya, Store::Words] {
-        let caught = shuttle_tests::caught(Mutant::WakeFirst, || {
-            check("mutant: wake first", ITERATIONS, MAX_STEPS, move || {
-                the_sweeper_thread_forgets_full_keys(store)
-            })
-        });
-        let message = caught.unwrap_or_else(|| panic!("{store:?}: the mutant survived"));
-        assert!(
-            message.contains("deadlock"),
-            "{store:?}: caught for another reason: {message}"
-        );
-    }
+    let caught = shuttle_tests::caught(Mutant::WakeFirst, || {
+        check("mutant: wake first", ITERATIONS, MAX_STEPS, || {
+            the_sweeper_thread_forgets_full_keys(Store::Papaya)
+        })
+    });
+    let message = caught.unwrap_or_else(|| panic!("the mutant survived"));
+    assert!(
+        message.contains("deadlock"),
+        "caught for another reason: {message}"
+    );
 }

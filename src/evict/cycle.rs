@@ -40,7 +40,8 @@ pub(crate) enum Role {
 pub(crate) enum Left {
     /// Nothing more to do now.
     Waiting,
-    /// The sweeper thread has a step to take (open the drain, drain).
+    /// The sweeper thread has a step to take (wait for insertions, open the drain,
+    /// drain).
     ForTheThread,
     /// The drain is open: whoever may drains it ([`drain_out`]).
     Draining,
@@ -101,7 +102,10 @@ where
                 if ring.close_claims() {
                     schedule.set_stage(Stage::Aging);
                 } else if role == Role::Request {
-                    return Left::Waiting;
+                    // Not a request's to wait for: the thread's, which yields until
+                    // they are done (if no request came after this one, nothing else
+                    // would take the cycle on).
+                    return Left::ForTheThread;
                 } else {
                     // Insertions begun before the rotation: each one papaya insertion.
                     yield_now();
@@ -130,35 +134,39 @@ where
             Stage::Settling => {
                 if !ring.insertions().settled() {
                     if role == Role::Request {
-                        return Left::Waiting;
+                        // As for claims: the thread waits for them.
+                        return Left::ForTheThread;
                     }
                     yield_now();
                     continue;
                 }
                 // Opening the drain may finish a resize of the old map (papaya's pass
-                // does): the thread's work, unless there is none to do it, or it has
-                // not for an eighth of a margin.
+                // does, waiting for other threads' parts of the copy) and steps over
+                // the entries before each region: the thread's work (a request asks
+                // for it, starting the thread if it is not yet), unless there is none
+                // to do it, or it has not for an eighth of a margin.
                 let overdue = now()
                     >= schedule
                         .drain_at()
-                        .saturating_add(eviction.margin + eviction.margin / 8);
-                if role == Role::Request && eviction.sweeper.running() && !overdue {
+                        .saturating_add(eviction.margin.saturating_add(eviction.margin / 8));
+                if role == Role::Request && !eviction.sweeper.absent() && !overdue {
                     return Left::ForTheThread;
                 }
                 ring.open_drain();
                 schedule.set_stage(Stage::Draining);
             }
             Stage::Draining => {
-                if !ring.view().old_holds_keys() {
-                    // Drained (by these steps or requests' shares).
+                if ring.finish_drain() {
+                    // Drained (by the thread's steps or requests' shares).
                     schedule.set_stage(Stage::Idle);
                     schedule.room_made();
                     continue;
                 }
                 // A drain whose regions are all done with entries left (keys moving to
-                // a new quota) takes another pass; this opens it (and does nothing
-                // while regions are left).
-                if role != Role::Request {
+                // a new quota, or relocated by requests as a pass went by) takes
+                // another pass; this opens it (and does nothing while regions are
+                // left). The thread's work, unless there is no thread.
+                if role != Role::Request || eviction.sweeper.absent() {
                     ring.open_drain();
                 }
                 return match role {

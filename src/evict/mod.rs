@@ -368,13 +368,20 @@ impl Eviction {
         } else {
             // The schedule held for its steps only, not for the drain, which has its
             // own locks: one cycle's drain a wake-up, and the next cycle when a
-            // request finds it due.
-            let left = {
+            // request finds it due. One reading for the wake-up's steps, taken as it
+            // begins, whatever stage it finds.
+            let at = now();
+            let advance = || {
                 let _held = self.schedule.lock();
-                cycle::advance(self, keys, &now, Role::Thread, &mut 0)
+                cycle::advance(self, keys, || at, Role::Thread, &mut 0)
             };
-            if left == Left::Draining {
+            if advance() == Left::Draining {
                 cycle::drain_out(self, keys, breathe, || self.sweeper.stopping());
+                // The drain ended (or another pass opened, for entries left): then
+                // the thread comes back for that pass on its next wake-up, asked now.
+                if advance() == Left::Draining {
+                    self.sweeper.request();
+                }
             }
         }
         if self.sweeper.stopping() {

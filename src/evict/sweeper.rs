@@ -157,10 +157,10 @@ impl Signal {
 
 /// How the sweeper thread shares a CPU with requests: at points where it holds no lock
 /// of the store, it hands its CPU to a waiting thread once [`TurnTimer::TURN`] has passed
-/// since it last did. (It may hold the limiter's sweep lock there, which requests
-/// wait on only when the thread has fallen far behind and they sweep themselves; and
-/// the turn is wall time, so after the OS has taken the CPU from it the thread yields
-/// again at its next point, which costs a system call and nothing more.)
+/// since it last did. (The turn is wall time, so after the OS has taken the CPU from
+/// it the thread yields again at its next point, which costs a system call and
+/// nothing more.) On the ring, between chunks of a drain it holds no region, whose
+/// locks requests only try; the reason below is the word store's.
 ///
 /// Why: with more busy threads than cores (two requests and the sweeper on two), the OS
 /// takes a CPU from the sweeper at a timer tick, wherever it is; in a drain it almost
@@ -393,9 +393,22 @@ impl Sweeper {
     }
 
     /// Whether the thread is running, asked without a lock.
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
     pub(crate) fn running(&self) -> bool {
         // Relaxed: see `Ending`.
         self.state.load(Ordering::Relaxed) == STARTED && !self.signal.ended.load(Ordering::Relaxed)
+    }
+
+    /// Whether there is no thread to ask, and will be none: sweeps are manual, the OS
+    /// refused to start one, or it ended (a sweep panicked). A thread not yet started
+    /// is not absent: the next request starts it. Asked without a lock.
+    pub(crate) fn absent(&self) -> bool {
+        // Relaxed: see `Ending`.
+        match self.state.load(Ordering::Relaxed) {
+            NO_THREAD => true,
+            STARTED => self.signal.ended.load(Ordering::Relaxed),
+            _ => false,
+        }
     }
 
     /// Whether a sweep has been asked for and not begun.
@@ -459,8 +472,8 @@ impl Drop for BackgroundSweeper {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::Sweeper;
+    use crate::sync::{AtomicBool, Ordering};
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// Sets its flag when dropped: with the thread's closure, as the thread ends.
     struct Ended(Arc<AtomicBool>);

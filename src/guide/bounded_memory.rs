@@ -40,29 +40,38 @@
 //! [`stats()`](crate::KeyedLimiter::stats) counts keys, forgotten keys and overflowed
 //! requests.
 //!
-//! # The sweeper thread
-//! No request pays for forgetting: each limiter sweeps on a thread of its own,
-//! `turnstile-sweeper` ([`crate::evict`] says when and how). It shares the map with the thread, so a limiter's keys,
-//! hasher and clock must be `Send + Sync + 'static` (std's key types and the usual
-//! hashers are); keys are also `Clone`, as governor's are (a new key's entry owns a
-//! copy). A thread that cannot keep up lets the map grow until it catches up (when a
-//! sweep is due, and what happens then, is on [`crate::evict`]); `max_keys` is the
-//! bound that holds whatever the thread does.
+//! # How keys are forgotten
+//! The default store is a ring of three papaya maps: new keys go into the young one;
+//! when it has grown, it becomes the old one, and the old one is drained — each state
+//! that carries no information is forgotten, every other one is moved into the young
+//! map (a key a request meets in the old map is moved by that request) — and then
+//! reused. Each limiter has a thread of its own for the drain, `turnstile-sweeper`,
+//! and every new key's insertion takes a small share of a drain under way (a few
+//! entries, never waiting: if another thread holds every part of the drain it tries,
+//! it skips its share), so the old map empties as fast as the young one fills,
+//! whatever CPU the thread gets. [`crate::evict`] says when and how, step by step. The
+//! thread shares the maps, so a limiter's keys, hasher and clock must be
+//! `Send + Sync + 'static` (std's key types and the usual hashers are); keys are also
+//! `Clone`, as governor's are (a new key's entry owns a copy). `max_keys` is the
+//! bound that holds whatever happens. Measured memory on a stream of 10M distinct
+//! keys, against governor, is in `results/memory-stream.md`.
 //!
-//! # papaya or the word store
-//! **papaya** (the default) is a lock-free map: a lookup, a new key's insertion and
-//! the removal of a forgotten key take no lock. It allocates an entry per key and frees removed ones through its epoch-based
-//! reclamation. It holds every algorithm's state, per-key quotas' included.
+//! # The ring or the word store
+//! **The ring** (the default) keeps no request waiting for another thread: a lookup
+//! and a new key's insertion take no lock, and a share of the drain only *tries* the
+//! locks of the drain's regions, skipping its share when all are held (the sliding
+//! log's per-key lock aside; `tests/stall.rs` stalls a request inside the key's
+//! `Hash`, `Eq` and `Clone` and shows no other request waits). papaya allocates an entry per key and frees forgotten ones through its
+//! epoch-based reclamation. It holds every algorithm's state, per-key quotas'
+//! included.
 //!
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
 //! four single-word algorithms) is the opt-in for memory-bound services with heavy
 //! churn: keys and words side by side in 1,024 segments, each a table of its own, no
 //! allocation per key — 23 heap bytes per `u64` key against papaya's 54 (table in
 //! [`algorithms`](super::algorithms#one-trait-one-quota)) — faster insertion (a new
-//! key 796 instructions against 1,083) and sweeps about 20× faster, so a
-//! 10M-distinct-key stream stays at 14–22 MB (five runs) where papaya's map outgrows
-//! its sweeper thread unless `max_keys` caps it (`results/ANALYSIS.md`, "papaya by
-//! default"). Its price: an insertion, a removal or a step of a growth takes its
+//! key in fewer instructions) and cheaper sweeps (figures in `results/README.md`
+//! and `results/memory-stream.md`). Its price: an insertion, a removal or a step of a growth takes its
 //! segment's lock, so a thread stalled while it holds one keeps that segment's
 //! insertions waiting (`tests/stall.rs` shows it).
 //!

@@ -555,10 +555,10 @@ where
             self.eviction
                 .work(&self.keys(), || self.epoch.elapsed(), breathe)?;
         #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.observer {
-            if forgotten > 0 {
-                observer.swept(forgotten, self.states.len(), took);
-            }
+        if let Some(observer) = &self.observer
+            && forgotten > 0
+        {
+            observer.swept(forgotten, self.states.len(), took);
         }
         let _ = (forgotten, took);
         Some(())
@@ -596,13 +596,12 @@ where
         // can miss a key whose entry a move is replacing (the word store).
         let max_keys = self.eviction.max_keys;
         if max_keys != usize::MAX && self.states.len() >= max_keys {
-            if !active(Mutant::TrustFirstMiss) {
-                if let Some(found) = self
+            if !active(Mutant::TrustFirstMiss)
+                && let Some(found) = self
                     .states
                     .get_locked(key, |state| self.apply(state, now, cost))
-                {
-                    return found;
-                }
+            {
+                return found;
             }
             return Ok(self.eviction.at_cap(now, cost, self.overflow.as_ref()));
         }

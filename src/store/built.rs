@@ -154,8 +154,9 @@ where
 
     /// `f` on `key`'s state for a caller that takes no state to mean something (a
     /// peek's fresh answer, a refund's no-op): `None` only if the key has no state. In
-    /// the ring, a state in the old map is relocated first; on the word store a miss,
-    /// or a state frozen while its segment grows, is looked at again under the
+    /// the ring, a state in the old map is relocated first, and a miss looked at again
+    /// (a drain can relocate the key between the two maps' lookups); on the word store
+    /// a miss, or a state frozen while its segment grows, is looked at again under the
     /// segment's lock, since a lock-free lookup can miss a key being swapped or moved.
     pub(crate) fn settled<Q, T>(
         &self,
@@ -172,7 +173,12 @@ where
             KeyedStore::Ring(ring) => match ring.look(key, &f, relocation) {
                 Ok(answer) => Some(Ok(answer)),
                 Err(Missed::Blocked(blocked)) => Some(Err(blocked)),
-                Err(Missed::Absent(_)) => None,
+                // A look can miss a state the drain relocates between its look in the
+                // young map and its look in the old one (a request that would insert
+                // finds it as it inserts; these callers insert nothing): a second
+                // look, which does not miss it (`Ring::get`).
+                Err(Missed::Absent(_)) if trust_first_miss => None,
+                Err(Missed::Absent(_)) => ring.get(key, f),
             },
             KeyedStore::Words { store, .. } => {
                 match store.get(key, &f) {

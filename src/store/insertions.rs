@@ -18,9 +18,11 @@
 //! its race to the state being forgotten); a rotation lets requests go on at once and
 //! keeps claims in the old generation until it is settled (`ring/`). No insertion ever
 //! waits: only [`flip_and_wait`](Insertions::flip_and_wait), for the callers that may
-//! (`evict_idle`), does. Loom model 16 checks the handshake on the real limiter, with
-//! one mutant that reads the watermark before registering and one whose sweep does not
-//! wait; loom rejects both.
+//! (`evict_idle`), does. Loom model 16 checks the handshake on the real limiter (the
+//! ring, and the word store as 16w), with a mutant whose sweep does not wait, and on
+//! the word store one that reads the watermark before registering (on the ring a
+//! rotation between the look and the registration already sends the insertion back
+//! to look again); loom rejects them.
 
 use super::striped::Striped;
 use crate::sync::mutants::{Mutant, active};
@@ -142,7 +144,7 @@ impl Drop for Registration<'_> {
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
     use super::Insertions;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use crate::sync::{AtomicBool, Ordering};
 
     /// A sweep flipping on another thread must not finish its wait while
     /// `registration` lives; once it is dropped, it does.

@@ -4,9 +4,9 @@
 //! builds' stores and on a loom-aware store under `--cfg turnstile_loom`:
 //!
 //! - [`Map`]: one concurrent map of keys to states, behind a small contract.
-//!   **papaya** in normal builds (`papaya.rs`: a lock-free hash map; lookups,
+//!   **papaya** in normal builds (`papaya/`: a lock-free hash map; lookups,
 //!   insertions and removals take no lock); under loom a map exactly as weak as the
-//!   contract allows (`loom.rs`), so loom explores every interleaving it permits.
+//!   contract allows (`loom/`), so loom explores every interleaving it permits.
 //! - **The ring** (`ring/`): the default store of a keyed limiter, three maps in
 //!   turn — new keys go to the young one, a key still found in the old one is
 //!   relocated into the young one, and the old one is drained whole, so forgetting
@@ -23,7 +23,7 @@
 //!
 //! Neither papaya nor the word store is loom-aware (both use std atomics inside), so
 //! loom checks turnstile's protocols — the ring's included — on the loom map, and
-//! each store's own guarantees cover the rest: papaya's documented ones (`papaya.rs`),
+//! each store's own guarantees cover the rest: papaya's documented ones (`papaya/`),
 //! the word store's own tests, miri and loom model 17 (a restatement of its growth).
 
 use crate::KeyRef;

@@ -1,5 +1,5 @@
 //! A count that threads update at once without sharing a cache line: the key count of
-//! the word store, and the insertion handshake's counts (`handshake.rs`).
+//! the word store, and the insertion handshake's counts (`insertions.rs`).
 
 use crate::sync::{AtomicIsize, Ordering};
 use crossbeam_utils::CachePadded;

@@ -36,14 +36,18 @@
 //!   map. An insertion begun before the rotation that meets the claim looks again and
 //!   finds the key in the young map; one that got there first is relocated like any
 //!   state of the old map (the claim fails, and the new key's request looks again).
+//!   An insertion registers against the whole view it looked in: one that looked
+//!   while claims were open and registers after they closed looks again, so no claim
+//!   lands after the flip the drain waits for.
 //! - **The old map is drained only once `CLAIMS` is clear**, and the next rotation
 //!   waits for the drain to end, so nothing is inserted into a map while it is
 //!   drained, and a map is empty when it becomes young again. The drain relocates
 //!   every state it does not forget (and finishes the relocations it finds begun)
 //!   before removing it.
 //!
-//! Loom models 18 to 21 check each step on the real code, each with a mutant that
-//! breaks it (`loom-tests/tests/ring.rs`).
+//! Loom models 18 to 20 check the steps on the real code, each with mutants that
+//! break them (`loom-tests/tests/ring.rs`); models 6 and 16 the whole cycle's
+//! forgetting (`loom-tests/tests/eviction.rs`).
 
 use super::insertions::{Insertions, Registration};
 use super::{Map, Passes, Relocation};
@@ -160,12 +164,11 @@ pub(crate) struct Drained {
     pub(crate) forgotten: usize,
     /// States relocated into the young map, or whose relocation this step finished.
     pub(crate) relocated: usize,
-    /// Whether the drain is over: the old map is empty, and the ring may rotate again.
+    /// Whether the drain was over before this step (`OLD` clear): nothing to do.
     pub(crate) done: bool,
-    /// Whether another thread held the drain, so this step did nothing.
+    /// Whether another thread held every region tried, so this step did nothing.
     pub(crate) busy: bool,
-    /// Whether a pass is still open: when a pass ends with entries left (keys moving
-    /// to a new quota), the drain needs another ([`Ring::open_drain`]).
+    /// Whether the region this step worked in has entries left to visit.
     pub(crate) open: bool,
 }
 
@@ -230,12 +233,15 @@ where
         &self.insertions
     }
 
-    /// Registers an insertion into the maps of `view`, unless the generation has moved
-    /// on since (then `None`: the caller looks the key up again).
+    /// Registers an insertion into the maps of `view`, unless the view has changed
+    /// since (then `None`: the caller looks the key up again). The whole view, not only
+    /// its generation: an insertion that looked while claims were open and registers
+    /// after they closed would put its claim in the old map after the flip the drain
+    /// waits for, and even after the drain (the map then young again two rotations
+    /// on, with a frozen claim in it).
     fn register(&self, view: View) -> Option<Registration<'_>> {
         let registration = self.insertions.register();
-        let current = self.view();
-        let stale = current.generation() != view.generation();
+        let stale = self.view() != view;
         (!stale || active(Mutant::StaleInsertion)).then_some(registration)
     }
 
@@ -371,18 +377,37 @@ where
 
     /// `f` on `key`'s state where it is, in the young map or else the old one, without
     /// relocating it: for a look that changes nothing, or a caller that handles what
-    /// `f` says of a relocated state.
+    /// `f` says of a relocated state. `None` only if the key has no state: a state is
+    /// stored in the young map before it leaves the old one (a drain inserts its copy
+    /// first; a request's relocation leaves the frozen original for the drain), so a
+    /// look that missed it in the young map and then in the old one finds it on a
+    /// second look in the young map — the first two alone can miss a key the drain is
+    /// relocating between them (a peek would answer "full", a refund be lost). A miss
+    /// across a rotation (the maps it looked in renamed meanwhile) looks again.
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl Fn(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: ?Sized + Hash + Eq,
     {
-        let view = self.view();
-        self.maps[view.young()].get(key, &f).or_else(|| {
-            view.old_holds_keys()
-                .then(|| self.maps[view.old()].get(key, &f))
-                .flatten()
-        })
+        loop {
+            let view = self.view();
+            let young = &self.maps[view.young()];
+            if let Some(found) = young.get(key, &f) {
+                return Some(found);
+            }
+            if !view.old_holds_keys() {
+                return None;
+            }
+            if let Some(found) = self.maps[view.old()].get(key, &f) {
+                return Some(found);
+            }
+            if let Some(found) = young.get(key, &f) {
+                return Some(found);
+            }
+            if self.view().generation() == view.generation() {
+                return None;
+            }
+        }
     }
 
     /// Stores `new` as `key`'s state if its state is `current` itself, in whichever
@@ -450,34 +475,73 @@ where
     /// Begins the drain of the old map: its regions, each a pass placed at its first
     /// entry. For the thread that may take long (the first pass finishes a resize the
     /// map was in, and placing a pass steps over the entries before its region): the
-    /// sweeper thread, or `evict_idle`. Nothing to drain, claims still open, or a drain
-    /// under way: `false`.
+    /// sweeper thread, or `evict_idle`. Nothing to drain (the old map empty: see
+    /// [`finish_drain`](Self::finish_drain)), claims still open, or a drain under way:
+    /// `false`. One caller at a time (the schedule's holder).
     pub(crate) fn open_drain(&self) -> bool {
         let view = self.view();
-        // Relaxed: the schedule's holder alone opens drains; its own write.
-        if !view.old_holds_keys() || view.claims() || self.regions_left.load(Ordering::Relaxed) > 0
+        let old = &self.maps[view.old()];
+        // Relaxed: the count's own latest value for the schedule's holder, which set
+        // it last; a stale nonzero one only puts the drain off.
+        if !view.old_holds_keys()
+            || view.claims()
+            || self.regions_left.load(Ordering::Relaxed) > 0
+            || old.len() == 0
         {
             return false;
         }
-        // Counted before any region is placed: every region of this drain is counted
-        // down once, by the thread that finishes it, and one may be taken (by a
-        // thread that saw the last drain under way) as soon as it is placed. Every
-        // region is empty now (each is emptied before it is counted down), so a
-        // thread that sees the count first finds nothing to take. Relaxed: the
-        // regions are published by their locks, and `drain`'s load only spares a
-        // thread the locks when no drain is under way.
-        self.regions_left.store(REGIONS, Ordering::Relaxed);
-        let old = &self.maps[view.old()];
+        // Every region placed before any is published, so that no share removes
+        // entries while later regions are being placed (a region placed by counting
+        // entries would then start past some of them).
         let stretch = old.len().div_ceil(REGIONS).max(1);
-        for (i, region) in self.regions.iter().enumerate() {
+        let mut placed: [Option<Region<M::Pass>>; REGIONS] = std::array::from_fn(|i| {
             let mut pass = M::pass(Arc::clone(old));
             M::advance(&mut pass, i * stretch, |_, _| {});
-            *region.lock().unpoisoned() = Some(Region {
+            Some(Region {
                 pass,
                 left: (i + 1 < REGIONS).then_some(stretch),
                 view,
-            });
+            })
+        });
+        // Counted before any region is published: every region is counted down once,
+        // by the thread that finishes it, and one may be taken (by a thread that saw
+        // the last drain under way) as soon as it is published. Every region is empty
+        // now (each is emptied before it is counted down), so a thread that sees the
+        // count first finds nothing to take. Relaxed: the regions are published by
+        // their locks, and `drain`'s load only spares a thread the locks when no drain
+        // is under way.
+        self.regions_left.store(REGIONS, Ordering::Relaxed);
+        for (region, placed) in self.regions.iter().zip(&mut placed) {
+            *region.lock().unpoisoned() = placed.take();
         }
+        true
+    }
+
+    /// Ends the drain if it is over: every region done and the old map empty. Then the
+    /// view says so (`OLD` clear), and the ring may rotate again; whether it is over.
+    /// Entries left by the passes (keys moving to a new quota, or relocated by a
+    /// request while a pass went by) want another pass ([`open_drain`]).
+    ///
+    /// Only the schedule's holder changes the view: a thread that finished the last
+    /// region and then stalled must not clear `OLD` of a view that has moved on.
+    ///
+    /// [`open_drain`]: Self::open_drain
+    pub(crate) fn finish_drain(&self) -> bool {
+        let view = self.view();
+        if !view.old_holds_keys() {
+            return true;
+        }
+        // Acquire: pairs with each finished region's AcqRel count-down, so that every
+        // region's removals are seen before the map's length is asked.
+        if view.claims()
+            || self.regions_left.load(Ordering::Acquire) > 0
+            || self.maps[view.old()].len() > 0
+        {
+            return false;
+        }
+        // Release: see `view`. The schedule's holder alone changes the view.
+        self.view
+            .store(View(view.0 & !View::OLD).0, Ordering::Release);
         true
     }
 
@@ -488,9 +552,9 @@ where
     /// left behind. With `wait`, in the first region not yet done, waiting for another
     /// thread's steps there to end; else in this thread's region (threads take regions
     /// in turn), or the next one free, answering `busy` if another thread holds every
-    /// region tried (a request's share). When the last region is done and the old map
-    /// is empty, the drain is over (`OLD` clears); if entries are left (moves to a new
-    /// quota), `open_drain` begins another. No drain under way: nothing done.
+    /// region tried (a request's share). Once every region is done, the schedule's
+    /// holder ends the drain ([`finish_drain`](Self::finish_drain)) or, with entries
+    /// left, opens another pass. No drain under way: nothing done.
     pub(crate) fn drain(
         &self,
         budget: usize,
@@ -574,15 +638,9 @@ where
         if region_done {
             *held = None;
             drop(held);
-            // AcqRel: the last region done sees every other region's removals (each
-            // done region's Release) before it asks whether the map is empty.
-            if self.regions_left.fetch_sub(1, Ordering::AcqRel) == 1 && old.len() == 0 {
-                // Release: see `view`. The schedule's holder alone changes the view
-                // while the old map holds keys and claims are closed.
-                self.view
-                    .store(View(view.0 & !View::OLD).0, Ordering::Release);
-                drained.done = true;
-            }
+            // AcqRel: a chain of count-downs, which `finish_drain`'s Acquire reads at
+            // its end, seeing every region's removals.
+            self.regions_left.fetch_sub(1, Ordering::AcqRel);
         }
         drained
     }

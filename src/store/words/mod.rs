@@ -898,10 +898,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::{InPlace, SEGMENTS, WordStore};
+    use crate::sync::{AtomicU64, Ordering};
     use crate::word::RETIRED;
     use std::cell::Cell;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     type Words<K> = WordStore<K, foldhash::fast::RandomState>;
 

@@ -562,6 +562,6 @@ mod tests {
         assert!(table.probe(7, "seven").is_err(), "a vacancy, not a key");
         table.insert(7, "seven".to_string(), 70);
         let found = table.probe(7, "seven").ok().expect("stored");
-        assert_eq!(found.word.load(std::sync::atomic::Ordering::Relaxed), 70);
+        assert_eq!(found.word.load(crate::sync::Ordering::Relaxed), 70);
     }
 }
