@@ -23,6 +23,15 @@ const CHUNK: usize = 32;
 /// one forgotten per key inserted, and a share of two leaves room for the relocations).
 pub(crate) const SHARE: usize = 4;
 
+/// The most a share may take with what this thread owes: shares skipped because every
+/// region left was held by another thread (near a drain's end, two or three threads
+/// meet on the last regions, and a sweeper thread preempted inside its chunk holds
+/// one for a time slice) are owed, and paid with the next share that gets a region,
+/// up to this many entries in all: a bounded step for one request (a few
+/// microseconds of removals), so that skipped shares do not leave the drain to the
+/// thread.
+pub(crate) const MAX_SHARE: usize = 8 * SHARE;
+
 /// Who takes the cycle's steps, and how far they may go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {

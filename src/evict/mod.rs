@@ -54,15 +54,20 @@
 //!    at their next request);
 //! 4. **raise the watermark** to `now - margin` and wait out the insertions begun
 //!    before (the protocol above);
-//! 5. **drain** the old map: each state retired and removed if forgettable, else
-//!    relocated into the young map and removed. Once it is empty, the next rotation
-//!    may come.
+//! 5. **drain** the old map, in regions that threads take in turn: each state retired
+//!    and removed if forgettable, else relocated into the young map and removed. Once
+//!    every region is done and the old map is empty, the schedule's holder ends the
+//!    drain (only it changes the view), and the next rotation may come; entries left
+//!    (a key moving to a new quota as the pass went by) take another pass.
 //!
 //! Forgetting a key so costs one visit in a pass over the old map (no lookup of it, no
 //! tombstone in the young one), and the keys held are about those of the last two or
 //! three margins: memory follows the keys that carried information lately, whatever
 //! the stream of new keys. A clock that steps back is not waited for; one that stands
-//! still ages nothing (no key it has seen taken from can become forgettable).
+//! still ages nothing (no key it has seen taken from can become forgettable). The
+//! ring's steps are model-checked in `loom-tests/tests/ring.rs` (models 18–20: a
+//! relocation racing takes, a new key at a rotation, a peek racing a relocation, each
+//! with mutants).
 //!
 //! # Who does the work — and what a request pays
 //! The limiter's own sweeper thread (`sweeper.rs`, started lazily, stopped and joined
@@ -70,17 +75,23 @@
 //! giving up its CPU between them. A request never waits for it, nor for a drain:
 //!
 //! - about one insertion in [`SIZE_SAMPLE`] (a per-thread random draw) takes the
-//!   cycle's cheap steps itself (a rotation, closing claims, raising the watermark:
-//!   each a few atomic operations, none of which waits) if no one else holds the
-//!   schedule, and wakes the thread for the rest;
+//!   cycle's cheap steps itself (a rotation, closing claims, raising the watermark,
+//!   ending a drain: each a few atomic operations, none of which waits) if no one else
+//!   holds the schedule (it only tries), and wakes the thread — starting it on first
+//!   use — for the rest, waits for other threads' insertions included;
 //! - while the old map drains, every new key's insertion drains a share of it
-//!   (`cycle::SHARE` entries), unless another thread is draining at that
-//!   moment: so the old map empties as fast as the young one fills, whatever the
-//!   thread gets of the CPU (two request threads on two cores leave it little);
-//! - a drain's first step (papaya's pass, which may finish a resize the old map was
-//!   in) is the thread's, unless the limiter has none (its start failed, or a sweep
-//!   panicked and ended it) or the thread has not taken it a margin after it was due;
-//!   then the insertion that finds it due takes it.
+//!   (`cycle::SHARE` entries), unless other threads hold every region left at that
+//!   moment: then the share is owed, and paid with the thread's next share that gets
+//!   a region (at most `cycle::MAX_SHARE` entries in one). So the old map empties as
+//!   fast as the young one fills, whatever the thread gets of the CPU (two request
+//!   threads on two cores leave it little);
+//! - opening a drain (papaya's pass, which may finish a resize the old map was in,
+//!   helping other threads' parts of its copy; and placing the regions, a step over
+//!   the old map's entries) is the thread's, unless the limiter has none (its start
+//!   failed, or a sweep panicked and ended it) or the thread has not taken it an
+//!   eighth of a margin after the margin it was due; then the insertion that finds it
+//!   due takes it: the one request's work that is not bounded by a few entries, the
+//!   price of a bound on memory when the thread gets no CPU at all.
 //!
 //! # The word store's sweeps
 //! The opt-in word store (`Builder::word_store`, `store/words/`) forgets in place: a
@@ -301,7 +312,15 @@ impl Eviction {
         A::State: 'static,
         S: BuildHasher + Clone + Send + Sync + 'static,
     {
-        cycle::drain(self, keys, cycle::SHARE, false);
+        thread_local! {
+            /// Entries this thread's skipped shares owe (see `cycle::MAX_SHARE`), paid
+            /// to whichever drain it next gets a region of.
+            static OWED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        }
+        let owed = OWED.with(std::cell::Cell::get);
+        let budget = (cycle::SHARE + owed).min(cycle::MAX_SHARE);
+        let drained = cycle::drain(self, keys, budget, false);
+        OWED.with(|cell| cell.set(if drained.busy { budget } else { 0 }));
     }
 
     /// A sampled insertion's look at the schedule: the cycle's cheap steps if no one
@@ -368,11 +387,13 @@ impl Eviction {
         } else {
             // The schedule held for its steps only, not for the drain, which has its
             // own locks: one cycle's drain a wake-up, and the next cycle when a
-            // request finds it due. One reading for the wake-up's steps, taken as it
-            // begins, whatever stage it finds.
-            let at = now();
+            // request finds it due. One reading for each turn of steps, whatever stage
+            // it finds, taken once the schedule is held: a reading taken before could
+            // be older than a rotation another holder recorded meanwhile, and would
+            // read as a clock stepped back (which ends the aging at once).
             let advance = || {
                 let _held = self.schedule.lock();
+                let at = now();
                 cycle::advance(self, keys, || at, Role::Thread, &mut 0)
             };
             if advance() == Left::Draining {
