@@ -111,10 +111,11 @@ impl<L, C, S> Builder<L, C, S> {
         self
     }
 
-    /// Never sweeps on its own and never starts the sweeper thread; only
-    /// `evict_idle()` forgets keys (call it from a thread of yours, or use
-    /// `sweep_in_background`). By default an insertion that finds a sweep due asks the
-    /// limiter's own sweeper thread for one (see [`crate::evict`]).
+    /// Never forgets on its own and never starts the sweeper thread; only
+    /// `evict_idle()` begins forgetting (call it from a thread of yours, or use
+    /// `sweep_in_background`), though new keys' insertions still take their small
+    /// shares of a drain it has begun. By default the limiter's own sweeper thread
+    /// forgets keys, new keys' insertions taking such shares (see [`crate::evict`]).
     pub fn manual_eviction(mut self) -> Self {
         self.eviction.automatic = false;
         self
@@ -132,8 +133,12 @@ impl<L, C, S> Builder<L, C, S> {
 
     /// Holds at most about `max_keys` keys (see [`Overflow`] and [`crate::evict`] for
     /// how far concurrency can exceed it). At the cap, a new key is answered at once
-    /// by `overflow`; with automatic sweeps it first asks the sweeper thread for room
-    /// (at most once per margin), and new keys are stored again once it has made some.
+    /// by `overflow`; with automatic forgetting it first asks the sweeper thread for
+    /// room (at most once per margin), and new keys are stored again once it has made
+    /// some. The default store holds the keys of about the last three margins in
+    /// normal operation (the young map, the old one, and keys moving between them), so
+    /// a cap below three margins' worth of active keys is reached without an attack
+    /// (`results/memory-stream.md`).
     pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
         self.eviction.max_keys = Some((max_keys, overflow));
         self
