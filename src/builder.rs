@@ -1,4 +1,5 @@
-//! EvictionSettings shared by every keyed limiter: clock, hasher, expected number of keys.
+//! Settings shared by every keyed limiter: clock, hasher, expected number of keys,
+//! forgetting and the store.
 
 use crate::clock::QuantaClock;
 use crate::evict::{EvictionSettings, Overflow};
@@ -94,8 +95,9 @@ impl<L, C, S> Builder<L, C, S> {
         }
     }
 
-    /// Sizes the key map for about `n` keys up front, so it does not grow while they
-    /// first arrive.
+    /// Sizes the store for about `n` keys up front (the ring's first young map, or the
+    /// word store), so it does not grow while they first arrive; the ring's other two
+    /// maps start empty. On the word store the first sweep also waits for 2·`n` keys.
     pub fn expected_keys(mut self, n: usize) -> Self {
         self.expected_keys = n;
         self
@@ -135,10 +137,11 @@ impl<L, C, S> Builder<L, C, S> {
     /// how far concurrency can exceed it). At the cap, a new key is answered at once
     /// by `overflow`; with automatic forgetting it first asks the sweeper thread for
     /// room (at most once per margin), and new keys are stored again once it has made
-    /// some. The default store holds the keys of about the last three margins in
-    /// normal operation (the young map, the old one, and keys moving between them), so
-    /// a cap below three margins' worth of active keys is reached without an attack
-    /// (`results/memory-stream.md`).
+    /// some. The default store holds the keys of at least about the last three
+    /// margins in normal operation (the young map, the old one, and keys moving
+    /// between them), more when request threads leave the sweeper thread little CPU,
+    /// so a cap below three margins' worth of active keys is reached without an
+    /// attack (`results/memory-stream.md`).
     pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
         self.eviction.max_keys = Some((max_keys, overflow));
         self

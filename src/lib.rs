@@ -39,7 +39,8 @@
 //! - **Lock-free, allocation-free** once a key exists, for every algorithm but
 //!   [`SlidingLog`]: one clock reading, one lookup in a lock-free map, one
 //!   compare-and-set on the key's `AtomicU64`. A key's first request allocates its
-//!   entry (on papaya, the default store).
+//!   entry (on the default store, a ring of papaya maps), and so does its first
+//!   request after each rotation of the ring, which moves it into the young map.
 //! - **Consistency**: a stored key's state changes only by atomic read-modify-write
 //!   (for [`SlidingLog`], under the key's own lock); a new key's first request is
 //!   applied to its state just before the state is stored, so it is never seen half

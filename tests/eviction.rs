@@ -344,14 +344,19 @@ fn limiters_sharing_a_thread_are_each_swept() {
     }
 }
 
-#[test]
-fn the_sweeper_thread_makes_room_at_the_cap_with_no_call_from_the_user() {
+/// A cap far below the size at which forgetting is due on its own (1,024 keys): the
+/// request at the cap asks for room, and the thread makes it.
+fn the_sweeper_thread_makes_room_at_the_cap(word_store: bool) {
     let clock = ManualClock::new();
-    let limiter = TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
+    let builder = TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
         .clock(clock.clone())
         .eviction_margin(ms(5))
-        .max_keys(10, Overflow::Deny)
-        .build();
+        .max_keys(10, Overflow::Deny);
+    let limiter = if word_store {
+        builder.word_store().build()
+    } else {
+        builder.build()
+    };
     for key in 0..10 {
         assert!(limiter.try_acquire(&key));
     }
@@ -364,6 +369,16 @@ fn the_sweeper_thread_makes_room_at_the_cap_with_no_call_from_the_user() {
         std::thread::yield_now();
     }
     assert!(limiter.try_acquire(&10));
+}
+
+#[test]
+fn the_sweeper_thread_makes_room_at_the_cap_with_no_call_from_the_user() {
+    the_sweeper_thread_makes_room_at_the_cap(false);
+}
+
+#[test]
+fn on_the_word_store_the_sweeper_thread_makes_room_at_the_cap() {
+    the_sweeper_thread_makes_room_at_the_cap(true);
 }
 
 #[test]

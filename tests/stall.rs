@@ -1,4 +1,4 @@
-//! No request waits for another thread: on the default store (papaya), a thread
+//! No request waits for another thread: on the default store (the ring of papaya maps), a thread
 //! stalled at any point of a request where it runs the key type's code — inside the
 //! key's `Hash`, `Eq` or `Clone` — keeps no request on another thread waiting, on any
 //! key: a stored one, a new one, its own. The word store, an opt-in, does not hold

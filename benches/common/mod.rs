@@ -46,7 +46,7 @@ impl Contender for DefaultKeyedRateLimiter<u64> {
 
 /// The words of the floors: a papaya map from keys to words, the default store's map
 /// with its settings (incremental resize, 8 slots a step; removed entries handed to
-/// reclamation 1,024 at a time, as `src/store/papaya.rs` does: seize's default of 32
+/// reclamation 1,024 at a time, as `src/store/papaya/mod.rs` does: seize's default of 32
 /// puts a `membarrier` system call after every 32 removals).
 pub struct Words(papaya::HashMap<u64, AtomicU64, foldhash::fast::RandomState>);
 

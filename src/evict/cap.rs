@@ -3,8 +3,9 @@
 use crate::algorithm::Algorithm;
 use crate::{Decision, Quota};
 
-/// What a limiter at its `max_keys` cap does with a new key when nothing can be
-/// forgotten (an attacker rotating client ids faster than buckets refill).
+/// What a limiter at its `max_keys` cap does with a new key (an attacker rotating
+/// client ids faster than buckets refill, or forgetting behind): the cap asks for
+/// room and answers at once, whether or not some keys held could be forgotten.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Overflow {
     /// Fail closed: the request is answered [`Decision::Overflow`] and the key gets no

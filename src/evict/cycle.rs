@@ -36,7 +36,8 @@ pub(crate) const MAX_SHARE: usize = 8 * SHARE;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {
     /// A request (a sampled insertion): the cheap steps, never a wait; a drain is
-    /// opened only when the thread cannot (none, or overdue by a margin).
+    /// opened only when the thread cannot (none, or overdue by an eighth of a
+    /// margin).
     Request,
     /// The sweeper thread: every step, the drain in chunks.
     Thread,

@@ -44,14 +44,16 @@
 //! young map, and a key still found in the old one is relocated into the young one by
 //! the request that finds it. Forgetting is a cycle:
 //!
-//! 1. **rotate** — once the young map holds [`MIN_SWEEP_KEYS`] keys and the old map is
-//!    empty: the young map becomes old, the spare young;
+//! 1. **rotate** — once the young map holds [`MIN_SWEEP_KEYS`] keys (any, when a
+//!    request at the cap asked for room), the last drain is over and the first margin
+//!    has passed: the young map becomes old, the spare young;
 //! 2. **claims close** — as soon as the insertions begun before the rotation are done
 //!    (a new key's insertion meanwhile first claims its place in the old map, so that
 //!    none of them can give a key a second state);
-//! 3. **age** — for one margin, so that a key no request touched since the rotation is
-//!    forgettable when the old map drains (keys that are touched move to the young map
-//!    at their next request);
+//! 3. **age** — for one margin (skipped by `evict_idle` and when the cap asked for
+//!    room), so that a state that already carried no information at the rotation, and
+//!    was not touched since, is forgettable when the old map drains (keys that are
+//!    touched move to the young map at their next request);
 //! 4. **raise the watermark** to `now - margin` and wait out the insertions begun
 //!    before (the protocol above);
 //! 5. **drain** the old map, in regions that threads take in turn: each state retired
@@ -61,9 +63,10 @@
 //!    (a key moving to a new quota as the pass went by) take another pass.
 //!
 //! Forgetting a key so costs one visit in a pass over the old map (no lookup of it, no
-//! tombstone in the young one), and the keys held are about those of the last two or
-//! three margins: memory follows the keys that carried information lately, whatever
-//! the stream of new keys. A clock that steps back is not waited for; one that stands
+//! removal from the young one), and the keys held are those of about the last three
+//! margins, more when the request threads leave the sweeper thread little CPU
+//! (`results/memory-stream.md`): memory follows the keys that carried information
+//! lately, whatever the stream of new keys. A clock that steps back is not waited for; one that stands
 //! still ages nothing (no key it has seen taken from can become forgettable). The
 //! ring's steps are model-checked in `loom-tests/tests/ring.rs` (models 18–20: a
 //! relocation racing takes, a new key at a rotation, a peek racing a relocation, each
@@ -72,7 +75,9 @@
 //! # Who does the work — and what a request pays
 //! The limiter's own sweeper thread (`sweeper.rs`, started lazily, stopped and joined
 //! when the limiter is dropped) takes every step of the cycle and drains in chunks,
-//! giving up its CPU between them. A request never waits for it, nor for a drain:
+//! giving up its CPU between them. A request never waits for the thread (the one
+//! request that opens a drain the thread left overdue may wait inside papaya for the
+//! old map's resize to finish, below):
 //!
 //! - about one insertion in [`SIZE_SAMPLE`] (a per-thread random draw) takes the
 //!   cycle's cheap steps itself (a rotation, closing claims, raising the watermark,
@@ -88,9 +93,9 @@
 //! - opening a drain (papaya's pass, which may finish a resize the old map was in,
 //!   helping other threads' parts of its copy; and placing the regions, a step over
 //!   the old map's entries) is the thread's, unless the limiter has none (its start
-//!   failed, or a sweep panicked and ended it) or the thread has not taken it an
-//!   eighth of a margin after the margin it was due; then the insertion that finds it
-//!   due takes it: the one request's work that is not bounded by a few entries, the
+//!   failed, or a drain panicked and ended it) or the thread has not opened it an
+//!   eighth of a margin after it became due; then the insertion that finds it due
+//!   takes it: the one request's work that is not bounded by a few entries, the
 //!   price of a bound on memory when the thread gets no CPU at all.
 //!
 //! # The word store's sweeps
@@ -107,7 +112,8 @@
 //! # The key cap
 //! The bound that holds whatever the thread does, on either store, is `max_keys`: at
 //! the cap a new key is answered at once by the [`Overflow`] policy, never stored and
-//! never waited on, and asks for room at most once per margin. The settings — the
+//! never waited on, and asks for room (automatic forgetting only) at most once per
+//! margin and never more often than once a millisecond. The settings — the
 //! margin, presizing, the store, `manual_eviction()` with [`BackgroundSweeper`], and the
 //! cap — are in [the guide](crate::guide::bounded_memory), which also says which store
 //! to pick.
@@ -145,8 +151,9 @@ pub struct KeyStats {
     pub keys: usize,
     /// Keys forgotten so far.
     pub evicted: u64,
-    /// Requests that met the `max_keys` cap with nothing to forget and went to the
-    /// [`Overflow`] policy.
+    /// New keys answered by the [`Overflow`] policy because the store held `max_keys`
+    /// keys (forgettable ones among them, perhaps: the cap asks for room and answers
+    /// at once).
     pub overflowed: u64,
 }
 
@@ -381,8 +388,10 @@ impl Eviction {
         let before = self.tally().0;
         if keys.store.words().is_some() {
             let _held = self.schedule.lock();
-            if self.schedule.sweep_due(keys.store.len(), now()) {
+            // Due by size, or asked for by a request at the cap.
+            if self.schedule.sweep_due(keys.store.len(), now()) || self.schedule.room_wanted() {
                 sweep::sweep(self, keys, &now, breathe);
+                self.schedule.room_made();
             }
         } else {
             // The schedule held for its steps only, not for the drain, which has its
@@ -410,6 +419,42 @@ impl Eviction {
         }
         let forgotten = (self.tally().0 - before) as usize;
         Some((forgotten, started.elapsed()))
+    }
+
+    /// Room at the cap made on this request, for a limiter whose thread is gone (the
+    /// OS refused one, or a drain panicked and ended it): no new key is inserted at
+    /// the cap, so no share would ever drain, and this is the one request in a margin
+    /// that asks. It does the thread's work — a word store's sweep, or the ring's
+    /// cycle as far as a drain and the drain itself — unless another thread holds the
+    /// schedule (never waited for); a fallback, unbounded as the thread's work is.
+    #[cold]
+    fn make_room_here<K, A, S>(&self, keys: &Keys<'_, K, A, S>, now: u64)
+    where
+        A: Algorithm<K>,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        A::State: 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+    {
+        if keys.store.words().is_some() {
+            if let Some(_held) = self.schedule.try_lock() {
+                sweep::sweep(self, keys, || now, || {});
+                self.schedule.room_made();
+            }
+            return;
+        }
+        // At most two turns: the drain, then its end (and perhaps the next rotation).
+        for _ in 0..2 {
+            let left = {
+                let Some(_held) = self.schedule.try_lock() else {
+                    return;
+                };
+                cycle::advance(self, keys, || now, Role::Thread, &mut 0)
+            };
+            if left != Left::Draining {
+                return;
+            }
+            cycle::drain_out(self, keys, || {}, || false);
+        }
     }
 
     /// Forgets every key whose state has carried no information for the margin, now;
@@ -447,16 +492,25 @@ impl Eviction {
     /// attack at the cap cannot keep the sweeper busy), counts the overflow, and
     /// answers by the `overflow` allowance at `reading`, or `Decision::Overflow`.
     #[cold]
-    pub(crate) fn at_cap(
+    pub(crate) fn at_cap<K, A, S>(
         &self,
+        keys: &Keys<'_, K, A, S>,
         now: u64,
         cost: u32,
         overflow: Option<&SharedAllowance>,
-    ) -> crate::Decision {
+    ) -> crate::Decision
+    where
+        A: Algorithm<K>,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        A::State: 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+    {
         let period = self.margin.max(1_000_000);
         if self.automatic && self.schedule.cap_sweep_allowed(now, period) {
             self.schedule.want_room();
-            self.sweeper.request();
+            if !self.sweeper.request() {
+                self.make_room_here(keys, now);
+            }
         }
         // Relaxed: a statistic.
         self.tally.overflowed.fetch_add(1, Ordering::Relaxed);

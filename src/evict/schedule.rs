@@ -5,7 +5,8 @@
 
 use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 
-/// A store smaller than this is not forgotten from automatically.
+/// A store smaller than this is not forgotten from automatically, unless a request at
+/// the `max_keys` cap asks for room.
 #[cfg(not(turnstile_shuttle))]
 pub const MIN_SWEEP_KEYS: usize = 1024;
 /// A store smaller than this is not forgotten from automatically: under

@@ -8,9 +8,9 @@
 //! with `manual_eviction()`, nor under `--cfg turnstile_loom`, where keys are forgotten
 //! only on demand (under `--cfg turnstile_shuttle` it is a shuttle thread, scheduled
 //! with the requests). A request that finds work for it only asks; if the OS refuses
-//! to start the thread, or a sweep panicked and ended it, `request` says so and
-//! requests take on what the thread would have done, a bounded share each
-//! (`crate::evict`). A [`BackgroundSweeper`] is the same thread, woken by a period
+//! to start the thread, or a drain or sweep panicked and ended it, `request` says so
+//! and requests take on what the thread would have done (`crate::evict`: the drain's
+//! opening and, at the key cap, the room to make). A [`BackgroundSweeper`] is the same thread, woken by a period
 //! instead of by requests.
 //!
 //! The thread also prepares the store's next stretch of memory when asked (in the word

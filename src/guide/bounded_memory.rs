@@ -1,13 +1,14 @@
 //! Bounded memory: idle keys are forgotten by the limiter itself, exactly; which
 //! store to keep keys in; and the hard cap for hostile churn.
 //!
-//! The protocol that makes forgetting exact, when a sweep is due and what each store
-//! does while it grows are on [`crate::evict`]; this page is the user's side.
+//! The protocol that makes forgetting exact, and when the ring's cycle and the word
+//! store's sweeps run, are on [`crate::evict`]; this page is the user's side.
 //!
 //! # What is forgotten, and why it is safe
 //! A keyed limiter keeps state for every client that calls. turnstile forgets a key —
-//! on its own, with no call you must remember — once its state has carried no
-//! information for a margin (default 1 s): a token bucket full again, a GCRA arrival
+//! on its own, with no call you must remember, at the next drain of its store once it
+//! holds [`MIN_SWEEP_KEYS`](crate::evict::MIN_SWEEP_KEYS) keys — once its state has
+//! carried no information for a margin (default 1 s): a token bucket full again, a GCRA arrival
 //! time in the past, nothing counted in the current or previous window, a log whose
 //! timestamps have all left. On the shared refill grid such a state answers every
 //! later request exactly as a brand-new key does (see
@@ -32,8 +33,8 @@
 //! | builder call | what it does |
 //! |---|---|
 //! | [`eviction_margin(d)`](crate::Builder::eviction_margin) | how long a state must have carried no information before it is forgotten (default 1 s) |
-//! | [`expected_keys(n)`](crate::Builder::expected_keys) | presizes the map: no growth below `n` keys |
-//! | [`word_store()`](crate::Builder::word_store) | the word store instead of papaya (below) |
+//! | [`expected_keys(n)`](crate::Builder::expected_keys) | presizes the store's first map: no growth below `n` keys until the first rotation |
+//! | [`word_store()`](crate::Builder::word_store) | the word store instead of the ring of papaya maps (below) |
 //! | [`max_keys(n, overflow)`](crate::Builder::max_keys) | the hard cap (below) |
 //! | [`manual_eviction()`](crate::Builder::manual_eviction) | no sweeper thread: only [`evict_idle()`](crate::KeyedLimiter::evict_idle), on your thread or a [`BackgroundSweeper`](crate::BackgroundSweeper), forgets keys |
 //!
@@ -57,31 +58,40 @@
 //! keys, against governor, is in `results/memory-stream.md`.
 //!
 //! # The ring or the word store
-//! **The ring** (the default) keeps no request waiting for another thread: a lookup
-//! and a new key's insertion take no lock, and a share of the drain only *tries* the
-//! locks of the drain's regions, skipping its share when all are held (the sliding
-//! log's per-key lock aside; `tests/stall.rs` stalls a request inside the key's
-//! `Hash`, `Eq` and `Clone` and shows no other request waits). papaya allocates an entry per key and frees forgotten ones through its
+//! **The ring** (the default) keeps requests from waiting on each other: a lookup and
+//! a new key's insertion take no lock, and a share of the drain only *tries* the
+//! locks of the drain's regions, skipping its share when all are held
+//! (`tests/stall.rs` stalls a request inside the key's `Hash`, `Eq` and `Clone` and
+//! shows no other request waits). The exceptions: the sliding log's per-key lock; a
+//! key being moved to a new quota (per-key limiters), which its next request waits
+//! out; inside papaya, a write to an entry that a resize is copying; and the one
+//! request that opens a drain the thread left overdue (or that has no thread), which
+//! may wait inside papaya for the old map's resize to finish. papaya allocates an entry per key and frees forgotten ones through its
 //! epoch-based reclamation. It holds every algorithm's state, per-key quotas'
 //! included.
 //!
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
 //! four single-word algorithms) is the opt-in for memory-bound services with heavy
 //! churn: keys and words side by side in 1,024 segments, each a table of its own, no
-//! allocation per key — 23 heap bytes per `u64` key against papaya's 54 (table in
+//! allocation per key — fewer heap bytes per key than papaya's entries (table in
 //! [`algorithms`](super::algorithms#one-trait-one-quota)) — faster insertion (a new
-//! key in fewer instructions) and cheaper sweeps (figures in `results/README.md`
-//! and `results/memory-stream.md`). Its price: an insertion, a removal or a step of a growth takes its
-//! segment's lock, so a thread stalled while it holds one keeps that segment's
+//! key in fewer instructions) and cheaper forgetting per key (`results/README.md`,
+//! measured against the single papaya map the ring replaced; `results/new-key.md`
+//! for the ring's new key). Its price: an insertion, a removal or a step of a growth
+//! takes its segment's lock, so a thread stalled while it holds one keeps that segment's
 //! insertions waiting (`tests/stall.rs` shows it).
 //!
 //! # The hard cap
 //! For hostile churn (ids rotating faster than buckets refill):
 //! `max_keys(n, overflow)`. At the cap a new key asks the sweeper thread for room (at
-//! most once per margin) and is answered at once: [`Overflow::Deny`] answers
-//! [`Decision::Overflow`] with a `retry_after` hint, and [`Overflow::Shared`] sends
-//! every such key to one shared allowance; once a sweep has made room, new keys are
-//! stored again. The cap is approximate: threads inserting at the same moment may each
+//! most once per margin; with no thread, because its start failed or a drain
+//! panicked, that request makes the room itself) and is answered at once:
+//! [`Overflow::Deny`] answers [`Decision::Overflow`] with a `retry_after` hint, and
+//! [`Overflow::Shared`] sends every such key to one shared allowance; once the next
+//! cycle (or, on the word store, sweep) has made room, new keys are stored again.
+//! With `manual_eviction()` only `evict_idle()` makes room. The ring holds the keys
+//! of at least about three margins in normal operation, so a cap below that is
+//! reached without an attack (`results/memory-stream.md`). The cap is approximate: threads inserting at the same moment may each
 //! pass the check, so it can be exceeded by at most the number of threads inserting
 //! concurrently. Behind the HTTP layer an overflow is a 503 ([`crate::http`]).
 //!

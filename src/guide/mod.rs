@@ -10,7 +10,7 @@
 //! |---|---|
 //! | [`state_word`] | the token bucket's semantics, its one-word state, and the limits of every algorithm's representation |
 //! | [`algorithms`] | the five algorithms side by side: what a limit means, their edges, memory, when to pick which; direct limiters, baselines and clocks |
-//! | [`bounded_memory`] | forgetting idle keys: the settings, the sweeper thread, papaya or the word store, the hard cap |
+//! | [`bounded_memory`] | forgetting idle keys: the settings, how keys are forgotten, the ring or the word store, the hard cap |
 //! | [`per_key_quotas`] | a quota per key, and changing quotas while the limiter runs |
 //! | [`policies`] | several limits on one request, dry run, waiting instead of refusing |
 //! | [`http`] | the tower layer in a service, the example server, what it costs |

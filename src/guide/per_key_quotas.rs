@@ -37,8 +37,8 @@
 //! [`PerKeyTokenBucket`](crate::PerKeyTokenBucket),
 //! [`PerKeyFixedWindow`](crate::PerKeyFixedWindow) and
 //! [`PerKeySlidingLog`](crate::PerKeySlidingLog) name these limiters: the algorithms
-//! that hold every quota. Their states are not single words, so they live in papaya
-//! whichever store the builder names.
+//! that hold every quota. Their states are not single words, so they live in the ring
+//! of papaya maps whichever store the builder names.
 //!
 //! # What changes for a key, in short
 //! A key moves at its next request (acquire, peek or refund), straight to the quota

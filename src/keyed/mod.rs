@@ -38,9 +38,11 @@ use std::sync::Arc;
 ///
 /// Keys are created on their first request and forgotten once their state carries no
 /// information ([`crate::evict`]): memory follows the active keys, never a throttled
-/// key's allowance. The limiter's own sweeper thread does most of the forgetting,
-/// started when first needed and joined when the limiter is dropped; a new key's
-/// request may do a bounded share of it, and no request ever waits for it. So
+/// key's allowance. The limiter's own sweeper thread (started when first needed and
+/// joined when the limiter is dropped) and new keys' insertions share the
+/// forgetting: each new key drains a bounded share of a drain under way, and no
+/// request waits for the thread (when there is no thread, or it is overdue, one
+/// request opens a drain, a step over the old map). So
 /// building one needs keys, hashers and clocks that can be shared with that thread:
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
 /// are also `Clone`, as governor's are: a new key's entry owns a copy, and a key
@@ -305,8 +307,8 @@ where
         self.len() == 0
     }
 
-    /// Keys held now, keys forgotten so far, and requests that met the `max_keys`
-    /// cap with nothing to forget.
+    /// Keys held now, keys forgotten so far, and new keys answered by the
+    /// [`Overflow`](crate::Overflow) policy because the store held `max_keys` keys.
     pub fn stats(&self) -> KeyStats {
         let (evicted, overflowed) = self.core.eviction.tally();
         KeyStats {
@@ -317,14 +319,15 @@ where
     }
 
     /// Forgets every key whose state has carried no information for the eviction
-    /// margin; returns how many. Forgetting never changes a decision (see
+    /// margin; returns how many keys were forgotten while it ran (new keys' shares of
+    /// its drain included). Forgetting never changes a decision (see
     /// [`crate::evict`]). Waits for forgetting already under way to finish.
     pub fn evict_idle(&self) -> usize {
         self.core.evict_idle(|| {})
     }
 
     /// Also forgets every `period` on a thread of its own, whether or not new keys
-    /// come (the limiter's own sweeper thread runs only when insertions find work for
+    /// come (the limiter's own sweeper thread runs only when requests find work for
     /// it). The thread holds the limiter weakly: it ends when the returned handle is
     /// dropped, or with the limiter.
     ///
@@ -603,7 +606,9 @@ where
             {
                 return found;
             }
-            return Ok(self.eviction.at_cap(now, cost, self.overflow.as_ref()));
+            return Ok(self
+                .eviction
+                .at_cap(&self.keys(), now, cost, self.overflow.as_ref()));
         }
         let create = |key: &K| self.algorithm.create(key);
         // The first request applied to the new state before it is stored, at the

@@ -17,8 +17,9 @@
 //! key's state dated before the watermark it raised must be published first, to lose
 //! its race to the state being forgotten); a rotation lets requests go on at once and
 //! keeps claims in the old generation until it is settled (`ring/`). No insertion ever
-//! waits: only [`flip_and_wait`](Insertions::flip_and_wait), for the callers that may
-//! (`evict_idle`), does. Loom model 16 checks the handshake on the real limiter (the
+//! waits: only [`flip_and_wait`](Insertions::flip_and_wait) does, in the word store's
+//! sweep (on the sweeper thread, in `evict_idle`, or on a request when there is no
+//! thread). Loom model 16 checks the handshake on the real limiter (the
 //! ring, and the word store as 16w), with a mutant whose sweep does not wait, and on
 //! the word store one that reads the watermark before registering (on the ring a
 //! rotation between the look and the registration already sends the insertion back
@@ -119,7 +120,8 @@ impl Insertions {
 
     /// Flips the phase and waits until every insertion registered before is done
     /// (and first, if the flip before is not settled, until it is): for callers that
-    /// may wait (`evict_idle`), never for a request.
+    /// may wait: the word store's sweep (the sweeper thread, `evict_idle`, or a request
+    /// only when there is no thread to ask).
     pub(crate) fn flip_and_wait(&self) {
         if active(Mutant::UnorderedRetire) {
             return;

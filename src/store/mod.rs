@@ -10,7 +10,7 @@
 //! - **The ring** (`ring/`): the default store of a keyed limiter, three maps in
 //!   turn — new keys go to the young one, a key still found in the old one is
 //!   relocated into the young one, and the old one is drained whole, so forgetting
-//!   keys costs no lookup of them and the young map never holds their tombstones.
+//!   keys costs no lookup of them and no key is removed from the young map.
 //! - **The word store** (`words/`, opt-in with
 //!   [`word_store`](crate::Builder::word_store)): single-word states beside their keys
 //!   in 1,024 segmented tables, insertions and removals under segment locks; fewer

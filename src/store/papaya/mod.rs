@@ -22,10 +22,12 @@
 //! (`wait_copied`, the copier hashes the key meanwhile), and a thread that needs the
 //! next table while another allocates it waits for that allocation (a mutex held for
 //! the allocation and a count, never around user code). Lookups never wait. Requests
-//! write to a generation only to insert a key that is absent (papaya never waits on
-//! a key that is absent) or to replace their own key's state when it moves to a new
-//! quota; removals happen only in the old generation, into which nothing is inserted
-//! once its drain begins, so no resize runs there (`ring/`).
+//! insert into the young generation (a new key, or a relocated copy that may find the
+//! key stored first), insert a new key's claim into the old one while claims are
+//! open, replace their own key's state when it moves to a new quota, and, through
+//! their shares of a drain, remove from the old one. Nothing is inserted into the old
+//! generation once its drain opens, and the drain's first pass finishes any resize
+//! left from its time as the young map, so no resize runs while it drains (`ring/`).
 
 mod pass;
 

@@ -4,8 +4,10 @@
 //! the *spare*, empty, next in line. A rotation makes the young map old and the spare
 //! young; the old map is then drained whole — each state in it relocated into the
 //! young map or forgotten, and removed — and becomes the spare. Forgetting a key so
-//! costs no lookup of it, and the young map never holds the tombstones of keys
-//! forgotten (which in papaya force a same-size rehash of every live entry). When the
+//! costs no lookup of it, and no key is removed from a map while it is young; a map
+//! reused after its drain keeps that drain's tombstones until it next grows (papaya
+//! 0.2.5 cannot reset a table), which lengthens the probes that miss in it
+//! (`results/new-key.md`). When the
 //! ring rotates and drains is `crate::evict`'s to decide; this module keeps every key
 //! to one state through it.
 //!
@@ -421,8 +423,8 @@ where
         view.old_holds_keys() && self.maps[view.old()].swap(key, current, new)
     }
 
-    /// Number of keys held: the young map's and the old map's (a key being relocated
-    /// may count twice for a moment).
+    /// Entries held: the young map's and the old map's. A key relocated or claimed
+    /// since the last rotation counts twice until the drain removes its old entry.
     pub(crate) fn len(&self) -> usize {
         let view = self.view();
         let old = if view.old_holds_keys() {
@@ -475,7 +477,8 @@ where
     /// Begins the drain of the old map: its regions, each a pass placed at its first
     /// entry. For the thread that may take long (the first pass finishes a resize the
     /// map was in, and placing a pass steps over the entries before its region): the
-    /// sweeper thread, or `evict_idle`. Nothing to drain (the old map empty: see
+    /// sweeper thread, `evict_idle`, or a request when there is no thread or it is
+    /// overdue. Nothing to drain (the old map empty: see
     /// [`finish_drain`](Self::finish_drain)), claims still open, or a drain under way:
     /// `false`. One caller at a time (the schedule's holder).
     pub(crate) fn open_drain(&self) -> bool {
