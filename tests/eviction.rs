@@ -381,6 +381,63 @@ fn on_the_word_store_the_sweeper_thread_makes_room_at_the_cap() {
     the_sweeper_thread_makes_room_at_the_cap(true);
 }
 
+/// A key whose `Hash` panics on the limiter's sweeper thread (and only there), once
+/// `ARMED` is set: it ends the thread at its first drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PanicsOnTheSweeper(u32);
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+impl std::hash::Hash for PanicsOnTheSweeper {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if ARMED.load(Ordering::Relaxed) && thread::current().name() == Some("turnstile-sweeper") {
+            panic!("a key's Hash panicking on the sweeper thread (this test's own)");
+        }
+        self.0.hash(state);
+    }
+}
+
+/// With its sweeper thread ended by a panic in a key's `Hash`, a limiter at its cap
+/// still makes room: the request at the cap that finds no thread to ask does the
+/// thread's work itself, and new keys are stored again.
+#[test]
+fn at_the_cap_with_the_thread_gone_a_request_makes_room() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::<PanicsOnTheSweeper>::builder(Quota::new(1, ms(10)).unwrap())
+        .clock(clock.clone())
+        .eviction_margin(ms(5))
+        .max_keys(10, Overflow::Deny)
+        .build();
+    for key in 0..10 {
+        assert!(limiter.try_acquire(&PanicsOnTheSweeper(key)));
+    }
+    ARMED.store(true, Ordering::Relaxed);
+    // Every bucket full again, for longer than the margin; each round moves the clock
+    // past the period between two asks for room (the margin). A hang detector, not a
+    // timing assertion: the thread ends at its first drain, and the request after
+    // that makes the room.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut next = 100;
+    loop {
+        clock.advance(ms(30));
+        if limiter.try_acquire(&PanicsOnTheSweeper(next)) {
+            break;
+        }
+        next += 1;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no room was ever made"
+        );
+        thread::yield_now();
+    }
+    assert!(
+        limiter.len() <= 10,
+        "{} keys held at a cap of 10",
+        limiter.len()
+    );
+    assert!(limiter.stats().evicted > 0, "room made by forgetting");
+}
+
 #[test]
 fn a_manual_limiter_at_the_cap_makes_room_only_when_told() {
     let clock = ManualClock::new();
