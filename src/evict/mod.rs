@@ -66,11 +66,11 @@
 //! removal from the young one), and the keys held are those of about the last three
 //! margins, more when the request threads leave the sweeper thread little CPU
 //! (`results/memory-stream.md`): memory follows the keys that carried information
-//! lately, whatever the stream of new keys. A clock that steps back is not waited for; one that stands
-//! still ages nothing (no key it has seen taken from can become forgettable). The
-//! ring's steps are model-checked in `loom-tests/tests/ring.rs` (models 18–20: a
-//! relocation racing takes, a new key at a rotation, a peek racing a relocation, each
-//! with mutants).
+//! lately, whatever the stream of new keys. A clock that steps back is not waited for;
+//! one that stands still ages nothing (no key it has seen taken from can become
+//! forgettable). The ring's steps are model-checked in `loom-tests/tests/ring.rs`
+//! (models 18–20: a relocation racing takes, a new key at a rotation, a peek racing a
+//! relocation, each with mutants).
 //!
 //! # Who does the work — and what a request pays
 //! The limiter's own sweeper thread (`sweeper.rs`, started lazily, stopped and joined

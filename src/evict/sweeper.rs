@@ -10,8 +10,8 @@
 //! with the requests). A request that finds work for it only asks; if the OS refuses
 //! to start the thread, or a drain or sweep panicked and ended it, `request` says so
 //! and requests take on what the thread would have done (`crate::evict`: the drain's
-//! opening and, at the key cap, the room to make). A [`BackgroundSweeper`] is the same thread, woken by a period
-//! instead of by requests.
+//! opening and, at the key cap, the room to make). A [`BackgroundSweeper`] is the
+//! same thread, woken by a period instead of by requests.
 //!
 //! The thread also prepares the store's next stretch of memory when asked (in the word
 //! store, a segment's table with 2,048 keys of room or more grown ahead and the

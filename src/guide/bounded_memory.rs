@@ -58,16 +58,16 @@
 //! keys, against governor, is in `results/memory-stream.md`.
 //!
 //! # The ring or the word store
-//! **The ring** (the default) keeps requests from waiting on each other: a lookup and
-//! a new key's insertion take no lock, and a share of the drain only *tries* the
-//! locks of the drain's regions, skipping its share when all are held
-//! (`tests/stall.rs` stalls a request inside the key's `Hash`, `Eq` and `Clone` and
-//! shows no other request waits). The exceptions: the sliding log's per-key lock; a
-//! key being moved to a new quota (per-key limiters), which its next request waits
-//! out; inside papaya, a write to an entry that a resize is copying; and the one
-//! request that opens a drain the thread left overdue (or that has no thread), which
-//! may wait inside papaya for the old map's resize to finish. papaya allocates an entry per key and frees forgotten ones through its
-//! epoch-based reclamation. It holds every algorithm's state, per-key quotas'
+//! **The ring** (the default) keeps requests from waiting on each other: a lookup and a
+//! new key's insertion take no lock, and a share of the drain only *tries* the locks of
+//! the drain's regions, skipping its share when all are held (`tests/stall.rs` stalls a
+//! request inside the key's `Hash`, `Eq` and `Clone` and shows no other request waits).
+//! The exceptions: the sliding log's per-key lock; a key being moved to a new quota
+//! (per-key limiters), which its next request waits out; inside papaya, a write to an
+//! entry that a resize is copying; and the one request that opens a drain the thread
+//! left overdue (or that has no thread), which may wait inside papaya for the old map's
+//! resize to finish. papaya allocates an entry per key and frees forgotten ones through
+//! its epoch-based reclamation. It holds every algorithm's state, per-key quotas'
 //! included.
 //!
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
@@ -84,16 +84,17 @@
 //! # The hard cap
 //! For hostile churn (ids rotating faster than buckets refill):
 //! `max_keys(n, overflow)`. At the cap a new key asks the sweeper thread for room (at
-//! most once per margin; with no thread, because its start failed or a drain
-//! panicked, that request makes the room itself) and is answered at once:
-//! [`Overflow::Deny`] answers [`Decision::Overflow`] with a `retry_after` hint, and
-//! [`Overflow::Shared`] sends every such key to one shared allowance; once the next
-//! cycle (or, on the word store, sweep) has made room, new keys are stored again.
-//! With `manual_eviction()` only `evict_idle()` makes room. The ring holds the keys
-//! of at least about three margins in normal operation, so a cap below that is
-//! reached without an attack (`results/memory-stream.md`). The cap is approximate: threads inserting at the same moment may each
-//! pass the check, so it can be exceeded by at most the number of threads inserting
-//! concurrently. Behind the HTTP layer an overflow is a 503 ([`crate::http`]).
+//! most once per margin; with no thread, because its start failed or a drain panicked,
+//! that request makes the room itself) and is answered at once: [`Overflow::Deny`]
+//! answers [`Decision::Overflow`] with a `retry_after` hint, and [`Overflow::Shared`]
+//! sends every such key to one shared allowance; once the next cycle (or, on the word
+//! store, sweep) has made room, new keys are stored again. With `manual_eviction()`
+//! only `evict_idle()` makes room. The ring holds the keys of at least about three
+//! margins in normal operation, so a cap below that is reached without an attack
+//! (`results/memory-stream.md`). The cap is approximate: threads inserting at the same
+//! moment may each pass the check, so it can be exceeded by at most the number of
+//! threads inserting concurrently. Behind the HTTP layer an overflow is a 503
+//! ([`crate::http`]).
 //!
 //! [`Overflow::Deny`]: crate::Overflow::Deny
 //! [`Overflow::Shared`]: crate::Overflow::Shared
