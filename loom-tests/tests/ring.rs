@@ -27,9 +27,10 @@ const KEY: u64 = 5;
 
 /// The preemption bounds of these models, each rejecting its mutants within it: the
 /// whole cycle of model 18 takes about 27 s at 2 on the 2-core VM (3 would take tens
-/// of minutes); the rotation of model 19 about 22 s at 3.
+/// of minutes); the rotation of model 19 about 2 s at 2 (at 3 it passes too, in
+/// about 22 s alone, kept out of CI for its time).
 const CYCLE_PREEMPTIONS: usize = 2;
-const ROTATION_PREEMPTIONS: usize = 3;
+const ROTATION_PREEMPTIONS: usize = 2;
 /// A peek is short: model 20's whole cycle at 4 takes about 2 s.
 const PEEK_PREEMPTIONS: usize = 4;
 
