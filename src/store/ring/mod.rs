@@ -341,7 +341,7 @@ where
     /// the watermark there), and the state is stored in the young map of `view` (the
     /// view the key was missed in) — after claiming the key's place in the old map, if
     /// claims are open. `f` instead on the state another thread stored first. A claim
-    /// that finds the key in the old map, or a generation gone by, answers `Relocated`:
+    /// that finds the key in the old map, or a view changed since, answers `Relocated`:
     /// look again.
     pub(crate) fn insert_new<Q, R>(
         &self,
