@@ -262,13 +262,16 @@ impl Sweeper {
         }
     }
 
-    /// A thread that runs `work` with what is wanted whenever something is requested,
-    /// until `work` returns `false` (the limiter is gone).
+    /// A thread named `name` that runs `work` with what is wanted whenever something
+    /// is requested, until `work` returns `false` (what it forgets for is gone).
     #[cfg(not(turnstile_loom))]
-    pub(crate) fn on_thread(mut work: impl FnMut(Work) -> bool + Send + 'static) -> Self {
+    pub(crate) fn on_thread(
+        name: &'static str,
+        mut work: impl FnMut(Work) -> bool + Send + 'static,
+    ) -> Self {
         let start: Start = Box::new(move |signal: Arc<Signal>| {
             crate::sync::thread::Builder::new()
-                .name("turnstile-sweeper".into())
+                .name(name.into())
                 .spawn(move || {
                     let _ending = Ending(Arc::clone(&signal));
                     while signal.wait().is_some_and(&mut work) {}
@@ -490,7 +493,7 @@ mod tests {
         let ended = Arc::new(AtomicBool::new(false));
         let guard = Ended(Arc::clone(&ended));
         let (started, busy) = std::sync::mpsc::channel();
-        let sweeper = Sweeper::on_thread(move |_| {
+        let sweeper = Sweeper::on_thread("turnstile-sweeper", move |_| {
             let _guard = &guard;
             let _ = started.send(());
             // Busy when told to stop: the stop must wait for this to finish.

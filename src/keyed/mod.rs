@@ -191,7 +191,7 @@ where
     if !automatic {
         return Sweeper::manual();
     }
-    Sweeper::on_thread(move |wants| {
+    Sweeper::on_thread("turnstile-sweeper", move |wants| {
         let Some(limiter) = core.upgrade() else {
             return false;
         };

@@ -419,12 +419,20 @@ async fn keys_seen_once_cost_one_fetch_of_their_cost_and_idle_entries_are_swept(
         }
     }
     assert_eq!(limiter.keys(), u64::from(KEYS));
-    // A lifetime later the old entries are idle; new keys set off sweeps.
+    // A lifetime later the old entries are idle; new keys make sweeps due, which the
+    // limiter's own thread runs (the requests only ask): every sweep it runs from now
+    // on removes every old entry it finds, and no new one.
     clock.advance(LIFETIME);
     for key in 0..KEYS {
         for _ in 0..2 {
             allowed(&limiter, &format!("new-{key}")).await;
         }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while limiter.keys() > u64::from(KEYS) {
+        // A hang detector, not a timing assertion: the thread sweeps when it runs.
+        assert!(Instant::now() < deadline, "no sweep came");
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(
         limiter.keys(),
@@ -433,6 +441,34 @@ async fn keys_seen_once_cost_one_fetch_of_their_cost_and_idle_entries_are_swept(
     );
     assert!(limiter.lease("old-7").is_none());
     assert!(limiter.lease("new-7").is_some());
+    assert!(
+        lease_threads() >= 1,
+        "the sweeps ran on the limiter's own thread"
+    );
+    // The thread ends with the last clone of the limiter.
+    let clone = limiter.clone();
+    drop(limiter);
+    assert!(clone.lease("new-7").is_some());
+    drop(clone);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lease_threads() > 0 {
+        // A hang detector, as above (no other test here keeps enough keys to start
+        // a thread).
+        assert!(
+            Instant::now() < deadline,
+            "dropping the limiter did not end its thread"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Threads of this process named like the leases' sweeper.
+fn lease_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "turnstile-lease")
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,14 +5,15 @@ use super::counts::LeaseCounters;
 use super::hold::{self, MAX_HELD};
 use super::local::Leases;
 use super::seen::Sightings;
-use super::{Core, RedisLeasedTokenBucket};
+use super::{Core, RedisLeasedTokenBucket, StopOnDrop};
+use crate::evict::sweeper::Sweeper;
 use crate::redis::FailurePolicy;
 use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
 use crate::redis::connect::connect_methods;
 use crate::redis::engine::ScriptLimiter;
 use crate::{Clock, Quota};
 use ::redis::aio::ConnectionLike;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// How long a lease's tokens count unless told otherwise: one second.
@@ -106,10 +107,10 @@ impl RedisLeasedTokenBucketBuilder {
             TimeSource::Server => Arc::new(crate::QuantaClock::new()),
         };
         let epoch = clock.now();
-        let inner = Core {
+        let core = Arc::new_cyclic(|core: &Weak<Core<C>>| Core {
             limiter: ScriptLimiter::new(algorithm, settings, conn),
             quota: self.quota,
-            leases: Leases::new(),
+            leases: Leases::new(Arc::new(sweeper(core.clone()))),
             seen: Sightings::new(),
             clock,
             epoch,
@@ -118,9 +119,23 @@ impl RedisLeasedTokenBucketBuilder {
             max_lease,
             refill_ahead: self.refill_ahead,
             counters: LeaseCounters::default(),
-        };
-        Ok(RedisLeasedTokenBucket {
-            core: Arc::new(inner),
-        })
+        });
+        let sweeper = Arc::new(StopOnDrop(Arc::clone(core.leases.sweeper())));
+        Ok(RedisLeasedTokenBucket { core, sweeper })
     }
+}
+
+/// The thread that sweeps the leases of `core`: it holds the limiter weakly, so it
+/// ends when the limiter is gone; its handles stop it sooner ([`StopOnDrop`]).
+fn sweeper<C>(core: Weak<Core<C>>) -> Sweeper
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    Sweeper::on_thread("turnstile-lease", move |_| {
+        let Some(core) = core.upgrade() else {
+            return false;
+        };
+        core.leases.sweep(|lease, slow| core.removable(lease, slow));
+        true
+    })
 }

@@ -323,7 +323,7 @@ where
 
     /// Whether the sweep may forget `lease`: nothing held (expired tokens are dropped
     /// and counted here), its last fetch a lifetime old, no denial remembered.
-    fn removable(&self, lease: &KeyLease, slow: &Slow) -> bool {
+    pub(super) fn removable(&self, lease: &KeyLease, slow: &Slow) -> bool {
         let now = self.now();
         self.counters
             .expired(hold::drop_expired(&lease.word, tick(now)));

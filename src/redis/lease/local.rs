@@ -1,8 +1,12 @@
 //! This process's leases: one entry per key with a lease (or a fetch, or a remembered
-//! denial), in a lock-free map (papaya) whose idle entries are swept away.
+//! denial), in a lock-free map (papaya) whose idle entries are swept away by the
+//! limiter's sweeper thread, as the keyed limiters' are (`crate::evict::sweeper`): the
+//! insertion that makes a sweep due only asks for it, and sweeps itself only when there
+//! is no thread to ask (the OS refused one, or a sweep panicked and ended it).
 
 use super::hold;
 use super::size::refill_below;
+use crate::evict::sweeper::Sweeper;
 use crate::redis::CheckError;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Unpoisoned};
 use papaya::HashMap;
@@ -86,18 +90,28 @@ pub(super) struct Leases {
     keys: AtomicU64,
     /// Sweep when an insertion takes the count above this.
     sweep_above: AtomicU64,
+    /// The thread that sweeps (shared with the limiter's handles, which stop it when
+    /// the last of them is dropped).
+    sweeper: Arc<Sweeper>,
 }
 
 /// The fewest entries a sweep is worth walking the map for.
 const MIN_SWEEP: u64 = 1024;
 
 impl Leases {
-    pub(super) fn new() -> Self {
+    /// An empty map whose sweeps `sweeper` runs.
+    pub(super) fn new(sweeper: Arc<Sweeper>) -> Self {
         Self {
             map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
             keys: AtomicU64::new(0),
             sweep_above: AtomicU64::new(MIN_SWEEP),
+            sweeper,
         }
+    }
+
+    /// The thread that sweeps this map.
+    pub(super) fn sweeper(&self) -> &Arc<Sweeper> {
+        &self.sweeper
     }
 
     /// `f` on `key`'s lease, if it has an entry: a lock-free lookup, no allocation.
@@ -106,8 +120,9 @@ impl Leases {
         self.map.pin().get(key).map(f)
     }
 
-    /// `key`'s entry, made if it has none; a new entry may set off a sweep, which
-    /// `sweep` decides for each entry.
+    /// `key`'s entry, made if it has none. A new entry may make a sweep due: the
+    /// sweeper thread is asked for it, and only when there is no thread to ask does
+    /// this request sweep, deciding each entry with `sweep`.
     pub(super) fn entry(
         &self,
         key: &[u8],
@@ -129,7 +144,7 @@ impl Leases {
             // Relaxed: a count for deciding when to sweep; it guards no memory.
             let keys = self.keys.fetch_add(1, Ordering::Relaxed) + 1;
             // Relaxed: as above.
-            if keys > self.sweep_above.load(Ordering::Relaxed) {
+            if keys > self.sweep_above.load(Ordering::Relaxed) && !self.sweeper.request() {
                 self.sweep(sweep);
             }
         }
@@ -138,11 +153,15 @@ impl Leases {
 
     /// Removes the entries `removable` says are idle, after marking each retired under
     /// its lock (so a fetch that started on it meanwhile looks the key up again).
-    /// Sweeping when the map has doubled since the last sweep keeps the cost per
-    /// insertion constant and the map within twice the live keys.
+    /// Sweeping when the map has doubled since the last sweep keeps the work per
+    /// insertion constant and the map within about twice the live keys. Once the
+    /// limiter is being dropped, the rest of the map is kept: its memory goes with it.
     pub(super) fn sweep(&self, mut removable: impl FnMut(&KeyLease, &Slow) -> bool) {
         let mut removed = 0u64;
         self.map.pin().retain(|_, lease| {
+            if self.sweeper.stopping() {
+                return true;
+            }
             let mut slow = lease.slow();
             // papaya may ask again about an entry it failed to remove (one a resize
             // was copying): retired once, counted once, and removed.

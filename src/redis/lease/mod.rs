@@ -140,7 +140,11 @@
 //! key's. Entries are swept when the map has doubled since the last sweep: those whose
 //! lease is spent or expired, whose last fetch is a lifetime old and whose denial is
 //! over go, so the map holds the keys that came back within about one lifetime, and
-//! keys whose remembered denial still runs (as long as `capacity × interval`). A
+//! keys whose remembered denial still runs (as long as `capacity × interval`). The
+//! sweep runs on the limiter's own thread, named `turnstile-lease`, started when the
+//! first sweep is due and ended when the last clone of the limiter is dropped; the
+//! request whose new entry made the sweep due only asks for it (it sweeps itself
+//! only if the OS refused the thread, or a sweep panicked and ended it). A
 //! check on a key with a live lease reads the clock, looks the key up and takes from
 //! its word: no allocation, no lock (tested in `tests/redis/lease.rs`). Starting a
 //! fetch ahead allocates (a task, the key). Decisions made locally are not reported
@@ -162,6 +166,7 @@ pub use counts::LeaseCounts;
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts, Outcome};
+use crate::evict::sweeper::Sweeper;
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
@@ -203,13 +208,28 @@ use std::time::Duration;
 /// ```
 pub struct RedisLeasedTokenBucket<C = ConnectionManager> {
     core: Arc<Core<C>>,
+    /// Stops the sweeper thread when the last clone is dropped.
+    sweeper: Arc<StopOnDrop>,
 }
 
 impl<C> Clone for RedisLeasedTokenBucket<C> {
     fn clone(&self) -> Self {
         Self {
             core: Arc::clone(&self.core),
+            sweeper: Arc::clone(&self.sweeper),
         }
+    }
+}
+
+/// The sweeper thread, as the limiter's handles hold it: stopped, and joined, when the
+/// last handle is dropped. Only handles hold one, never the thread (which holds the
+/// limiter weakly) nor a fetch's task (which may outlive the handles), so the thread is
+/// always joined from another thread, and it ends with the limiter its user holds.
+struct StopOnDrop(Arc<Sweeper>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
