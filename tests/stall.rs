@@ -37,6 +37,11 @@ thread_local! {
     static MADE: Cell<usize> = const { Cell::new(0) };
     /// Where this thread stalls, set once it has.
     static GATE: std::cell::RefCell<Option<Arc<Gate>>> = const { std::cell::RefCell::new(None) };
+    /// On the staller's thread only, in the resize scenario: the key it asks for; it
+    /// stalls in the first `Hash` of any other key (a neighbour its request copies).
+    static ASKING: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The neighbour it stalled on, once it has.
+    static STALLED_ON: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Holds the staller until the check is over, and tells the checker it is stalled.
@@ -88,8 +93,25 @@ struct Key(u64);
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         called(Call::Hash);
+        hashing(self.0);
         self.0.hash(state);
     }
+}
+
+/// In the resize scenario, stalls the staller in its first `Hash` of a key other than
+/// the one it asks for: a neighbour that the map's growth has it copy.
+fn hashing(key: u64) {
+    let Some(asking) = ASKING.with(Cell::get) else {
+        return;
+    };
+    if key == asking || STALLED_ON.with(Cell::get).is_some() {
+        return;
+    }
+    STALLED_ON.with(|stalled| stalled.set(Some(key)));
+    let gate = GATE
+        .with(|gate| gate.borrow().clone())
+        .expect("a staller has a gate");
+    gate.wait();
 }
 
 impl PartialEq for Key {
@@ -279,4 +301,108 @@ fn on_the_word_store_a_stalled_insertion_keeps_another_thread_waiting() {
         outcomes.contains(&Outcome::AnotherThreadWaited),
         "no stall point of a new key's Eq kept another thread waiting: {outcomes:?}"
     );
+}
+
+/// A stall inside `Hash` while the map grows: a new key's insertion helps copy the
+/// table to its larger successor, hashing the neighbours it copies, and stalls in one
+/// neighbour's `Hash` with that entry marked as being copied. Meanwhile another thread
+/// asks for that very neighbour and every other stored key (a lookup and a
+/// compare-and-set of its word: papaya's lookups never wait for a copy), refunds and
+/// peeks each, and asks for twice as many new keys as the map held, inserted while
+/// the copy is unfinished. None of it waits.
+/// (What does wait, papaya's one exception, is a write to the entry being copied:
+/// on this path, only a key's move to a new quota or a relocation racing its own
+/// copy; `src/store/papaya/mod.rs`.)
+#[test]
+fn a_stall_while_the_map_grows_keeps_nobody_waiting() {
+    const STORED: u64 = 5_000;
+    let limiter: Arc<TokenBucket<Key, ManualClock, SpreadHash>> = Arc::new(
+        TokenBucket::<Key>::builder(Quota::per_second(1_000).unwrap())
+            .clock(ManualClock::new())
+            .hasher(SpreadHash)
+            .build(),
+    );
+    for key in 0..STORED {
+        assert!(limiter.try_acquire(&Key(key)));
+    }
+    let (stalled_tx, stalled) = mpsc::sync_channel(1);
+    let gate = Arc::new(Gate {
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        stalled: stalled_tx,
+    });
+    let staller = {
+        let (limiter, gate) = (Arc::clone(&limiter), Arc::clone(&gate));
+        thread::spawn(move || {
+            GATE.with(|g| *g.borrow_mut() = Some(gate));
+            // New keys until one's insertion copies a neighbour: the map grows.
+            for key in STORED.. {
+                ASKING.with(|asking| asking.set(Some(key)));
+                assert!(limiter.try_acquire(&Key(key)));
+                if let Some(neighbour) = STALLED_ON.with(Cell::get) {
+                    return (key, neighbour);
+                }
+                assert!(key < 100 * STORED, "the map never grew");
+            }
+            unreachable!()
+        })
+    };
+    stalled
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the staller never copied a neighbour");
+    // Which keys the staller stands on is known only to it: the other thread asks
+    // for every stored key's neighbourhood by asking for all of them.
+    let (answered_tx, answered) = mpsc::channel();
+    let other = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || {
+            let mut allowed = 0u64;
+            for key in 0..STORED {
+                allowed += u64::from(limiter.try_acquire(&Key(key)));
+                limiter.refund(&Key(key), 1);
+                allowed += u64::from(limiter.peek(&Key(key)) == 999);
+            }
+            for key in 10 * STORED..12 * STORED {
+                allowed += u64::from(limiter.try_acquire(&Key(key)));
+            }
+            let _ = answered_tx.send(allowed);
+        })
+    };
+    let outcome = answered.recv_timeout(Duration::from_secs(30));
+    gate.open();
+    other.join().unwrap();
+    let (asked, neighbour) = staller.join().unwrap();
+    assert!(
+        neighbour < asked,
+        "stalled on a key stored before: {neighbour}"
+    );
+    assert_eq!(
+        outcome.expect("another thread waited for the stalled copy"),
+        2 * STORED + 2 * STORED,
+        "requests answered wrongly"
+    );
+}
+
+/// Spreads keys over the table (a multiplicative hash of the `u64`).
+#[derive(Clone, Default)]
+struct SpreadHash;
+
+impl BuildHasher for SpreadHash {
+    type Hasher = SpreadHasher;
+    fn build_hasher(&self) -> SpreadHasher {
+        SpreadHasher(0)
+    }
+}
+
+struct SpreadHasher(u64);
+
+impl Hasher for SpreadHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
 }
