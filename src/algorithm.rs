@@ -98,8 +98,9 @@ pub trait Algorithm<K>: Send + Sync {
 
     /// [`acquire`](Self::acquire) on a state no other thread can see yet: a new key's,
     /// just made by [`create`](Self::create) and not yet stored. The same step; the
-    /// single-word algorithms take it without an atomic read-modify-write (measured:
-    /// a locked instruction on the first request of every key, results/ANALYSIS.md).
+    /// single-word algorithms take it without an atomic read-modify-write (a locked
+    /// instruction saved on the first request of every key: results/ANALYSIS.md,
+    /// "The ring of papaya maps").
     fn acquire_unshared(
         &self,
         state: &mut Self::State,

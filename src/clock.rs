@@ -22,8 +22,9 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> u64;
 }
 
-/// The default clock: [`quanta`]'s TSC-based clock (about 10 ns a reading on x86-64),
-/// falling back to the OS monotonic clock where no usable TSC exists.
+/// The default clock: [`quanta`]'s TSC-based clock, falling back to the OS monotonic
+/// clock where no usable TSC exists. What a reading costs: `results/ANALYSIS.md`,
+/// "The clock".
 #[derive(Clone, Debug)]
 pub struct QuantaClock {
     clock: quanta::Clock,
@@ -56,7 +57,7 @@ impl Clock for QuantaClock {
 }
 
 /// The cheapest real clock: quanta's *recent* time, one shared value refreshed by a
-/// background upkeep thread, read with a single atomic load (about 2 ns).
+/// background upkeep thread, read with a single atomic load.
 ///
 /// Readings lag real time by up to the refresh interval, so tokens arrive up to one
 /// interval late — never early: this clock can only make a limiter stricter, and a
@@ -103,7 +104,7 @@ impl Clock for RecentClock {
 }
 
 /// The standard library's monotonic clock ([`Instant`]), for machines without a
-/// usable TSC. About 25 ns a reading on Linux.
+/// usable TSC.
 #[derive(Clone, Copy, Debug)]
 pub struct StdClock {
     origin: Instant,

@@ -83,7 +83,8 @@ impl TokenBucketRules {
     #[inline(always)]
     fn index(&self, now: u64) -> u64 {
         // A division each time: behind the clock reading it costs nothing measurable
-        // (a multiplication by a precomputed reciprocal measured no faster).
+        // (a multiplication by a precomputed reciprocal measured no faster:
+        // results/ANALYSIS.md, "The limiting step").
         let index = now / self.interval;
         if index < self.last_index {
             index
@@ -208,9 +209,9 @@ pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option
     // below the markers) admits every cost up to the capacity and stores `g + cost`.
     // Asked first: it is a keyed limiter's usual case (a key is full again by its
     // next request), which then takes one `reached` and the division, not two
-    // `reached` and the division (keyed token bucket, allowed: 206 → 194 instructions
-    // a check; a denial pays this `reached` too, 182 → 189; callgrind,
-    // results/ANALYSIS.md). At most `last_index + capacity`: never a marker.
+    // `reached` and the division (a denial pays this `reached` too; counted in
+    // results/ANALYSIS.md, "The limiting step"). At most `last_index + capacity`:
+    // never a marker.
     if rules.reached(word + 1, now) {
         return Some(refilled(rules, now, cost));
     }
@@ -230,7 +231,8 @@ pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option
 /// Inlined: it ends `admit`'s first branch, so the division stays on that branch
 /// alone. (It was cold and out of line while `admit` asked it last, when inlining
 /// made the compiler divide on every admission; once the full bucket was asked first,
-/// the call cost the keyed token bucket 12 instructions a check, callgrind.)
+/// the call cost the keyed token bucket instructions on every check:
+/// results/ANALYSIS.md, "The limiting step".)
 #[inline]
 fn refilled(rules: &TokenBucketRules, now: u64, cost: u64) -> u64 {
     rules.index(now) + cost

@@ -279,7 +279,8 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
     }
 
     // Always: left to itself the compiler keeps this a call, and its register saves
-    // and restores cost about 17 instructions per check (callgrind).
+    // and restores cost instructions on every check (results/ANALYSIS.md, "The
+    // limiting step").
     #[inline(always)]
     fn acquire(&self, word: &AtomicU64, now: u64, cost: u32) -> Result<Decision, Blocked> {
         acquire_word(self, word, now, cost)

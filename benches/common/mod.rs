@@ -78,7 +78,7 @@ pub struct FloorStack {
     /// as `turnstile-manual` and the rivals do. Removing behind on zipf, whose 1M keys
     /// are all sent before measuring, had left the floor's map about a tenth of them,
     /// the hottest made afresh, side by side, by the first checks: a floor with fewer
-    /// cache misses than any map of every key (results/ANALYSIS.md, "The zipf floor").
+    /// cache misses than any map of every key (results/ANALYSIS.md, "The floor").
     removes_behind: bool,
 }
 

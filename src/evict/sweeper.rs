@@ -167,11 +167,10 @@ impl Signal {
 /// always holds a segment's lock (it takes the next hold at once), and a request for
 /// that segment then sleeps until the sweeper runs again, a time slice later (about
 /// 4 ms on this kernel's 250 Hz tick). A thread that yields every millisecond is
-/// mostly switched out at a yield, where it holds nothing, rather than at a tick: at 2
-/// request threads on 2 cores the slowest churn call was within 10 ms in 8 runs of 10,
-/// against 3 of 10 without (results/ANALYSIS.md, "The sweeper's turn"). Shorter turns
-/// (50 or 200 µs) cut those sleeps further but switched so often that p99.9 at 4
-/// request threads doubled.
+/// mostly switched out at a yield, where it holds nothing, rather than at a tick, and
+/// the slowest churn calls at 2 request threads on 2 cores fell; shorter turns cut
+/// those sleeps further but switched so often that the p99.9 at 4 request threads
+/// rose (results/ANALYSIS.md, "The word store").
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 pub(crate) struct TurnTimer {
     since: std::cell::Cell<std::time::Instant>,

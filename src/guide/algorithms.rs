@@ -32,19 +32,13 @@
 //! `SlidingWindowCounter`. `FixedWindow` only where a burst of 2N across a boundary
 //! does not matter.
 //!
-//! **Memory per key**, measured (1,000,000 keys with one request each, heap bytes
-//! including the map's table, on the shared 2-core AMD EPYC VM; `results/memory.csv`,
-//! at 4c781d7, when the default store was a single papaya map: the ring keeps each
-//! key in the same papaya entry, and holds three maps' tables):
-//!
-//! | keys | single-word algorithms, one papaya map (the default then) | the same, word store | `SlidingLog` | governor |
-//! |---|---|---|---|---|
-//! | `u64` | 53.8 | 23.4 | 125.8 | 35.7 |
-//! | IPv4 as `String` | 81.3 | 56.8 | 153.3 | 80.7 |
-//!
-//! A sliding-log key then adds 8 bytes per timestamp slot as its ring grows (4 slots
-//! first, doubling, never beyond C). The word store, and presizing papaya with
-//! `expected_keys`, are in [`bounded_memory`](super::bounded_memory).
+//! **Memory per key**: a single-word algorithm's state is its 8-byte word, held with
+//! the key in a papaya entry (or, with the word store, beside the key in its table); a
+//! sliding-log key holds a `Mutex` and a ring of timestamps, and adds 8 bytes per
+//! timestamp slot as its ring grows (4 slots first, doubling, never beyond C). The
+//! measured bytes per key of each store, against governor's, and what the ring's three
+//! maps hold: `results/ANALYSIS.md`, "Memory". The word store, and presizing papaya
+//! with `expected_keys`, are in [`bounded_memory`](super::bounded_memory).
 //!
 //! # Fixed window
 //! ```text
@@ -95,18 +89,14 @@
 //! admission counts under four threads, for no allocation, and as a policy check; the
 //! token bucket's loom models 1 and 2 run on them too.
 //!
-//! **As fast as governor's direct limiter, and mostly faster admitting on several
-//! threads** (the full run at 4c781d7, interleaved medians against governor's: allowed
-//! 0.99–1.00× on one thread; on 2–8 threads the token bucket 1.09–1.27×, the GCRA
-//! 1.19–1.21× at 2 and 8 and 0.99× at 4; denied 1.00–1.01× throughout, where the bare
-//! clock reading is 1.00–1.01×; every figure under 1.0× within 1.3 % and a tie by the
-//! paired rounds, results/README.md "Ties"): on one thread both spend their check
-//! reading the clock (quanta's TSC, 9.6 ns on the 2-core VM, against 9.6–9.8 ns for a
-//! whole check of either), so neither can be much faster while both read it per
-//! check. [`RecentClock`] is the cheaper clock, at the price of readings up to its
-//! refresh interval old. With several threads the one word's cache line decides;
-//! `cargo run --release -p compare` measures 1–8 threads into `results/README.md`,
-//! and `results/ANALYSIS.md` ("Direct limiters") explains them.
+//! **About as fast as governor's direct limiter.** On one thread both spend most of
+//! their check reading the clock (quanta's TSC), so neither can be much faster while
+//! both read it per check; [`RecentClock`] is the cheaper clock, at the price of
+//! readings up to its refresh interval old. With several threads the one word's cache
+//! line decides, and which library leads there has moved with the machine's load from
+//! run to run. `cargo run --release -p compare` measures 1–8 threads into
+//! `results/README.md`, and `results/ANALYSIS.md` ("Direct limiters") explains the
+//! figures.
 //!
 //! # Implementations and clocks
 //! Every algorithm runs in one generic [`KeyedLimiter`]`<A, K, C, S>` (the map, the
@@ -128,8 +118,8 @@
 //! Every algorithm's step is checked against a plain reference model of that
 //! algorithm written in its test.
 //!
-//! Clocks are generic parameters, not trait objects: [`QuantaClock`] (default; TSC,
-//! about 10 ns a reading), [`RecentClock`] (one atomic load, lagging by at most its
+//! Clocks are generic parameters, not trait objects: [`QuantaClock`] (default; one TSC
+//! reading), [`RecentClock`] (one atomic load, lagging by at most its
 //! refresh interval — so only ever stricter), [`StdClock`] (`Instant`, for machines
 //! without a usable TSC), [`ManualClock`] (tests; clones share one time, and it can be
 //! set backwards to model skew).

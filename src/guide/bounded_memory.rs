@@ -73,11 +73,10 @@
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
 //! four single-word algorithms) is the opt-in for memory-bound services with heavy
 //! churn: keys and words side by side in 1,024 segments, each a table of its own, no
-//! allocation per key — fewer heap bytes per key than papaya's entries (table in
-//! [`algorithms`](super::algorithms#one-trait-one-quota)) — faster insertion (a new
-//! key in fewer instructions) and cheaper forgetting per key (`results/README.md`,
-//! measured against the single papaya map the ring replaced; `results/new-key.md`
-//! for the ring's new key). Its price: an insertion, a removal or a step of a growth
+//! allocation per key — fewer heap bytes per key than papaya's entries, faster
+//! insertion (a new key in fewer instructions) and cheaper forgetting per key
+//! (`results/ANALYSIS.md`, "Memory" and "The stores", which say which store each
+//! figure was measured on). Its price: an insertion, a removal or a step of a growth
 //! takes its segment's lock, so a thread stalled while it holds one keeps that segment's
 //! insertions waiting (`tests/stall.rs` shows it).
 //!

@@ -77,6 +77,7 @@
 //! - **Keys are forgotten by themselves**: no `retain_recent` to call; memory follows the
 //!   active keys, exactly (forgetting never changes a decision). Keys must be `Clone`, as
 //!   governor's are.
-//! - **Direct limiters are about as fast, not faster** (0.88–1.31× governor's): on one
-//!   thread both libraries' checks are mostly the clock reading (see [`algorithms`](super::algorithms#direct-limiters)); the keyed
-//!   limiters' figures are in `results/README.md`.
+//! - **Direct limiters are about as fast** as governor's: on one thread both libraries'
+//!   checks are mostly the clock reading (see
+//!   [`algorithms`](super::algorithms#direct-limiters)). Every figure, keyed and
+//!   direct, is in `results/README.md`, explained in `results/ANALYSIS.md`.

@@ -149,13 +149,12 @@
 //! in-process keys, exact admission counts under concurrency, fallbacks, dry run.
 //!
 //! # What it costs
-//! On the 2-core VM, through the example server under `wrk`, the layer takes about 11%
-//! of requests per second when checking and allowing (51,200 vs 57,500 requests/s,
-//! medians of 5), 14% when refusing, on a handler that does nothing; callgrind counts
-//! about 4,000 instructions per request (+25% of the 16,200 the bare server spends), a
-//! third of them the two checks and most of the rest writing the two header fields.
-//! Recording metrics adds tens to a couple of hundred instructions per request (under
-//! 1.1%). Details, commands and caveats: `results/http.md`.
+//! Measured through the example server under `wrk`, with and without the layer, on a
+//! handler that does nothing (so the layer's share is as large as it gets): requests
+//! per second and instructions per request when checking and allowing, when refusing,
+//! with metrics recorded, behind proxies and with checks in Redis. The figures,
+//! commands and caveats are in `results/http.md`; `results/ANALYSIS.md` ("HTTP") says
+//! where the instructions go.
 //!
 //! [`RateLimitLayer`]: crate::http::RateLimitLayer
 //! [`PeerIp`]: crate::http::PeerIp

@@ -2,9 +2,8 @@
 //! read text, without the detour through `str`.
 //!
 //! Why not std's parsers: they take `&str`, so each entry of a header would be checked
-//! as UTF-8 first, and they are written for every caller; together they cost about
-//! 300 instructions per address, most of what reading a chain of proxies cost
-//! (`results/http.md`, "Behind a proxy"). These follow the grammar of
+//! as UTF-8 first, and they are written for every caller; together they were most of
+//! what reading a chain of proxies cost (`results/http.md`, "Behind a proxy"). These follow the grammar of
 //! `core::net::parser` step by step (the comments name the steps), and the tests
 //! compare them with std's on every kind of input.
 

@@ -48,8 +48,8 @@ pub(crate) fn policy_field(policy: &Policy<Parts>, dry_run_layer: bool) -> Optio
 
 /// `RateLimit` for the most restrictive check: `"name";r=remaining;t=seconds`.
 ///
-/// Made per response, so written without `format!`: core::fmt cost about 1,300
-/// instructions here (callgrind), as much as the example's two checks together.
+/// Made per response, so written without `format!`: core::fmt cost about as much here
+/// as the example's two checks together (`results/http.md`, "Results").
 pub(crate) fn limit_field(policy: &Policy<Parts>, binding: Binding) -> Option<HeaderValue> {
     let (name, limit) = policy.check_info(binding.check)?;
     let r = binding.decision.remaining();

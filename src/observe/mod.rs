@@ -65,12 +65,12 @@
 //! processes or restarts.
 //!
 //! # Cost
-//! `results/ANALYSIS.md` ("Metrics") and `results/http.md` measure it. With a feature
-//! on and nothing named, a check costs 1% more instructions than without the feature
-//! (one branch); named with no recorder, 5% (a no-op counter call); named and recorded
-//! by the Prometheus exporter, 10%: one atomic add on a counter that every thread
-//! deciding for the limiter shares, which under contention on many cores costs what a
-//! hot key's cache line does.
+//! With a feature on and nothing named, a check pays one branch; named with no
+//! recorder, a no-op counter call; named and recorded by the Prometheus exporter, one
+//! atomic add on a counter that every thread deciding for the limiter shares, which
+//! under contention on many cores costs what a hot key's cache line does. What each
+//! costs in instructions and requests per second: `results/ANALYSIS.md` ("Metrics")
+//! and `results/http.md` ("Metrics").
 
 #[cfg(feature = "tracing")]
 mod events;

@@ -40,10 +40,9 @@ use std::sync::Arc;
 
 /// Removed entries a thread gathers before it hands them to reclamation as a batch.
 /// Each batch handed over costs a heavy memory barrier (seize's `membarrier` system
-/// call); seize's default of 32 made that a fifth of a sweep's removals here (1M
-/// removals in papaya alone: 386 ms at 32, 309 at 1,024, 2-core EPYC VM). A batch
-/// waits at most for the guards of its own thread's next removals: 1,024 entries of
-/// 32 bytes for `u64` keys.
+/// call); seize's default of 32 made that a large share of a sweep's removals
+/// (results/ANALYSIS.md, "papaya underneath"). A batch waits at most for the guards of
+/// its own thread's next removals: 1,024 entries of 32 bytes for `u64` keys.
 const RECLAIMED_AT_ONCE: usize = 1024;
 
 /// A thread hands its batch of removed entries and outgrown tables to reclamation at
@@ -51,10 +50,10 @@ const RECLAIMED_AT_ONCE: usize = 1024;
 /// into the batch of the thread that finished the resize, usually a request's, and a
 /// thread that only inserts fills its batch (1,024 objects) with the few tables it
 /// retires only after many resizes: a drain's removals on another thread left tables,
-/// and the entries papaya keeps on them, unreclaimed for good (live heap growing by
-/// about 11 bytes a key streamed, 2-core EPYC VM). Each hand-over is one heavy memory
-/// barrier (about 2.5 µs here): once in this many insertions it costs a new key
-/// under a nanosecond.
+/// and the entries papaya keeps on them, unreclaimed for good (the live heap grew with
+/// every key streamed). Each hand-over is one heavy memory barrier: once in this many
+/// insertions it costs a new key next to nothing (results/ANALYSIS.md, "papaya
+/// underneath").
 const FLUSHED_EVERY: u32 = 4096;
 
 /// Keys and their states in a lock-free papaya map.
@@ -82,8 +81,9 @@ where
             // copier holds up every insertion; incrementally, a writer copies one
             // chunk and goes on, and waits only to write an entry being copied.
             // Each insertion during a resize copies this many slots: papaya's
-            // default, 64, put an insertion's p99 into a growing map at ~12 µs on
-            // the 2-core EPYC VM, 8 at ~3 µs at the same throughput.
+            // default, 64, put an insertion's p99 into a growing map well above
+            // 8's at the same throughput (results/ANALYSIS.md, "papaya
+            // underneath").
             .resize_mode(ResizeMode::Incremental(8))
             .build();
         Self { map }
@@ -102,8 +102,8 @@ where
     fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<(), R> {
         // `try_insert` with a ready value, not `try_insert_with`: in papaya 0.2.5
         // only the plain insertion helps a resize along; through the closure path a
-        // resize stays unfinished and lookups search two tables (~95 ns instead of
-        // ~7 ns, measured).
+        // resize stays unfinished and lookups search two tables, many times
+        // slower (results/ANALYSIS.md, "papaya underneath").
         let map = self.map.pin();
         let inserted = match map.try_insert(key, value) {
             Ok(_) => Ok(()),

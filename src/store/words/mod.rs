@@ -1,6 +1,6 @@
 //! The store of the word algorithms' states: an index of our own, in which each key's
 //! state word sits beside the key, so a lookup reads the segment's table header, one
-//! tag word and one slot (results/ANALYSIS.md, "What is left is the index").
+//! tag word and one slot (results/ANALYSIS.md, "The word store").
 //!
 //! # Shape
 //! [`SEGMENTS`] segments, chosen by the hash's top bits; each a table of its own
@@ -21,9 +21,9 @@
 //! the draining table is unpublished and freed once no lookup holds it. So no request
 //! does more for memory than one allocation of a segment's table, the move of 8 keys
 //! and, for the one whose move ends a drain, the old table's free, and no request
-//! holds a lock longer than that: a growth that copied a whole segment under its lock
-//! (5–50 µs, ten thousand times in a churn run) set the churn p99.9
-//! (results/ANALYSIS.md, "The word store, built"). With a sweeper thread the tables
+//! holds a lock longer than that: a growth that copied a whole segment under its lock,
+//! thousands of times in a churn run, set the churn p99.9 (results/ANALYSIS.md, "The
+//! word store"). With a sweeper thread the tables
 //! from [`AHEAD_FROM`] keys of room on are grown ahead and drained by the thread,
 //! while it keeps up, so a request's allocation stays small; insertions then move a
 //! group only when a drain falls behind, or when the thread has stood still (its
@@ -115,15 +115,15 @@ const AHEAD: usize = 6;
 /// this size costs a request the allocation of its next one (up to about 3,500 keys of
 /// room: 68 KB for `u64` keys), and a group of 8 keys per
 /// step. From 256 keys of room the sweeper thread's share of a fill from empty cost
-/// churn throughput at two threads on two cores (1.41 → 0.96 × governor's), for no
-/// gain in p99.9 (results/ANALYSIS.md, "A growth that drains"). A limiter that stays
+/// churn throughput at two threads on two cores, for no gain in p99.9
+/// (results/ANALYSIS.md, "The word store"). A limiter that stays
 /// small never starts a thread for its growth.
 const AHEAD_FROM: usize = 2048;
 /// The largest table whose pages a request that grows it touches at once (32 pages),
 /// rather than leaving each page to fault on the first insertion that reaches it: one
 /// call pays up to 32 faults instead of 32 calls paying one each, which put them in
-/// the p99.9. Churn p99.9 from 3.8 to 3.3 µs at 2 threads and from 3.0 to 2.2 at 4
-/// (medians of 16 alternating runs, results/ANALYSIS.md, "The sweeper's turn").
+/// the p99.9; touched at once, the churn p99.9 fell at 2 and 4 threads
+/// (results/ANALYSIS.md, "The word store").
 /// Larger tables, which requests grow only without a sweeper thread or when it falls
 /// behind, still fault page by page: a request should not fault in megabytes.
 const TOUCHED_ON_REQUESTS: usize = 128 << 10;
@@ -672,8 +672,8 @@ where
             }
             // Asked without the lock, removed under it: a segment held while its keys
             // are asked about would stall every request for it whenever the OS
-            // preempted the sweeper thread (results/ANALYSIS.md, "A new key's
-            // barriers"). A key moved meanwhile (a drain's step) is asked about in
+            // preempted the sweeper thread (results/ANALYSIS.md, "The word store").
+            // A key moved meanwhile (a drain's step) is asked about in
             // both tables; it is removed from neither if the move froze it first,
             // since its slot in the draining table is no longer full, and its copy
             // was asked about as itself. The tables are held by their reference

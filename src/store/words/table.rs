@@ -20,7 +20,7 @@
 //! control bytes: the lines a probe reads first are then few (the slots of a million
 //! `u64` keys take 24 MB, their tags 1.5 MB) and stay cached, and a lookup reads one
 //! tag word and one slot. With the tags in the groups, every new key's probe read a
-//! line from memory, and churn ran about a fifth slower (results/ANALYSIS.md).
+//! line from memory, and churn ran slower (results/ANALYSIS.md, "The word store").
 
 use super::cell::KeyCell;
 use crate::sync::{AtomicU64, Ordering};
@@ -291,11 +291,10 @@ impl<K> Table<K> {
     /// hit's slot, or the vacancy a miss's insertion will write, comes with them; a
     /// miss's vacancy is then fetched for writing, the insertion's store being next.
     /// Under churn a new key's slot store waited at the next locked instruction for
-    /// its line: the prefetches took about a tenth off a new key (results/ANALYSIS.md,
-    /// "Where a new key's time goes"). Only a miss asks for a line to write: on the
-    /// default x86-64 target both kinds compile to `prefetcht0` (no `prfchw`), and
-    /// where the target has `prefetchw`, a found key's line is not taken exclusive by
-    /// the lookup (a denial writes nothing).
+    /// its line, which the prefetches shorten (results/ANALYSIS.md, "The word store").
+    /// Only a miss asks for a line to write: on the default x86-64 target both kinds
+    /// compile to `prefetcht0` (no `prfchw`), and where the target has `prefetchw`, a
+    /// found key's line is not taken exclusive by the lookup (a denial writes nothing).
     #[inline(always)]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<Found<'_>>
     where
