@@ -8,11 +8,12 @@
 //! inside another runtime (it still blocks that runtime's thread: async code should use
 //! the async limiters).
 
-use super::config::ConfigError;
+use super::config::RedisConfigError;
 use super::engine::ScriptLimiter;
-use super::failure::{CheckError, FailureCounts, Outcome};
+use super::failure::{CheckError, FailureCounts};
 use super::{RedisFixedWindowBuilder, RedisTokenBucketBuilder};
 use crate::Quota;
+use crate::SharedDecision;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use std::fmt;
 use std::future::Future;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-pub use super::connect::{MAX_RECONNECT_DELAY, connection_config};
+use super::connect::connection_config;
 
 /// A runtime that shuts down without blocking when the last limiter using it is
 /// dropped, so dropping a blocking limiter inside async code does not panic.
@@ -30,13 +31,13 @@ struct OwnedRuntime {
 }
 
 impl OwnedRuntime {
-    fn start() -> Result<Self, ConfigError> {
+    fn start() -> Result<Self, RedisConfigError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("turnstile-redis")
             .enable_all()
             .build()
-            .map_err(ConfigError::Runtime)?;
+            .map_err(RedisConfigError::Runtime)?;
         Ok(Self {
             handle: runtime.handle().clone(),
             runtime: Some(runtime),
@@ -62,11 +63,12 @@ impl fmt::Debug for OwnedRuntime {
 fn connect(
     client: ::redis::Client,
     config: ConnectionManagerConfig,
-) -> Result<(Arc<OwnedRuntime>, ConnectionManager), ConfigError> {
+) -> Result<(Arc<OwnedRuntime>, ConnectionManager), RedisConfigError> {
     let runtime = OwnedRuntime::start()?;
     let conn = {
         let _entered = runtime.handle.enter();
-        ConnectionManager::new_lazy_with_config(client, config).map_err(ConfigError::Connection)?
+        ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(RedisConfigError::Connection)?
     };
     Ok((Arc::new(runtime), conn))
 }
@@ -124,7 +126,7 @@ macro_rules! blocking_twin {
                 # Errors\n\
                 As [`", stringify!($builder), "::build`], plus a runtime that cannot start or a \
                 client the connection manager refuses.")]
-            pub fn build_blocking(self, client: ::redis::Client) -> Result<$limiter, ConfigError> {
+            pub fn build_blocking(self, client: ::redis::Client) -> Result<$limiter, RedisConfigError> {
                 let config = connection_config(self.settings.timeout);
                 self.build_blocking_with_config(client, config)
             }
@@ -137,7 +139,7 @@ macro_rules! blocking_twin {
                 self,
                 client: ::redis::Client,
                 config: ConnectionManagerConfig,
-            ) -> Result<$limiter, ConfigError> {
+            ) -> Result<$limiter, RedisConfigError> {
                 self.validate()?;
                 let (runtime, conn) = connect(client, config)?;
                 Ok($limiter {
@@ -156,13 +158,13 @@ macro_rules! blocking_twin {
             ///
             /// # Errors
             #[doc = concat!("As [`", stringify!($builder), "::build`], plus a runtime that \
-                cannot start or no node answering ([`ConfigError::Connection`]).")]
+                cannot start or no node answering ([`RedisConfigError::Connection`]).")]
             #[cfg(feature = "redis-cluster")]
             #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
             pub fn build_blocking_cluster(
                 self,
                 client: ::redis::cluster::ClusterClient,
-            ) -> Result<$limiter<::redis::cluster_async::ClusterConnection>, ConfigError> {
+            ) -> Result<$limiter<::redis::cluster_async::ClusterConnection>, RedisConfigError> {
                 self.validate()?;
                 let wait = self.settings.timeout.max(Duration::from_secs(1));
                 let (runtime, conn) = connect_cluster(client, wait)?;
@@ -175,7 +177,7 @@ macro_rules! blocking_twin {
 
         impl $builder {
             /// A blocking limiter with its own runtime, on a
-            /// [`SentinelConnection`](super::SentinelConnection) to the master
+            /// [`SentinelConnection`](super::sentinel::SentinelConnection) to the master
             /// `sentinels` names, configured by [`connection_config`]: it follows the
             /// master through failovers (see [`super::sentinel`]). Asks nothing yet.
             ///
@@ -187,12 +189,12 @@ macro_rules! blocking_twin {
             pub fn build_blocking_sentinel(
                 self,
                 sentinels: ::redis::sentinel::SentinelClient,
-            ) -> Result<$limiter<super::SentinelConnection>, ConfigError> {
+            ) -> Result<$limiter<super::sentinel::SentinelConnection>, RedisConfigError> {
                 self.validate()?;
                 let runtime = Arc::new(OwnedRuntime::start()?);
                 let config = connection_config(self.settings.timeout);
                 Ok($limiter {
-                    inner: self.build(super::SentinelConnection::new(sentinels, config))?,
+                    inner: self.build(super::sentinel::SentinelConnection::new(sentinels, config))?,
                     runtime,
                 })
             }
@@ -204,7 +206,7 @@ macro_rules! blocking_twin {
         {
             #[doc = concat!("As [`super::", stringify!($limiter), "::acquire`], blocking for \
                 at most the timeout.")]
-            pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+            pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> SharedDecision<CheckError> {
                 acquire(&self.runtime, &self.inner.limiter, key.as_ref(), cost)
             }
 
@@ -253,7 +255,7 @@ where
 fn connect_cluster(
     client: ::redis::cluster::ClusterClient,
     timeout: Duration,
-) -> Result<(Arc<OwnedRuntime>, ::redis::cluster_async::ClusterConnection), ConfigError> {
+) -> Result<(Arc<OwnedRuntime>, ::redis::cluster_async::ClusterConnection), RedisConfigError> {
     let runtime = OwnedRuntime::start()?;
     let connect = async move {
         client
@@ -263,8 +265,8 @@ fn connect_cluster(
     };
     match block_on(&runtime, timeout, connect) {
         Ok(conn) => Ok((Arc::new(runtime), conn)),
-        Err(CheckError::Redis(error)) => Err(ConfigError::Connection(error)),
-        Err(other) => Err(ConfigError::Connection(::redis::RedisError::from((
+        Err(CheckError::Redis(error)) => Err(RedisConfigError::Connection(error)),
+        Err(other) => Err(RedisConfigError::Connection(::redis::RedisError::from((
             ::redis::ErrorKind::Io,
             "no cluster node answered",
             other.to_string(),
@@ -300,7 +302,7 @@ fn acquire<C: ConnectionLike + Clone + Send + Sync + 'static>(
     limiter: &ScriptLimiter<C>,
     key: &[u8],
     cost: u32,
-) -> Outcome {
+) -> SharedDecision<CheckError> {
     let check = limiter.check(key, cost);
     let result = block_on(runtime, limiter.timeout(), check);
     limiter.settle(key, result)

@@ -81,12 +81,12 @@ impl Settings {
     }
 
     /// The settings, checked.
-    pub(crate) fn checked(&self) -> Result<Settings, ConfigError> {
+    pub(crate) fn checked(&self) -> Result<Settings, RedisConfigError> {
         if self.timeout.is_zero() {
-            return Err(ConfigError::ZeroTimeout);
+            return Err(RedisConfigError::ZeroTimeout);
         }
         if let Some(why) = self.breaker.invalid() {
-            return Err(ConfigError::CircuitBreaker(why));
+            return Err(RedisConfigError::CircuitBreaker(why));
         }
         Ok(self.clone())
     }
@@ -167,9 +167,11 @@ pub(crate) fn micros_ceil(d: Duration) -> (u128, bool) {
     (nanos.div_ceil(1000), nanos.is_multiple_of(1000))
 }
 
-/// Why a Redis limiter was not built.
+/// Why a Redis limiter was not built. More reasons may come with more settings,
+/// hence `#[non_exhaustive]`.
+#[non_exhaustive]
 #[derive(Debug)]
-pub enum ConfigError {
+pub enum RedisConfigError {
     /// The quota's refill interval is not a whole number of microseconds. The scripts
     /// count time in microseconds (the resolution of Redis's `TIME`); rounding the
     /// interval silently would change the rate.
@@ -223,11 +225,11 @@ pub enum ConfigError {
     NoRuntime,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for RedisConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let max = Duration::from_micros(MAX_MICROS);
         match self {
-            ConfigError::IntervalNotWholeMicros {
+            RedisConfigError::IntervalNotWholeMicros {
                 refill_every,
                 rounded_up,
             } => write!(
@@ -237,7 +239,7 @@ impl fmt::Display for ConfigError {
                  rounding silently would change the rate; use a quota with a refill interval \
                  of {rounded_up:?} (rounded up, so the rate stays at or below the one asked for)"
             ),
-            ConfigError::RefillTooLong {
+            RedisConfigError::RefillTooLong {
                 capacity,
                 refill_every,
             } => write!(
@@ -245,29 +247,31 @@ impl fmt::Display for ConfigError {
                 "capacity {capacity} × refill interval {refill_every:?} exceeds {max:?} (2^52 µs): \
                  the Redis script's numbers are doubles, exact only below 2^53"
             ),
-            ConfigError::ZeroLimit => write!(f, "fixed window limit must be at least 1"),
-            ConfigError::ZeroWindow => write!(f, "fixed window must be at least 1 microsecond"),
-            ConfigError::WindowNotWholeMicros { window, rounded_up } => write!(
+            RedisConfigError::ZeroLimit => write!(f, "fixed window limit must be at least 1"),
+            RedisConfigError::ZeroWindow => {
+                write!(f, "fixed window must be at least 1 microsecond")
+            }
+            RedisConfigError::WindowNotWholeMicros { window, rounded_up } => write!(
                 f,
                 "window {window:?} is not a whole number of microseconds: Redis limiters count \
                  time in microseconds (the resolution of Redis TIME); use a window of \
                  {rounded_up:?}"
             ),
-            ConfigError::WindowTooLong { window } => write!(
+            RedisConfigError::WindowTooLong { window } => write!(
                 f,
                 "window {window:?} exceeds {max:?} (2^52 µs): the Redis script's numbers are \
                  doubles, exact only below 2^53"
             ),
-            ConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
-            ConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
-            ConfigError::Lease(why) => write!(f, "lease settings refused: {why}"),
-            ConfigError::Runtime(error) => {
+            RedisConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
+            RedisConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
+            RedisConfigError::Lease(why) => write!(f, "lease settings refused: {why}"),
+            RedisConfigError::Runtime(error) => {
                 write!(f, "could not start the blocking limiter's runtime: {error}")
             }
-            ConfigError::Connection(error) => {
+            RedisConfigError::Connection(error) => {
                 write!(f, "could not make the connection manager: {error}")
             }
-            ConfigError::NoRuntime => write!(
+            RedisConfigError::NoRuntime => write!(
                 f,
                 "no tokio runtime: connect inside one (the connection manager runs on it), \
                  or use build_blocking"
@@ -276,11 +280,11 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {
+impl std::error::Error for RedisConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::Runtime(error) => Some(error),
-            ConfigError::Connection(error) => Some(error),
+            RedisConfigError::Runtime(error) => Some(error),
+            RedisConfigError::Connection(error) => Some(error),
             _ => None,
         }
     }

@@ -4,7 +4,7 @@
 //! setup error (a wrong password or database, an untrusted certificate) reach the
 //! checks instead of retrying it forever.
 
-use super::config::ConfigError;
+use super::config::RedisConfigError;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
 
@@ -49,17 +49,17 @@ pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
 /// down, and its checks answer by the failure policy until Redis is up.
 ///
 /// # Errors
-/// [`ConfigError::NoRuntime`] outside a tokio runtime (the manager's tasks need one);
-/// [`ConfigError::Connection`] for a client the manager refuses.
+/// [`RedisConfigError::NoRuntime`] outside a tokio runtime (the manager's tasks need one);
+/// [`RedisConfigError::Connection`] for a client the manager refuses.
 pub(crate) fn lazy_manager(
     client: ::redis::Client,
     timeout: Duration,
-) -> Result<ConnectionManager, ConfigError> {
+) -> Result<ConnectionManager, RedisConfigError> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return Err(ConfigError::NoRuntime);
+        return Err(RedisConfigError::NoRuntime);
     }
     ConnectionManager::new_lazy_with_config(client, connection_config(timeout))
-        .map_err(ConfigError::Connection)
+        .map_err(RedisConfigError::Connection)
 }
 
 /// The `connect` and `connect_client` methods of a Redis limiter's builder, for its
@@ -76,14 +76,14 @@ macro_rules! connect_methods {
         /// Call it inside a tokio runtime.
         ///
         /// # Errors
-        /// A URL the `redis` crate does not accept ([`ConfigError::Connection`]); no
-        /// tokio runtime ([`ConfigError::NoRuntime`]); what [`build`](Self::build)
+        /// A URL the `redis` crate does not accept ([`RedisConfigError::Connection`]); no
+        /// tokio runtime ([`RedisConfigError::NoRuntime`]); what [`build`](Self::build)
         /// refuses.
         pub fn connect(
             self,
             redis: impl ::redis::IntoConnectionInfo,
-        ) -> Result<$limiter<::redis::aio::ConnectionManager>, ConfigError> {
-            let client = ::redis::Client::open(redis).map_err(ConfigError::Connection)?;
+        ) -> Result<$limiter<::redis::aio::ConnectionManager>, RedisConfigError> {
+            let client = ::redis::Client::open(redis).map_err(RedisConfigError::Connection)?;
             self.connect_client(client)
         }
 
@@ -94,13 +94,13 @@ macro_rules! connect_methods {
         pub fn connect_client(
             self,
             client: ::redis::Client,
-        ) -> Result<$limiter<::redis::aio::ConnectionManager>, ConfigError> {
+        ) -> Result<$limiter<::redis::aio::ConnectionManager>, RedisConfigError> {
             self.settings.checked()?;
             let conn = crate::redis::connect::lazy_manager(client, self.settings.timeout)?;
             self.build(conn)
         }
 
-        /// The limiter, on a [`SentinelConnection`](crate::redis::SentinelConnection)
+        /// The limiter, on a [`SentinelConnection`](crate::redis::sentinel::SentinelConnection)
         /// to the master `sentinels` names, with
         /// [`connection_config`](crate::redis::connection_config): it follows the
         /// master through failovers (see [`crate::redis::sentinel`]). Returns at once,
@@ -113,10 +113,12 @@ macro_rules! connect_methods {
         pub fn connect_sentinel(
             self,
             sentinels: ::redis::sentinel::SentinelClient,
-        ) -> Result<$limiter<crate::redis::SentinelConnection>, ConfigError> {
+        ) -> Result<$limiter<crate::redis::sentinel::SentinelConnection>, RedisConfigError> {
             self.settings.checked()?;
             let config = crate::redis::connection_config(self.settings.timeout);
-            self.build(crate::redis::SentinelConnection::new(sentinels, config))
+            self.build(crate::redis::sentinel::SentinelConnection::new(
+                sentinels, config,
+            ))
         }
     };
 }

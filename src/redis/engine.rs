@@ -4,8 +4,9 @@
 
 use super::breaker::{Admission, Breaker, CircuitState, Transition};
 use super::config::{Settings, TimeSource};
-use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy, Outcome};
+use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy};
 use crate::Decision;
+use crate::SharedDecision;
 use ::redis::aio::ConnectionLike;
 use ::redis::{Script, Value};
 use std::future::Future;
@@ -34,9 +35,14 @@ macro_rules! script_checks {
         /// A key's first request finds its whole allowance; a denial changes nothing;
         /// a cost of zero is always allowed. When Redis does not answer within the
         /// timeout, or answers with an error, the failure policy answers
-        /// ([`Outcome::Fallback`]) and the failure is counted (`failures`); the check
-        /// never waits longer than the timeout.
-        pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+        /// ([`SharedDecision::Fallback`](crate::SharedDecision::Fallback)) and the
+        /// failure is counted (`failures`); the check never waits longer than the
+        /// timeout.
+        pub async fn acquire(
+            &self,
+            key: impl AsRef<[u8]>,
+            cost: u32,
+        ) -> SharedDecision<CheckError> {
             let check = self.limiter.check(key.as_ref(), cost);
             self.limiter.settle(key.as_ref(), check.await)
         }
@@ -364,7 +370,11 @@ where
 
     /// The outcome of a check's result for `key`: the failure policy answers a
     /// failure, which is counted (and, for a named limiter, reported).
-    pub(crate) fn settle(&self, key: &[u8], result: Result<Checked, CheckError>) -> Outcome {
+    pub(crate) fn settle(
+        &self,
+        key: &[u8],
+        result: Result<Checked, CheckError>,
+    ) -> SharedDecision<CheckError> {
         let replaced = matches!(result, Ok(Checked { replaced: true, .. }));
         if replaced {
             self.core.counters.count_replaced();
@@ -379,8 +389,8 @@ where
                 observer.replaced(key);
             }
             match &outcome {
-                Outcome::Decided(decision) => observer.decided(key, decision),
-                Outcome::Fallback { allowed, error } => {
+                SharedDecision::Decided(decision) => observer.decided(key, decision),
+                SharedDecision::Fallback { allowed, error } => {
                     observer.failed(key, failure(error), error, Some(*allowed));
                 }
             }

@@ -1,11 +1,11 @@
 //! The fixed window counter on Redis: count and expiry in one Lua script per check.
 
 use super::breaker::CircuitState;
-use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::config::{MAX_MICROS, RedisConfigError, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
-use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
-use crate::Decision;
+use super::failure::{CheckError, FailureCounts, FailurePolicy};
+use crate::{Decision, SharedDecision};
 use ::redis::Script;
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::sync::LazyLock;
@@ -85,7 +85,7 @@ impl RedisFixedWindowBuilder {
     /// # Errors
     /// A zero limit, a window under 1 µs, over 2^52 µs or not a whole number of
     /// microseconds, or a zero timeout.
-    pub fn build<C>(self, conn: C) -> Result<RedisFixedWindow<C>, ConfigError>
+    pub fn build<C>(self, conn: C) -> Result<RedisFixedWindow<C>, RedisConfigError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -99,7 +99,7 @@ impl RedisFixedWindowBuilder {
     }
 
     /// Checks the parameters and settings without building (see the token bucket's).
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
         algorithm(self.limit, self.window)?;
         self.settings.checked().map(drop)
     }
@@ -123,21 +123,24 @@ where
 }
 
 /// The script and its parameters, or why Redis cannot hold them exactly.
-pub(super) fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(
+    limit: u32,
+    window: Duration,
+) -> Result<ScriptedAlgorithm, RedisConfigError> {
     if limit == 0 {
-        return Err(ConfigError::ZeroLimit);
+        return Err(RedisConfigError::ZeroLimit);
     }
     if window < Duration::from_micros(1) {
-        return Err(ConfigError::ZeroWindow);
+        return Err(RedisConfigError::ZeroWindow);
     }
     let (micros, whole) = micros_ceil(window);
     if micros > u128::from(MAX_MICROS) {
-        return Err(ConfigError::WindowTooLong { window });
+        return Err(RedisConfigError::WindowTooLong { window });
     }
     // In range: at most 2^52.
     let micros = micros as u64;
     if !whole {
-        return Err(ConfigError::WindowNotWholeMicros {
+        return Err(RedisConfigError::WindowNotWholeMicros {
             window,
             rounded_up: Duration::from_micros(micros),
         });
@@ -181,25 +184,28 @@ mod tests {
     #[test]
     fn windows_are_validated_at_construction() {
         let second = Duration::from_secs(1);
-        assert!(matches!(algorithm(0, second), Err(ConfigError::ZeroLimit)));
+        assert!(matches!(
+            algorithm(0, second),
+            Err(RedisConfigError::ZeroLimit)
+        ));
         assert!(matches!(
             algorithm(1, Duration::from_nanos(999)),
-            Err(ConfigError::ZeroWindow)
+            Err(RedisConfigError::ZeroWindow)
         ));
         assert!(matches!(
             algorithm(1, Duration::from_nanos(1500)),
-            Err(ConfigError::WindowNotWholeMicros { rounded_up, .. })
+            Err(RedisConfigError::WindowNotWholeMicros { rounded_up, .. })
                 if rounded_up == Duration::from_micros(2)
         ));
         let longest = Duration::from_micros(MAX_MICROS);
         assert!(algorithm(1, longest).is_ok());
         assert!(matches!(
             algorithm(1, longest + Duration::from_micros(1)),
-            Err(ConfigError::WindowTooLong { .. })
+            Err(RedisConfigError::WindowTooLong { .. })
         ));
         assert!(matches!(
             algorithm(1, Duration::MAX),
-            Err(ConfigError::WindowTooLong { .. })
+            Err(RedisConfigError::WindowTooLong { .. })
         ));
         assert_eq!(algorithm(100, second).unwrap().params, [100, 1_000_000]);
     }

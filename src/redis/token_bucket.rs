@@ -1,10 +1,11 @@
 //! The token bucket on Redis: the in-process semantics, one Lua script per check.
 
 use super::breaker::CircuitState;
-use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
+use super::config::{MAX_MICROS, RedisConfigError, Settings, micros_ceil, settings_methods};
 use super::connect::connect_methods;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
-use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+use super::failure::{CheckError, FailureCounts, FailurePolicy};
+use crate::SharedDecision;
 use crate::{Decision, Quota};
 use ::redis::Script;
 use ::redis::aio::{ConnectionLike, ConnectionManager};
@@ -25,14 +26,14 @@ static SCRIPT: LazyLock<Script> =
 /// Lua script, so it is atomic on the Redis side; time is Redis's own (`TIME`, in
 /// microseconds), and the refill grid starts at the Unix epoch, the same for every app
 /// server. Quotas whose refill interval is not a whole number of microseconds are
-/// refused at construction ([`ConfigError::IntervalNotWholeMicros`]).
+/// refused at construction ([`RedisConfigError::IntervalNotWholeMicros`]).
 ///
 /// Each written key expires when its bucket would be full again; a missing key is a
 /// full bucket, so Redis forgets idle clients by itself (see the
 /// [module docs](super#state-and-expiry)).
 ///
-/// Checks are `async` and return an [`Outcome`]: Redis's exact [`Decision`], or the
-/// [`FailurePolicy`]'s answer when Redis did not answer within the timeout. For
+/// Checks are `async` and return a [`SharedDecision`]: Redis's exact [`Decision`], or
+/// the [`FailurePolicy`]'s answer when Redis did not answer within the timeout. For
 /// threads without a runtime, see [`blocking::RedisTokenBucket`](super::blocking::RedisTokenBucket).
 ///
 /// Cloning is cheap and shares the connection and the failure counters.
@@ -100,7 +101,7 @@ impl RedisTokenBucketBuilder {
     /// # Errors
     /// A refill interval that is not a whole number of microseconds, a capacity ×
     /// interval above 2^52 µs, or a zero timeout.
-    pub fn build<C>(self, conn: C) -> Result<RedisTokenBucket<C>, ConfigError>
+    pub fn build<C>(self, conn: C) -> Result<RedisTokenBucket<C>, RedisConfigError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -114,7 +115,7 @@ impl RedisTokenBucketBuilder {
 
     /// Checks the quota and settings without building, for the blocking limiter,
     /// which starts its runtime only for a limiter that will be built.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
         algorithm(&self.quota)?;
         self.settings.checked().map(drop)
     }
@@ -133,12 +134,12 @@ where
 }
 
 /// The script and its parameters for `quota`, or why Redis cannot hold it exactly.
-pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, RedisConfigError> {
     let refill_every = quota.refill_every();
     let (interval, whole) = micros_ceil(refill_every);
     let capacity = quota.capacity();
     if u128::from(capacity) * interval > u128::from(MAX_MICROS) {
-        return Err(ConfigError::RefillTooLong {
+        return Err(RedisConfigError::RefillTooLong {
             capacity,
             refill_every,
         });
@@ -146,7 +147,7 @@ pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError>
     // In range: capacity >= 1, so interval <= 2^52.
     let interval = interval as u64;
     if !whole {
-        return Err(ConfigError::IntervalNotWholeMicros {
+        return Err(RedisConfigError::IntervalNotWholeMicros {
             refill_every,
             rounded_up: Duration::from_micros(interval),
         });
@@ -222,7 +223,7 @@ mod tests {
         let error = algorithm(&quota).unwrap_err();
         assert!(matches!(
             error,
-            ConfigError::IntervalNotWholeMicros { rounded_up, .. }
+            RedisConfigError::IntervalNotWholeMicros { rounded_up, .. }
                 if rounded_up == Duration::from_micros(333_334)
         ));
         let message = error.to_string();
@@ -237,7 +238,7 @@ mod tests {
         assert!(algorithm(&Quota::new(4, interval).unwrap()).is_ok());
         assert!(matches!(
             algorithm(&Quota::new(5, interval).unwrap()),
-            Err(ConfigError::RefillTooLong { capacity: 5, .. })
+            Err(RedisConfigError::RefillTooLong { capacity: 5, .. })
         ));
     }
 

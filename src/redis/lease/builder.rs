@@ -7,7 +7,7 @@ use super::local::Leases;
 use super::seen::Sightings;
 use super::{Core, RedisLeasedTokenBucket};
 use crate::redis::FailurePolicy;
-use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
+use crate::redis::config::{MAX_MICROS, RedisConfigError, Settings, TimeSource, settings_methods};
 use crate::redis::connect::connect_methods;
 use crate::redis::engine::ScriptLimiter;
 use crate::{Clock, Quota};
@@ -83,7 +83,7 @@ impl RedisLeasedTokenBucketBuilder {
     /// # Errors
     /// What the plain token bucket refuses; a lifetime under about 10 ms or beyond
     /// 2^52 µs; a `max_lease` of zero, above the capacity or above 2^24 - 1.
-    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, ConfigError>
+    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, RedisConfigError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -92,12 +92,12 @@ impl RedisLeasedTokenBucketBuilder {
         let capacity = self.quota.capacity();
         let max_lease = self.max_lease.unwrap_or((capacity / 32).clamp(1, MAX_HELD));
         if max_lease == 0 || max_lease > capacity || max_lease > MAX_HELD {
-            return Err(ConfigError::Lease(
+            return Err(RedisConfigError::Lease(
                 "max_lease must be at least 1 and at most the capacity and 2^24 - 1",
             ));
         }
         if self.lifetime < MIN_LIFETIME || self.lifetime > Duration::from_micros(MAX_MICROS) {
-            return Err(ConfigError::Lease(
+            return Err(RedisConfigError::Lease(
                 "a lease lifetime must be at least 10.5 ms and at most 2^52 µs",
             ));
         }
