@@ -82,13 +82,15 @@ const _: () = {
 #[cfg(feature = "redis")]
 const _: () = {
     use turnstile::redis::lease::RedisLeasedTokenBucket;
-    use turnstile::redis::{RedisFixedWindow, RedisTokenBucket, blocking};
+    use turnstile::redis::{
+        BlockingRedisFixedWindow, BlockingRedisTokenBucket, RedisFixedWindow, RedisTokenBucket,
+    };
 
     shared_and_printable::<RedisTokenBucket>();
     shared_and_printable::<RedisFixedWindow>();
     shared_and_printable::<RedisLeasedTokenBucket>();
-    shared_and_printable::<blocking::RedisTokenBucket>();
-    shared_and_printable::<blocking::RedisFixedWindow>();
+    shared_and_printable::<BlockingRedisTokenBucket>();
+    shared_and_printable::<BlockingRedisFixedWindow>();
 };
 
 /// Compiles only for an error a caller can box into `Box<dyn Error + Send + Sync>`

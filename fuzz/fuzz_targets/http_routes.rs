@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use http::{Request, Uri};
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
-use turnstile::http::{LayerConfigError, HeaderKey, RateLimitLayer};
+use turnstile::http::{HeaderKey, LayerConfigError, RateLimitLayer};
 use turnstile::policy::{Check, Limit, MissingKey, Policy};
 use turnstile::{ManualClock, Quota, TokenBucket};
 use turnstile_fuzz::{assert_well_formed, send, under_prefix};

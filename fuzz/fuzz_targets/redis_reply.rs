@@ -15,7 +15,6 @@
 //!   every count a peek reads.
 #![no_main]
 
-use turnstile::SharedDecision;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use redis::aio::ConnectionLike;
@@ -23,8 +22,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use turnstile::redis::{FailurePolicy, CheckError, RedisFixedWindow, RedisTokenBucket};
+use turnstile::SharedDecision;
 use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{CheckError, FailurePolicy, RedisFixedWindow, RedisTokenBucket};
 use turnstile::{Decision, Quota};
 use turnstile_fuzz::runtime;
 
@@ -146,7 +146,12 @@ struct Input {
     calls: Vec<Call>,
 }
 
-fn check_outcome(outcome: &SharedDecision<CheckError>, cost: u32, capacity: u32, policy: FailurePolicy) {
+fn check_outcome(
+    outcome: &SharedDecision<CheckError>,
+    cost: u32,
+    capacity: u32,
+    policy: FailurePolicy,
+) {
     match outcome {
         SharedDecision::Decided(decision) => match *decision {
             Decision::Allowed { remaining } => {

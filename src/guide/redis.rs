@@ -22,7 +22,7 @@
 //! |---|---|
 //! | one shared limit, each check decided by Redis | [`RedisTokenBucket`] (or [`RedisFixedWindow`]) |
 //! | the same limit at in-process speed for hot keys, at the price of a bounded over-admission | [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket) |
-//! | threads without a tokio runtime | the [`blocking`](crate::redis::blocking) twins, from `build_blocking` |
+//! | threads without a tokio runtime | the blocking twins ([`BlockingRedisLimiter`](crate::redis::BlockingRedisLimiter)), from `build_blocking` |
 //! | Redis Cluster, Sentinel, TLS | features `redis-cluster`, `redis-sentinel`, `redis-tls` |
 //! | a Redis limit beside in-process ones on one request | [`Check::shared`](crate::policy::Check::shared) in a policy ([`policies`](super::policies), [`http`](super::http#one-limit-for-the-whole-fleet)) |
 //!

@@ -5,8 +5,7 @@
 use super::breaker::{Admission, Breaker, CircuitState, Transition};
 use super::config::{Settings, TimeSource};
 use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy};
-use crate::Decision;
-use crate::SharedDecision;
+use crate::{Decision, SharedDecision};
 use ::redis::aio::ConnectionLike;
 use ::redis::{Script, Value};
 use std::future::Future;
@@ -24,65 +23,6 @@ const PREAMBLE: &str = include_str!("preamble.lua");
 pub(crate) fn script(fields: &str, body: &str) -> Script {
     Script::new(&format!("local FIELDS = {fields}\n{PREAMBLE}{body}"))
 }
-
-/// The checks both script limiters offer, on their `limiter: ScriptLimiter<C>`, for
-/// an `impl<C> … where C: ConnectionLike + Clone + Send + Sync + 'static` block.
-macro_rules! script_checks {
-    () => {
-        /// Asks for `cost` for `key` (any bytes; the prefix is prepended), all or
-        /// nothing, in one round trip: one script call.
-        ///
-        /// A key's first request finds its whole allowance; a denial changes nothing;
-        /// a cost of zero is always allowed. When Redis does not answer within the
-        /// timeout, or answers with an error, the failure policy answers
-        /// ([`SharedDecision::Fallback`](crate::SharedDecision::Fallback)) and the
-        /// failure is counted (`failures`); the check never waits longer than the
-        /// timeout.
-        pub async fn acquire(
-            &self,
-            key: impl AsRef<[u8]>,
-            cost: u32,
-        ) -> SharedDecision<CheckError> {
-            let check = self.limiter.check(key.as_ref(), cost);
-            self.limiter.settle(key.as_ref(), check.await)
-        }
-
-        /// Asks for one for `key`: `acquire(key, 1).await.is_allowed()`, the failure
-        /// policy included.
-        pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-            self.acquire(key, 1).await.is_allowed()
-        }
-
-        /// What `key` has left now, without taking any or writing anything (an
-        /// unknown key has its whole allowance).
-        ///
-        /// # Errors
-        /// Redis did not answer within the timeout, answered with an error, or gave
-        /// a reply the scripts never give ([`CheckError::UnexpectedReply`]: not one
-        /// integer from 0 to the capacity). There is nothing to allow or deny, so
-        /// the failure policy does not apply; the failure is counted in
-        /// [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
-        pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-            let available = self.limiter.available(key.as_ref());
-            available
-                .await
-                .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
-        }
-
-        /// How often Redis gave no decision, since this limiter (or the one it was
-        /// cloned from) was built.
-        pub fn failures(&self) -> FailureCounts {
-            self.limiter.failures()
-        }
-
-        /// Where the limiter's circuit breaker stands (shared with its clones).
-        pub fn circuit(&self) -> CircuitState {
-            self.limiter.circuit()
-        }
-    };
-}
-
-pub(crate) use script_checks;
 
 /// What a script is asked beyond a check (its ARGV[6]).
 #[derive(Clone, Copy, Debug)]
@@ -111,9 +51,11 @@ pub(crate) struct Leased {
     pub(crate) taken: u32,
 }
 
-/// One algorithm's script and how to read its replies.
+/// One algorithm's script and how to read its replies. `pub` only to be named by the
+/// sealed side of [`LimiterScript`](super::LimiterScript), in this private module:
+/// out of reach outside the crate.
 #[derive(Debug)]
-pub(crate) struct ScriptedAlgorithm {
+pub struct ScriptedAlgorithm {
     /// The script; its SHA-1 is computed once, when the static is first used.
     pub(crate) script: &'static Script,
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window

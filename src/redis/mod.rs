@@ -33,7 +33,12 @@
 //! | [`RedisTokenBucket`] | [`TokenBucket`](crate::TokenBucket)'s semantics, exactly | async (tokio) |
 //! | [`RedisFixedWindow`] | the classic counter per calendar window | async (tokio) |
 //! | [`RedisLeasedTokenBucket`](lease::RedisLeasedTokenBucket) | [`RedisTokenBucket`]'s bucket, its tokens leased in batches and served in process ([`lease`]) | async (tokio) |
-//! | [`blocking::RedisTokenBucket`], [`blocking::RedisFixedWindow`] | the same | blocking, own runtime |
+//! | [`BlockingRedisTokenBucket`], [`BlockingRedisFixedWindow`] | the same | blocking, own runtime |
+//!
+//! The token bucket and the fixed window are one type, [`RedisLimiter`], generic over
+//! its script ([`TokenBucketScript`], [`FixedWindowScript`]) as
+//! [`KeyedLimiter`](crate::KeyedLimiter) is over its algorithm; the names above are its
+//! aliases, and [`BlockingRedisLimiter`] is its blocking twin.
 //!
 //! # Time
 //! By default the script reads Redis's own clock (`TIME`), so app servers whose clocks
@@ -196,8 +201,9 @@
 //! in-memory map. A Redis check is a network round trip that can fail, so the async
 //! limiters offer the same method names (`acquire`, `try_acquire`, `peek`) as
 //! `async`-returning methods with honest types: a
-//! [`SharedDecision`](crate::SharedDecision) for checks, a `Result` for `peek`. Implementing the trait would mean blocking a thread inside async code
-//! and inventing a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
+//! [`SharedDecision`](crate::SharedDecision) for checks, a `Result` for `peek`.
+//! Implementing the trait would mean blocking a thread inside async code and inventing
+//! a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
 //! since Redis keys are.
 //!
 //! What a [`Policy`](crate::policy::Policy) asks of them is
@@ -226,7 +232,7 @@
 //! Redis 5 or later (scripts replicated by effects, which is what lets a writing
 //! script read `TIME`; the only mode since Redis 7). Tested against Redis 7.0.
 
-pub mod blocking;
+mod blocking;
 mod breaker;
 mod config;
 mod connect;
@@ -234,18 +240,21 @@ mod engine;
 mod failure;
 mod fixed_window;
 pub mod lease;
+mod limiter;
 #[cfg(feature = "redis-sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
 pub mod sentinel;
 mod shared;
 mod token_bucket;
 
+pub use blocking::{BlockingRedisFixedWindow, BlockingRedisLimiter, BlockingRedisTokenBucket};
 pub use breaker::{CircuitBreaker, CircuitState};
 pub use config::{DEFAULT_TIMEOUT, RedisConfigError};
 pub use connect::{MAX_RECONNECT_DELAY, connection_config};
 pub use failure::{CheckError, FailureCounts, FailurePolicy};
-pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
-pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};
+pub use fixed_window::{FixedWindowScript, RedisFixedWindow, RedisFixedWindowBuilder};
+pub use limiter::{LimiterScript, RedisLimiter, RedisLimiterBuilder};
+pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder, TokenBucketScript};
 
 /// The scripts' replies, checked for both algorithms: above the engine that reads
 /// them and the algorithms that make them.

@@ -4,7 +4,7 @@
 use super::engine::ScriptLimiter;
 use super::failure::CheckError;
 use super::lease::RedisLeasedTokenBucket;
-use super::{RedisFixedWindow, RedisTokenBucket};
+use super::limiter::{LimiterScript, RedisLimiter};
 use crate::SharedDecision;
 use crate::policy::{SharedFuture, SharedLimiter};
 use ::redis::aio::ConnectionLike;
@@ -33,29 +33,23 @@ where
 }
 
 /// The contract for a limiter that is a script call per check.
-macro_rules! scripted_shared_limiter {
-    ($limiter:ident) => {
-        impl<C> SharedLimiter for $limiter<C>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision> {
-                Box::pin(async move { boxed($limiter::acquire(self, key, cost).await) })
-            }
+impl<S, C> SharedLimiter for RedisLimiter<S, C>
+where
+    S: LimiterScript,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision> {
+        Box::pin(async move { boxed(RedisLimiter::acquire(self, key, cost).await) })
+    }
 
-            fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()> {
-                Box::pin(self.limiter.refund(key, cost))
-            }
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()> {
+        Box::pin(self.limiter.refund(key, cost))
+    }
 
-            fn fails_open(&self) -> bool {
-                self.limiter.fails_open()
-            }
-        }
-    };
+    fn fails_open(&self) -> bool {
+        self.limiter.fails_open()
+    }
 }
-
-scripted_shared_limiter!(RedisTokenBucket);
-scripted_shared_limiter!(RedisFixedWindow);
 
 /// A leased check answers from its lease without waiting when the lease holds the
 /// cost, and gives refunds back to the lease; only a key without a lease entry is
