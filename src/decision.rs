@@ -105,7 +105,11 @@ impl Decision {
     /// was allowed or can never succeed.
     #[inline]
     pub fn retry_in(&self) -> Option<Duration> {
-        self.retry_after().or(self.retry_hint())
+        match *self {
+            Decision::Denied { retry_after, .. } => Some(retry_after),
+            Decision::Overflow { retry_hint } => Some(retry_hint),
+            Decision::Allowed { .. } | Decision::ExceedsCapacity { .. } => None,
+        }
     }
 
     /// Whether the cost exceeds the capacity, so that no wait can make it succeed.
