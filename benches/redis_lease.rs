@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 use turnstile::Quota;
-use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{FailurePolicy, RedisTokenBucket};
 
 const ROUNDS: usize = 6;
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use turnstile::Quota;
-use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisTokenBucket, SentinelConnection};
+use turnstile::redis::sentinel::SentinelConnection;
+use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisTokenBucket};
 
 const ROUNDS: usize = 5;
 

@@ -53,7 +53,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use turnstile::http::{Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp};
 use turnstile::policy::{Check, KeyExtractor, Limit, Policy, PolicyCheck};
-use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket, RedisTokenBucket};
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{FailurePolicy, RedisTokenBucket};
 use turnstile::{Quota, QuotaError, TokenBucket};
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 use turnstile::Quota;
-use turnstile::redis::{FailurePolicy, Outcome, RedisFixedWindow, RedisTokenBucket};
+use turnstile::SharedDecision;
+use turnstile::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,17 +44,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for request in 0..8 {
         let server = &servers[request % 3];
         match server.acquire("alice", 1).await {
-            Outcome::Decided(decision) if decision.is_allowed() => println!(
+            SharedDecision::Decided(decision) if decision.is_allowed() => println!(
                 "  request {request} via server {}: allowed, {} left",
                 request % 3,
                 decision.remaining()
             ),
-            Outcome::Decided(decision) => println!(
+            SharedDecision::Decided(decision) => println!(
                 "  request {request} via server {}: 429, retry after {:?}",
                 request % 3,
                 decision.retry_after().unwrap_or_default()
             ),
-            Outcome::Fallback { allowed, error } => {
+            SharedDecision::Fallback { allowed, error } => {
                 println!(
                     "  request {request}: Redis gave no decision ({error}); allowed: {allowed}"
                 )

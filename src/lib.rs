@@ -131,7 +131,7 @@ pub struct ReadmeDoctests;
 
 pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
-pub use decision::Decision;
+pub use decision::{Decision, SharedDecision, SharedError};
 pub use direct::{
     DirectFixedWindow, DirectGcra, DirectLimiter, DirectSlidingWindowCounter, DirectTokenBucket,
 };

@@ -268,7 +268,7 @@ fn at_the_end_of_the_clock_the_overflow_hint_is_the_time_left() {
     // the clock's end: the hint is the 1 ms left.
     assert_eq!(
         limiter.acquire(&2, 1),
-        Decision::Overflow { retry_after: ms(1) }
+        Decision::Overflow { retry_hint: ms(1) }
     );
 }
 

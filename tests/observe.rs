@@ -426,16 +426,23 @@ struct Unreachable {
 }
 
 impl turnstile::policy::SharedLimiter for Unreachable {
-    fn acquire(
-        &self,
-        _: &[u8],
+    fn acquire<'a>(
+        &'a self,
+        _: &'a [u8],
         _: u32,
-    ) -> impl std::future::Future<Output = turnstile::policy::Answer> + Send {
+    ) -> turnstile::policy::SharedFuture<'a, turnstile::SharedDecision> {
         let allowed = self.fails_open;
-        async move { turnstile::policy::Answer::Fallback { allowed } }
+        Box::pin(async move {
+            turnstile::SharedDecision::Fallback {
+                allowed,
+                error: "unreachable".into(),
+            }
+        })
     }
 
-    async fn refund(&self, _: &[u8], _: u32) {}
+    fn refund<'a>(&'a self, _: &'a [u8], _: u32) -> turnstile::policy::SharedFuture<'a, ()> {
+        Box::pin(async {})
+    }
 
     fn fails_open(&self) -> bool {
         self.fails_open

@@ -6,11 +6,14 @@ mod common;
 
 use common::{Reference, ms};
 use proptest::prelude::*;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use turnstile::policy::{Binding, Check, Limit, MissingKey, Outcome, Policy, PolicyError};
-use turnstile::{Decision, ManualClock, Overflow, Quota, TokenBucket};
+use turnstile::policy::{
+    Binding, Check, Limit, MissingKey, Outcome, Policy, PolicyError, SharedFuture, SharedLimiter,
+};
+use turnstile::{Decision, ManualClock, Overflow, Quota, SharedDecision, TokenBucket};
 
 /// A request: who sends it, and from where.
 #[derive(Clone, Copy, Debug)]
@@ -315,7 +318,89 @@ fn a_full_key_table_is_an_overflow_with_a_hint_not_a_denial() {
         matches!(verdict.outcome(), Outcome::Overflow { .. }),
         "{verdict:?}"
     );
-    assert!(verdict.retry_after().is_some());
+    // The wait is a hint, never the exact `retry_after` a denial promises.
+    assert_eq!(verdict.retry_after(), None);
+    assert!(verdict.retry_hint().is_some());
+}
+
+/// A store of its own behind the shared-check contract, answering at once: an
+/// in-process token bucket.
+struct Store(Limiter);
+
+impl SharedLimiter for Store {
+    fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision> {
+        let key = u32::from(key[0]);
+        Box::pin(async move { SharedDecision::Decided(self.0.acquire(&key, cost)) })
+    }
+
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()> {
+        let key = u32::from(key[0]);
+        Box::pin(async move { self.0.refund(&key, cost) })
+    }
+
+    fn fails_open(&self) -> bool {
+        false
+    }
+}
+
+/// A store that is down, whose failure policy allows.
+struct Down;
+
+impl SharedLimiter for Down {
+    fn acquire<'a>(&'a self, _: &'a [u8], _: u32) -> SharedFuture<'a, SharedDecision> {
+        Box::pin(async {
+            SharedDecision::Fallback {
+                allowed: true,
+                error: "store down".into(),
+            }
+        })
+    }
+
+    fn refund<'a>(&'a self, _: &'a [u8], _: u32) -> SharedFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    fn fails_open(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn shared_limiters_of_different_types_sit_in_one_collection_and_one_policy() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_minute(2).unwrap();
+    let store = limiter(quota, &clock);
+    let limiters: Vec<Arc<dyn SharedLimiter>> =
+        vec![Arc::new(Store(store.clone())), Arc::new(Down)];
+    let mut builder = Policy::builder();
+    for (name, limiter) in ["store", "down"].into_iter().zip(limiters) {
+        let by_user = |r: &Request| Some(vec![u8::try_from(r.user).unwrap()]);
+        builder = builder.check(Check::shared(name, limiter, Limit::steady(quota), by_user));
+    }
+    let policy: Policy<Request> = builder.build().unwrap();
+    // Both checks answer at once, so one poll gives the verdict.
+    let ask = |request: &Request| {
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::pin::pin!(policy.acquire_async(request)).poll(&mut context) {
+            std::task::Poll::Ready(verdict) => verdict,
+            std::task::Poll::Pending => panic!("both stores answer at once"),
+        }
+    };
+    let alice = Request { user: 1, ip: 0 };
+    for left in [1, 0] {
+        let verdict = ask(&alice);
+        assert!(verdict.is_allowed(), "{verdict:?}");
+        assert_eq!(verdict.remaining(), Some(left));
+        // The store that is down is answered by its failure policy.
+        assert_eq!(verdict.fell_back().collect::<Vec<_>>(), [1]);
+    }
+    let verdict = ask(&alice);
+    assert!(
+        matches!(verdict.outcome(), Outcome::Denied { .. }),
+        "{verdict:?}"
+    );
+    assert_eq!(verdict.refused().collect::<Vec<_>>(), [0]);
+    assert_eq!(store.peek(&1), 0);
 }
 
 #[test]

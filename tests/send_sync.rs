@@ -63,7 +63,9 @@ const _: () = {
     use http::request::Parts;
     use std::convert::Infallible;
     use std::future::Ready;
-    use turnstile::http::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
+    use turnstile::http::{
+        RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture,
+    };
 
     #[derive(Debug)]
     struct Inner;
@@ -71,7 +73,7 @@ const _: () = {
     const fn sendable<T: Send + Debug>() {}
     shared_and_printable::<Policy<Parts>>();
     shared_and_printable::<RateLimitLayer>();
-    shared_and_printable::<RateLimit<Inner>>();
+    shared_and_printable::<RateLimitService<Inner>>();
     sendable::<RateLimitLayerBuilder>();
     sendable::<ResponseFuture<Ready<Result<Response<()>, Infallible>>, (), Infallible>>();
 };
@@ -79,13 +81,50 @@ const _: () = {
 /// The Redis limiters, async and blocking, on their default connection.
 #[cfg(feature = "redis")]
 const _: () = {
-    use turnstile::redis::{RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket, blocking};
+    use turnstile::redis::lease::RedisLeasedTokenBucket;
+    use turnstile::redis::{
+        BlockingRedisFixedWindow, BlockingRedisTokenBucket, RedisFixedWindow, RedisTokenBucket,
+    };
 
     shared_and_printable::<RedisTokenBucket>();
     shared_and_printable::<RedisFixedWindow>();
     shared_and_printable::<RedisLeasedTokenBucket>();
-    shared_and_printable::<blocking::RedisTokenBucket>();
-    shared_and_printable::<blocking::RedisFixedWindow>();
+    shared_and_printable::<BlockingRedisTokenBucket>();
+    shared_and_printable::<BlockingRedisFixedWindow>();
+};
+
+/// Compiles only for an error a caller can box into `Box<dyn Error + Send + Sync>`
+/// and keep: one error type per concern, each `Error + Send + Sync + 'static`.
+const fn an_error<T: std::error::Error + Send + Sync + 'static>() {}
+
+const _: () = {
+    an_error::<turnstile::QuotaError>();
+    an_error::<turnstile::policy::PolicyError>();
+};
+
+#[cfg(feature = "tower")]
+const _: () = {
+    an_error::<turnstile::http::LayerConfigError>();
+    an_error::<turnstile::http::CidrError>();
+};
+
+#[cfg(feature = "redis")]
+const _: () = {
+    an_error::<turnstile::redis::RedisConfigError>();
+    an_error::<turnstile::redis::CheckError>();
+};
+
+/// Shared limiters of different types in one collection: the contract is object safe.
+#[cfg(feature = "redis")]
+const _: () = {
+    use turnstile::policy::SharedLimiter;
+    shared_and_printable::<turnstile::SharedDecision>();
+    // Naming `dyn SharedLimiter` compiles only for an object-safe trait; each limiter
+    // below then coerces to it.
+    const fn boxable<T: SharedLimiter>(_: Option<&dyn SharedLimiter>) {}
+    boxable::<turnstile::redis::RedisTokenBucket>(None);
+    boxable::<turnstile::redis::RedisFixedWindow>(None);
+    boxable::<turnstile::redis::lease::RedisLeasedTokenBucket>(None);
 };
 
 #[test]

@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use http::{Request, Uri};
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
-use turnstile::http::{ConfigError, HeaderKey, RateLimitLayer};
+use turnstile::http::{HeaderKey, LayerConfigError, RateLimitLayer};
 use turnstile::policy::{Check, Limit, MissingKey, Policy};
 use turnstile::{ManualClock, Quota, TokenBucket};
 use turnstile_fuzz::{assert_well_formed, send, under_prefix};
@@ -48,7 +48,7 @@ fuzz_target!(|input: Input| {
     }
     let layer = match builder.build() {
         Ok(layer) => layer,
-        Err(ConfigError::Prefix(refused)) => {
+        Err(LayerConfigError::Prefix(refused)) => {
             // The first prefix without a leading slash is the one refused.
             let first_bad = prefixes.iter().find(|p| !p.starts_with('/'));
             assert_eq!(Some(&&refused), first_bad);

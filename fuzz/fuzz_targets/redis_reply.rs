@@ -6,7 +6,7 @@
 //! fail-open or fail-closed:
 //! - never a panic;
 //! - a reply the scripts never give is never a decision: the failure policy answers
-//!   (`Outcome::Fallback`, allowed exactly when the policy is open); for the token
+//!   (`SharedDecision::Fallback`, allowed exactly when the policy is open); for the token
 //!   bucket and the fixed window, the one reply a check read is held to a plain
 //!   reference of what each script can reply (`script_decision`): a reply in it is
 //!   the decision it says, exactly; one outside it is a fallback;
@@ -22,9 +22,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use turnstile::redis::{
-    FailurePolicy, Outcome, RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket,
-};
+use turnstile::SharedDecision;
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{CheckError, FailurePolicy, RedisFixedWindow, RedisTokenBucket};
 use turnstile::{Decision, Quota};
 use turnstile_fuzz::runtime;
 
@@ -146,9 +146,14 @@ struct Input {
     calls: Vec<Call>,
 }
 
-fn check_outcome(outcome: &Outcome, cost: u32, capacity: u32, policy: FailurePolicy) {
+fn check_outcome(
+    outcome: &SharedDecision<CheckError>,
+    cost: u32,
+    capacity: u32,
+    policy: FailurePolicy,
+) {
     match outcome {
-        Outcome::Decided(decision) => match *decision {
+        SharedDecision::Decided(decision) => match *decision {
             Decision::Allowed { remaining } => {
                 assert!(cost <= capacity, "{decision:?} for {cost} of {capacity}");
                 assert!(remaining <= capacity - cost, "{decision:?} for {cost}");
@@ -169,7 +174,7 @@ fn check_outcome(outcome: &Outcome, cost: u32, capacity: u32, policy: FailurePol
             }
             Decision::Overflow { .. } => panic!("Redis limiters have no key cap"),
         },
-        Outcome::Fallback { allowed, error } => {
+        SharedDecision::Fallback { allowed, error } => {
             assert_eq!(*allowed, policy == FailurePolicy::Open, "{error}");
             assert!(!error.to_string().is_empty());
         }
@@ -349,11 +354,11 @@ fuzz_target!(|input: Input| {
                     if let (Some(reply), Some(script)) = (reply, script) {
                         let expected = script_decision(script, &reply, cost, capacity);
                         match (&outcome, expected) {
-                            (Outcome::Decided(decision), Some(expected)) => assert_eq!(
+                            (SharedDecision::Decided(decision), Some(expected)) => assert_eq!(
                                 *decision, expected,
                                 "{reply:?} for {cost} of {capacity} read as another decision"
                             ),
-                            (Outcome::Fallback { .. }, None) => {}
+                            (SharedDecision::Fallback { .. }, None) => {}
                             (outcome, expected) => panic!(
                                 "{script:?} replied {reply:?} for {cost} of {capacity}: \
                                  {outcome:?}, but the scripts give {expected:?}"

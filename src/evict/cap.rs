@@ -25,7 +25,7 @@ impl SharedAllowance {
     pub(crate) fn new<R: Algorithm<()> + 'static>(rules: R) -> Self {
         let state = rules.create(&());
         let overflow = Decision::Overflow {
-            retry_after: std::time::Duration::ZERO,
+            retry_hint: std::time::Duration::ZERO,
         };
         Self(Box::new(move |now, cost| {
             rules.acquire(&state, now, cost).unwrap_or(overflow)

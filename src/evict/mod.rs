@@ -517,10 +517,14 @@ impl Eviction {
         let retry_after = self.schedule.next_cap_sweep_in(now, period);
         match overflow {
             Some(shared) => match shared.acquire(self.reading(now), cost) {
-                crate::Decision::Overflow { .. } => crate::Decision::Overflow { retry_after },
+                crate::Decision::Overflow { .. } => crate::Decision::Overflow {
+                    retry_hint: retry_after,
+                },
                 decision => decision,
             },
-            None => crate::Decision::Overflow { retry_after },
+            None => crate::Decision::Overflow {
+                retry_hint: retry_after,
+            },
         }
     }
 }

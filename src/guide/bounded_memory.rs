@@ -85,7 +85,7 @@
 //! `max_keys(n, overflow)`. At the cap a new key asks the sweeper thread for room (at
 //! most once per margin; with no thread, because its start failed or a drain panicked,
 //! that request makes the room itself) and is answered at once: [`Overflow::Deny`]
-//! answers [`Decision::Overflow`] with a `retry_after` hint, and [`Overflow::Shared`]
+//! answers [`Decision::Overflow`] with a `retry_hint`, and [`Overflow::Shared`]
 //! sends every such key to one shared allowance; once the next cycle (or, on the word
 //! store, sweep) has made room, new keys are stored again. With `manual_eviction()`
 //! only `evict_idle()` makes room. The ring holds the keys of at least about three

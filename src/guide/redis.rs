@@ -21,8 +21,8 @@
 //! | you need | use |
 //! |---|---|
 //! | one shared limit, each check decided by Redis | [`RedisTokenBucket`] (or [`RedisFixedWindow`]) |
-//! | the same limit at in-process speed for hot keys, at the price of a bounded over-admission | [`RedisLeasedTokenBucket`] |
-//! | threads without a tokio runtime | the [`blocking`](crate::redis::blocking) twins, from `build_blocking` |
+//! | the same limit at in-process speed for hot keys, at the price of a bounded over-admission | [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket) |
+//! | threads without a tokio runtime | the blocking twins ([`BlockingRedisLimiter`](crate::redis::BlockingRedisLimiter)), from `build_blocking` |
 //! | Redis Cluster, Sentinel, TLS | features `redis-cluster`, `redis-sentinel`, `redis-tls` |
 //! | a Redis limit beside in-process ones on one request | [`Check::shared`](crate::policy::Check::shared) in a policy ([`policies`](super::policies), [`http`](super::http#one-limit-for-the-whole-fleet)) |
 //!
@@ -33,7 +33,7 @@
 //!
 //! # Leases: global limits at local speed
 //! A check that is a round trip caps a process at tens of thousands of checks per
-//! second and lets every Redis hiccup touch every request. [`RedisLeasedTokenBucket`]
+//! second and lets every Redis hiccup touch every request. [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket)
 //! takes tokens from the same Redis bucket in batches and serves them from one atomic
 //! word per key: no lock, no round trip. A leased and a plain limiter on one prefix
 //! share one bucket. Leased tokens leave the bucket when fetched and each is served
@@ -76,5 +76,5 @@
 //!
 //! [`RedisTokenBucket`]: crate::redis::RedisTokenBucket
 //! [`RedisFixedWindow`]: crate::redis::RedisFixedWindow
-//! [`RedisLeasedTokenBucket`]: crate::redis::RedisLeasedTokenBucket
+//! [`RedisLeasedTokenBucket`]: crate::redis::lease::RedisLeasedTokenBucket
 //! [`FailurePolicy`]: crate::redis::FailurePolicy

@@ -84,7 +84,7 @@ fn reset_seconds(decision: Decision, limit: Limit) -> u64 {
     let regain = limit.regained_within();
     let bound = match decision {
         Decision::Denied { retry_after, .. } => retry_after.min(regain),
-        Decision::Overflow { retry_after } => retry_after,
+        Decision::Overflow { retry_hint } => retry_hint,
         Decision::Allowed { .. } | Decision::ExceedsCapacity { .. } => regain,
     };
     seconds_rounded_up(bound)
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(reset_seconds(allowed, steady), 1);
         assert_eq!(reset_seconds(allowed, windowed), 60);
         let overflow = Decision::Overflow {
-            retry_after: Duration::from_millis(2_500),
+            retry_hint: Duration::from_millis(2_500),
         };
         assert_eq!(reset_seconds(overflow, steady), 3);
     }

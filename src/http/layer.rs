@@ -2,7 +2,7 @@
 
 use super::refusal::Statuses;
 use super::routes::{Matcher, Route, Routes};
-use super::service::RateLimit;
+use super::service::RateLimitService;
 use crate::policy::Policy;
 use crate::wait::Wait;
 use http::StatusCode;
@@ -40,10 +40,10 @@ impl RateLimitLayer {
 }
 
 impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+    type Service = RateLimitService<S>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, Arc::clone(&self.routes))
+    fn layer(&self, inner: S) -> RateLimitService<S> {
+        RateLimitService::new(inner, Arc::clone(&self.routes))
     }
 }
 
@@ -145,12 +145,12 @@ impl RateLimitLayerBuilder {
     /// # Errors
     /// A prefix that does not start with `/`; a refusal status that is not a client
     /// or server error (4xx or 5xx).
-    pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
+    pub fn build(self) -> Result<RateLimitLayer, LayerConfigError> {
         for (matcher, _) in &self.routes {
             if let Matcher::Prefix(prefix) = matcher
                 && !prefix.starts_with('/')
             {
-                return Err(ConfigError::Prefix(prefix.clone()));
+                return Err(LayerConfigError::Prefix(prefix.clone()));
             }
         }
         let statuses = &self.statuses;
@@ -160,7 +160,7 @@ impl RateLimitLayerBuilder {
             statuses.unavailable,
         ] {
             if !(status.is_client_error() || status.is_server_error()) {
-                return Err(ConfigError::Status(status));
+                return Err(LayerConfigError::Status(status));
             }
         }
         let fallback = (Matcher::Predicate(Box::new(|_| true)), self.fallback);
@@ -186,22 +186,24 @@ impl RateLimitLayerBuilder {
     }
 }
 
-/// Why a layer was refused.
+/// Why a layer was refused. More reasons may come with more settings, hence
+/// `#[non_exhaustive]`.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigError {
+pub enum LayerConfigError {
     /// A route prefix that does not start with `/`, so no path could match it.
     Prefix(String),
     /// A status for refused requests that is not an error status.
     Status(StatusCode),
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for LayerConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Prefix(prefix) => {
+            LayerConfigError::Prefix(prefix) => {
                 write!(f, "route prefix {prefix:?} must start with '/'")
             }
-            ConfigError::Status(status) => write!(
+            LayerConfigError::Status(status) => write!(
                 f,
                 "status {status} for refused requests must be a 4xx or 5xx error"
             ),
@@ -209,7 +211,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for LayerConfigError {}
 
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
@@ -220,10 +222,16 @@ mod tests {
         let prefix = RateLimitLayer::builder(Policy::unlimited())
             .prefix("balance", Policy::unlimited())
             .build();
-        assert_eq!(prefix.unwrap_err(), ConfigError::Prefix("balance".into()));
+        assert_eq!(
+            prefix.unwrap_err(),
+            LayerConfigError::Prefix("balance".into())
+        );
         let status = RateLimitLayer::builder(Policy::unlimited())
             .missing_key_status(StatusCode::OK)
             .build();
-        assert_eq!(status.unwrap_err(), ConfigError::Status(StatusCode::OK));
+        assert_eq!(
+            status.unwrap_err(),
+            LayerConfigError::Status(StatusCode::OK)
+        );
     }
 }

@@ -164,6 +164,6 @@ pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
 pub use forwarded::ProxyHeader;
 pub use key::{HeaderKey, PeerIp};
-pub use layer::{ConfigError, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{LayerConfigError, RateLimitLayer, RateLimitLayerBuilder};
 pub use real_ip::RealIp;
-pub use service::{RateLimit, ResponseFuture};
+pub use service::{RateLimitService, ResponseFuture};

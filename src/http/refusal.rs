@@ -24,7 +24,7 @@ impl Refusal {
         match outcome {
             Outcome::Allowed => None,
             Outcome::Denied { retry_after } => Some(Refusal::Denied(retry_after)),
-            Outcome::Overflow { retry_after } => Some(Refusal::Overflow(retry_after)),
+            Outcome::Overflow { retry_hint } => Some(Refusal::Overflow(retry_hint)),
             Outcome::ExceedsCapacity => Some(Refusal::ExceedsCapacity),
             Outcome::MissingKey => Some(Refusal::MissingKey),
             Outcome::Unavailable => Some(Refusal::Unavailable),

@@ -17,29 +17,29 @@ use tower::Service;
 /// An HTTP service behind per-route rate limits: made by
 /// [`RateLimitLayer`](super::RateLimitLayer), whose documentation says what it
 /// answers.
-pub struct RateLimit<S> {
+pub struct RateLimitService<S> {
     inner: S,
     routes: Arc<Routes>,
 }
 
 /// The inner service and the number of routes (the fallback not counted), as
 /// [`RateLimitLayer`](super::RateLimitLayer)'s `Debug`.
-impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimitService<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimit")
+        f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
             .field("routes", &(self.routes.routes.len() - 1))
             .finish_non_exhaustive()
     }
 }
 
-impl<S> RateLimit<S> {
+impl<S> RateLimitService<S> {
     pub(crate) fn new(inner: S, routes: Arc<Routes>) -> Self {
         Self { inner, routes }
     }
 }
 
-impl<S: Clone> Clone for RateLimit<S> {
+impl<S: Clone> Clone for RateLimitService<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -48,7 +48,7 @@ impl<S: Clone> Clone for RateLimit<S> {
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -132,7 +132,7 @@ fn refuse<B: From<String>>(
 }
 
 /// A request whose policy awaits a shared check: asks it, then forwards, delays or
-/// refuses the request as [`RateLimit::call`] does with an answer at hand. `inner` is
+/// refuses the request as [`RateLimitService::call`] does with an answer at hand. `inner` is
 /// ready.
 async fn shared<S, ReqBody, ResBody>(
     routes: Arc<Routes>,
@@ -198,7 +198,7 @@ where
 type Delayed<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
 
 pin_project! {
-    /// The response future of [`RateLimit`]: the inner service's response with the
+    /// The response future of [`RateLimitService`]: the inner service's response with the
     /// RateLimit fields added, a refusal, or (in delay mode) either after a wait.
     pub struct ResponseFuture<F, B, E> {
         #[pin]

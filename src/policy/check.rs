@@ -3,7 +3,7 @@
 
 use super::key::KeyExtractor;
 use super::limit::{KnownLimit, Limit};
-use crate::{Decision, KeyRef, RateLimiter};
+use crate::{Decision, KeyRef, RateLimiter, SharedDecision};
 use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
@@ -314,36 +314,6 @@ where
     }
 }
 
-/// A shared limiter's answer to one check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
-    /// The limiter decided, with the meaning every [`Decision`] has.
-    Decided(Decision),
-    /// The limiter gave no decision (its store down or slow, its circuit breaker
-    /// open) and its failure policy answered: the request is `allowed`, or not. The
-    /// limiter counts and reports why; a policy shows which checks were answered so
-    /// ([`Verdict::fell_back`](super::Verdict::fell_back)).
-    Fallback {
-        /// What the failure policy answered.
-        allowed: bool,
-    },
-}
-
-impl Answer {
-    /// Whether the answer allowed the request and took from the key: a decision
-    /// that allowed (a fallback took nothing anyone knows of).
-    pub(super) fn took(&self) -> bool {
-        matches!(self, Answer::Decided(decision) if decision.is_allowed())
-    }
-
-    pub(super) fn taken(self) -> Taken {
-        match self {
-            Answer::Decided(decision) => Taken::Decided(decision),
-            Answer::Fallback { allowed } => Taken::Fallback { allowed },
-        }
-    }
-}
-
 /// Where a check's limiter keeps its state, which says how a policy asks it. Ordered:
 /// a policy asks as its most demanding check needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -360,7 +330,7 @@ pub(super) enum Sharing {
 /// answer, and whether the request keeps what it took.
 pub(super) struct Fetched {
     pub(super) key: Vec<u8>,
-    pub(super) answer: Answer,
+    pub(super) answer: SharedDecision,
     pub(super) keep: bool,
 }
 

@@ -84,28 +84,65 @@ pub trait KnownLimit {
     fn limit(&self) -> Limit;
 }
 
-macro_rules! known_limit {
-    ($($rules:ty => $regain:ident),* $(,)?) => {$(
-        impl<K, C, S> KnownLimit for crate::KeyedLimiter<$rules, K, C, S>
-        where
-            K: std::hash::Hash + Eq + Clone + 'static,
-            C: crate::Clock,
-            S: std::hash::BuildHasher + Clone + 'static,
-        {
-            fn limit(&self) -> Limit {
-                Limit::$regain(self.quota())
-            }
-        }
-    )*};
+/// The token bucket regains its quota steadily, a token per interval.
+impl<K, C, S> KnownLimit for crate::KeyedLimiter<crate::token_bucket::TokenBucketRules, K, C, S>
+where
+    K: std::hash::Hash + Eq + Clone + 'static,
+    C: crate::Clock,
+    S: std::hash::BuildHasher + Clone + 'static,
+{
+    fn limit(&self) -> Limit {
+        Limit::steady(self.quota())
+    }
 }
 
-known_limit!(
-    crate::token_bucket::TokenBucketRules => steady,
-    crate::gcra::GcraRules => steady,
-    crate::fixed_window::FixedWindowRules => windowed,
-    crate::sliding_window::SlidingWindowRules => windowed,
-    crate::sliding_log::SlidingLogRules => windowed,
-);
+/// The GCRA regains its quota steadily, as the token bucket does.
+impl<K, C, S> KnownLimit for crate::KeyedLimiter<crate::gcra::GcraRules, K, C, S>
+where
+    K: std::hash::Hash + Eq + Clone + 'static,
+    C: crate::Clock,
+    S: std::hash::BuildHasher + Clone + 'static,
+{
+    fn limit(&self) -> Limit {
+        Limit::steady(self.quota())
+    }
+}
+
+/// The fixed window regains its quota when the window ends.
+impl<K, C, S> KnownLimit for crate::KeyedLimiter<crate::fixed_window::FixedWindowRules, K, C, S>
+where
+    K: std::hash::Hash + Eq + Clone + 'static,
+    C: crate::Clock,
+    S: std::hash::BuildHasher + Clone + 'static,
+{
+    fn limit(&self) -> Limit {
+        Limit::windowed(self.quota())
+    }
+}
+
+/// The sliding window counter regains its quota as the window slides.
+impl<K, C, S> KnownLimit for crate::KeyedLimiter<crate::sliding_window::SlidingWindowRules, K, C, S>
+where
+    K: std::hash::Hash + Eq + Clone + 'static,
+    C: crate::Clock,
+    S: std::hash::BuildHasher + Clone + 'static,
+{
+    fn limit(&self) -> Limit {
+        Limit::windowed(self.quota())
+    }
+}
+
+/// The sliding log regains each request a window after it.
+impl<K, C, S> KnownLimit for crate::KeyedLimiter<crate::sliding_log::SlidingLogRules, K, C, S>
+where
+    K: std::hash::Hash + Eq + Clone + 'static,
+    C: crate::Clock,
+    S: std::hash::BuildHasher + Clone + 'static,
+{
+    fn limit(&self) -> Limit {
+        Limit::windowed(self.quota())
+    }
+}
 
 /// Capacity × refill interval, saturating at `Duration::MAX`.
 fn window(quota: &Quota) -> Duration {

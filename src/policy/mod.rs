@@ -121,7 +121,7 @@
 //!
 //! [`RedisTokenBucket`]: crate::redis::RedisTokenBucket
 //! [`RedisFixedWindow`]: crate::redis::RedisFixedWindow
-//! [`RedisLeasedTokenBucket`]: crate::redis::RedisLeasedTokenBucket
+//! [`RedisLeasedTokenBucket`]: crate::redis::lease::RedisLeasedTokenBucket
 //!
 //! # Dry run
 //! To see what a limit would do before enforcing it — nginx's `limit_req_dry_run`,
@@ -159,10 +159,10 @@ mod limit;
 mod shared;
 mod verdict;
 
-pub use check::{Answer, Check, MissingKey};
+pub use check::{Check, MissingKey};
 pub use key::KeyExtractor;
 pub use limit::{KnownLimit, Limit};
-pub use shared::{Shared, SharedLimiter};
+pub use shared::{Shared, SharedFuture, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
 use crate::{KeyRef, RateLimiter};
@@ -465,7 +465,7 @@ where
 impl<R, L, E> From<Check<Shared<L>, Vec<u8>, E>> for PolicyCheck<R>
 where
     R: ?Sized,
-    L: SharedLimiter,
+    L: SharedLimiter + ?Sized,
     E: KeyExtractor<R> + 'static,
     E::Key: AsRef<[u8]>,
 {
@@ -593,7 +593,9 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b))
 }
 
-/// Why a policy was refused.
+/// Why a policy was refused. More reasons may come with more settings, hence
+/// `#[non_exhaustive]`.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyError {
     /// A check name is empty, longer than 64 bytes, or has a character other than

@@ -6,14 +6,19 @@
 //! says both, so a policy pays the round trip only when one is needed, and nothing
 //! when every check is in process.
 
-use super::check::{
-    Answer, Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings,
-};
+use super::check::{Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings};
 use super::key::KeyExtractor;
 use super::limit::Limit;
+use crate::SharedDecision;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+/// A shared limiter's work in flight: a boxed future, so that [`SharedLimiter`] is
+/// object safe (`Box<dyn SharedLimiter>`, `Arc<dyn SharedLimiter>`). The box costs one
+/// allocation beside a round trip to the store, which allocates anyway.
+pub type SharedFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The check contract of a limiter whose state lives outside the process, so that a
 /// [`Policy`](super::Policy) can ask it beside in-process limiters, all or nothing.
@@ -21,21 +26,49 @@ use std::sync::Arc;
 /// Keys are bytes, as Redis keys are. Implemented by
 /// [`RedisTokenBucket`](crate::redis::RedisTokenBucket),
 /// [`RedisFixedWindow`](crate::redis::RedisFixedWindow) and
-/// [`RedisLeasedTokenBucket`](crate::redis::RedisLeasedTokenBucket); in-process
+/// [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket); in-process
 /// limiters implement [`RateLimiter`](crate::RateLimiter), the synchronous contract,
 /// and a policy asks them through it.
+///
+/// The trait is object safe: limiters of different types sit in one collection as
+/// `Arc<dyn SharedLimiter>`, and [`Check::shared`] takes one.
+///
+/// ```
+/// use std::sync::Arc;
+/// use turnstile::policy::{SharedFuture, SharedLimiter};
+/// use turnstile::{Decision, SharedDecision};
+///
+/// /// A store that admits everything (yours would ask its database).
+/// struct Lenient;
+///
+/// impl SharedLimiter for Lenient {
+///     fn acquire<'a>(&'a self, _key: &'a [u8], _cost: u32) -> SharedFuture<'a, SharedDecision> {
+///         Box::pin(async { SharedDecision::Decided(Decision::Allowed { remaining: 1 }) })
+///     }
+///     fn refund<'a>(&'a self, _key: &'a [u8], _cost: u32) -> SharedFuture<'a, ()> {
+///         Box::pin(async {})
+///     }
+///     fn fails_open(&self) -> bool {
+///         true
+///     }
+/// }
+///
+/// let limiters: Vec<Arc<dyn SharedLimiter>> = vec![Arc::new(Lenient), Arc::new(Lenient)];
+/// assert!(limiters.iter().all(|limiter| limiter.fails_open()));
+/// ```
 pub trait SharedLimiter: Send + Sync + 'static {
     /// Asks for `cost` for `key` without waiting: the answer when the limiter has one
     /// at hand (a leased limiter's held tokens), `None` when only its store can
     /// answer. The default has none.
-    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<Answer> {
+    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<SharedDecision> {
         let _ = (key, cost);
         None
     }
 
     /// Asks for `cost` for `key`, all or nothing, as the limiter's own `acquire`
-    /// does, waiting for its store at most the limiter's timeout.
-    fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send;
+    /// does, waiting for its store at most the limiter's timeout: the store's
+    /// decision, or the failure policy's answer and why the store gave none.
+    fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision>;
 
     /// Gives back `cost` that [`acquire_now`](SharedLimiter::acquire_now) took for
     /// `key` and the request did not keep (a later check refused it), without waiting.
@@ -48,7 +81,7 @@ pub trait SharedLimiter: Send + Sync + 'static {
     /// the request did not keep, capped at the capacity, in one atomic step on the
     /// store. A refund that does not reach the store is lost: the key holds less than
     /// it should until it refills (a restriction, never an admission).
-    fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send;
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()>;
 
     /// Whether the failure policy allows: the answer to a caller that cannot wait for
     /// the store ([`Policy::acquire`](super::Policy::acquire)).
@@ -61,19 +94,24 @@ pub trait SharedLimiter: Send + Sync + 'static {
     }
 }
 
-/// A shared limiter in a [`Check`]: made by [`Check::shared`].
-pub struct Shared<L>(Arc<L>);
+/// A shared limiter in a [`Check`]: made by [`Check::shared`]. `L` may be a trait
+/// object: `Shared<dyn SharedLimiter>`.
+pub struct Shared<L: ?Sized>(Arc<L>);
 
-impl<L: fmt::Debug> fmt::Debug for Shared<L> {
+impl<L: ?Sized> fmt::Debug for Shared<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Shared").field(&self.0).finish()
+        // A trait object has no `Debug`; the limiter's type name says which it is.
+        f.debug_tuple("Shared")
+            .field(&std::any::type_name::<L>())
+            .finish()
     }
 }
 
-impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
-    /// A check on a shared `limiter` (say, a Redis limiter): as [`Check::new`], with
-    /// keys given to the limiter as bytes (`E::Key: AsRef<[u8]>`: a `String`, a
-    /// `&str`, a `Vec<u8>`), and [`MissingKey::Shared`] naming a key of bytes.
+impl<L: SharedLimiter + ?Sized, E> Check<Shared<L>, Vec<u8>, E> {
+    /// A check on a shared `limiter` (say, a Redis limiter, or an
+    /// `Arc<dyn SharedLimiter>`): as [`Check::new`], with keys given to the limiter as
+    /// bytes (`E::Key: AsRef<[u8]>`: a `String`, a `&str`, a `Vec<u8>`), and
+    /// [`MissingKey::Shared`] naming a key of bytes.
     ///
     /// A policy with shared checks is asked with
     /// [`Policy::acquire_async`](super::Policy::acquire_async).
@@ -85,7 +123,7 @@ impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
 impl<R, L, E> Evaluate<R> for Check<Shared<L>, Vec<u8>, E>
 where
     R: ?Sized,
-    L: SharedLimiter,
+    L: SharedLimiter + ?Sized,
     E: KeyExtractor<R>,
     E::Key: AsRef<[u8]>,
 {
@@ -147,12 +185,12 @@ where
         let Some(fetched) = fetched else {
             return self.keyless(rest);
         };
-        self.report(&fetched.key, fetched.answer);
-        fetched.keep = rest(fetched.answer.taken());
+        self.report(&fetched.key, &fetched.answer);
+        fetched.keep = rest(taken(&fetched.answer));
     }
 
     fn give_back<'a>(&'a self, fetched: Fetched) -> Option<Fetch<'a, ()>> {
-        if fetched.keep || self.cost == 0 || !fetched.answer.took() {
+        if fetched.keep || self.cost == 0 || !took(&fetched.answer) {
             return None;
         }
         Some(Box::pin(async move {
@@ -161,7 +199,7 @@ where
     }
 }
 
-impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
+impl<L: SharedLimiter + ?Sized, E> Check<Shared<L>, Vec<u8>, E> {
     /// The limiter's answer without waiting, then the rest of the policy; what was
     /// taken and not kept goes back at once. No answer at hand ends here: the policy
     /// awaits, or answers by the failure policy.
@@ -173,9 +211,9 @@ impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
             });
             return;
         };
-        self.report(key, answer);
-        let keep = rest(answer.taken());
-        if answer.took() && !keep && self.cost > 0 {
+        self.report(key, &answer);
+        let keep = rest(taken(&answer));
+        if took(&answer) && !keep && self.cost > 0 {
             limiter.refund_now(key, self.cost);
         }
     }
@@ -195,14 +233,28 @@ impl<L: SharedLimiter, E> Check<Shared<L>, Vec<u8>, E> {
     }
 
     /// Reports the answer for `key` (a named policy's metrics and events).
-    fn report(&self, key: &[u8], answer: Answer) {
+    fn report(&self, key: &[u8], answer: &SharedDecision) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = self.observer() {
             match answer {
-                Answer::Decided(decision) => observer.decided(key, &decision),
-                Answer::Fallback { allowed } => observer.fell_back(allowed),
+                SharedDecision::Decided(decision) => observer.decided(key, decision),
+                SharedDecision::Fallback { allowed, .. } => observer.fell_back(*allowed),
             }
         }
         let _ = (key, answer);
+    }
+}
+
+/// Whether `answer` allowed the request and took from the key: a decision that
+/// allowed (a fallback took nothing anyone knows of).
+fn took(answer: &SharedDecision) -> bool {
+    matches!(answer, SharedDecision::Decided(decision) if decision.is_allowed())
+}
+
+/// What `answer` tells the tally.
+fn taken(answer: &SharedDecision) -> Taken {
+    match *answer {
+        SharedDecision::Decided(decision) => Taken::Decided(decision),
+        SharedDecision::Fallback { allowed, .. } => Taken::Fallback { allowed },
     }
 }

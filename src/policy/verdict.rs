@@ -45,10 +45,10 @@ enum Kind {
 impl View {
     fn outcome(&self) -> Outcome {
         // The binding of a denial or an overflow is the check with the longest wait,
-        // and its decision holds that wait.
+        // and its decision holds that wait (exact, or an overflow's hint).
         let wait = || {
             self.binding
-                .and_then(|binding| binding.decision.retry_after())
+                .and_then(|binding| binding.decision.retry_in())
                 .unwrap_or_default()
         };
         match self.kind {
@@ -56,9 +56,7 @@ impl View {
             Kind::Denied => Outcome::Denied {
                 retry_after: wait(),
             },
-            Kind::Overflow => Outcome::Overflow {
-                retry_after: wait(),
-            },
+            Kind::Overflow => Outcome::Overflow { retry_hint: wait() },
             Kind::ExceedsCapacity => Outcome::ExceedsCapacity,
             Kind::MissingKey => Outcome::MissingKey,
             Kind::Unavailable => Outcome::Unavailable,
@@ -79,11 +77,11 @@ pub enum Outcome {
         retry_after: Duration,
     },
     /// A check's limiter holds its `max_keys` keys and could not admit this request's
-    /// new key ([`Decision::Overflow`]); nothing was taken. `retry_after` is the
+    /// new key ([`Decision::Overflow`]); nothing was taken. `retry_hint` is the
     /// longest of that hint and any other check's exact wait.
     Overflow {
         /// When to try again: a hint, not the promise [`Outcome::Denied`] makes.
-        retry_after: Duration,
+        retry_hint: Duration,
     },
     /// A check's cost exceeds what its limiter can ever hold for this key: no wait
     /// helps. Nothing was taken; later checks were not asked.
@@ -125,18 +123,24 @@ impl Verdict {
         self.enforced.kind == Kind::Allowed
     }
 
-    /// When to try again, for [`Outcome::Denied`] (exact) and [`Outcome::Overflow`]
-    /// (a hint); `None` otherwise.
+    /// For [`Outcome::Denied`], the exact wait: the same request sent that much
+    /// later passes every check, if nothing else takes from their keys meanwhile.
+    /// `None` otherwise, an overflow included ([`Verdict::retry_hint`]).
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
         match self.enforced.outcome() {
-            Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
-                Some(retry_after)
-            }
-            Outcome::Allowed
-            | Outcome::ExceedsCapacity
-            | Outcome::MissingKey
-            | Outcome::Unavailable => None,
+            Outcome::Denied { retry_after } => Some(retry_after),
+            _ => None,
+        }
+    }
+
+    /// For [`Outcome::Overflow`], when to try again: a hint, not an exact wait.
+    /// `None` otherwise.
+    #[inline]
+    pub fn retry_hint(&self) -> Option<Duration> {
+        match self.enforced.outcome() {
+            Outcome::Overflow { retry_hint } => Some(retry_hint),
+            _ => None,
         }
     }
 
@@ -351,12 +355,15 @@ impl Part {
                     }
                     true
                 }
-                Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
+                Decision::Denied {
+                    retry_after: wait, ..
+                }
+                | Decision::Overflow { retry_hint: wait } => {
                     self.refuse(check);
                     self.overflow |= matches!(decision, Decision::Overflow { .. });
                     if self
                         .longest_wait
-                        .is_none_or(|b| Some(retry_after) > b.decision.retry_after())
+                        .is_none_or(|b| Some(wait) > b.decision.retry_in())
                     {
                         self.longest_wait = Some(binding(decision));
                     }

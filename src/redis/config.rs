@@ -81,85 +81,16 @@ impl Settings {
     }
 
     /// The settings, checked.
-    pub(crate) fn checked(&self) -> Result<Settings, ConfigError> {
+    pub(crate) fn checked(&self) -> Result<Settings, RedisConfigError> {
         if self.timeout.is_zero() {
-            return Err(ConfigError::ZeroTimeout);
+            return Err(RedisConfigError::ZeroTimeout);
         }
         if let Some(why) = self.breaker.invalid() {
-            return Err(ConfigError::CircuitBreaker(why));
+            return Err(RedisConfigError::CircuitBreaker(why));
         }
         Ok(self.clone())
     }
 }
-
-/// The setters every Redis limiter's builder has, for its `impl` block; the builder
-/// keeps them in a `settings` field.
-macro_rules! settings_methods {
-    () => {
-        /// Prepends `prefix` to every key (binary-safe). Give each quota its own
-        /// prefix: limiters with different quotas under one prefix share their keys'
-        /// state. On Redis Cluster, leave hash tags (`{...}`) out of the prefix, or
-        /// every key lands in one slot; see the [module docs](crate::redis).
-        pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-            self.settings.prefix = prefix.as_ref().to_vec();
-            self
-        }
-
-        /// How long a check waits for Redis before the failure policy answers
-        /// (default [`DEFAULT_TIMEOUT`](crate::redis::DEFAULT_TIMEOUT), 50 ms). The
-        /// wait covers connecting, sending, the script and the reply.
-        pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.settings.timeout = timeout;
-            self
-        }
-
-        /// Takes the time from `clock` instead of Redis's `TIME`, in whole
-        /// microseconds since this call (the limiter's epoch, as in-process).
-        ///
-        /// For tests: under a [`ManualClock`](crate::ManualClock) the limiter decides
-        /// exactly as the in-process one does. Each app server's clock has its own
-        /// epoch and skew, so app servers sharing a limit keep the default, Redis's
-        /// time. Key expiry runs on Redis's own clock: with a clock that does not
-        /// advance in real time, turn it off (`expire_idle_keys(false)`), or a key may
-        /// be forgotten before this clock says its state stopped mattering.
-        pub fn client_clock(mut self, clock: impl crate::Clock + 'static) -> Self {
-            let epoch = clock.now();
-            self.settings.time = crate::redis::config::TimeSource::Client {
-                clock: std::sync::Arc::new(clock),
-                epoch,
-            };
-            self
-        }
-
-        /// Whether each written key gets a `PEXPIRE` at the moment its state stops
-        /// mattering (a bucket full again, a window over), so Redis forgets idle
-        /// clients by itself. Default `true`; turn it off only for a client clock
-        /// that does not run in real time (see `client_clock`).
-        pub fn expire_idle_keys(mut self, expire: bool) -> Self {
-            self.settings.expire_idle_keys = expire;
-            self
-        }
-
-        /// The circuit breaker (default [`CircuitBreaker::default`](crate::redis::CircuitBreaker):
-        /// open after 3 consecutive failures, back off 10 to 50 ms;
-        /// [`CircuitBreaker::off`](crate::redis::CircuitBreaker::off) for none).
-        pub fn circuit_breaker(mut self, breaker: crate::redis::CircuitBreaker) -> Self {
-            self.settings.breaker = breaker;
-            self
-        }
-
-        /// Names the limiter in metrics and events (features `metrics`, `tracing`):
-        /// its decisions, fallbacks and Redis failures are reported under this name
-        /// (see [`crate::observe`]). An unnamed limiter reports nothing.
-        #[cfg(any(feature = "metrics", feature = "tracing"))]
-        #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
-        pub fn name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
-            self.settings.name = Some(name.into());
-            self
-        }
-    };
-}
-pub(crate) use settings_methods;
 
 /// `d` in microseconds rounded up, and whether it was a whole number of them.
 pub(crate) fn micros_ceil(d: Duration) -> (u128, bool) {
@@ -167,9 +98,11 @@ pub(crate) fn micros_ceil(d: Duration) -> (u128, bool) {
     (nanos.div_ceil(1000), nanos.is_multiple_of(1000))
 }
 
-/// Why a Redis limiter was not built.
+/// Why a Redis limiter was not built. More reasons may come with more settings,
+/// hence `#[non_exhaustive]`.
+#[non_exhaustive]
 #[derive(Debug)]
-pub enum ConfigError {
+pub enum RedisConfigError {
     /// The quota's refill interval is not a whole number of microseconds. The scripts
     /// count time in microseconds (the resolution of Redis's `TIME`); rounding the
     /// interval silently would change the rate.
@@ -223,11 +156,11 @@ pub enum ConfigError {
     NoRuntime,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for RedisConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let max = Duration::from_micros(MAX_MICROS);
         match self {
-            ConfigError::IntervalNotWholeMicros {
+            RedisConfigError::IntervalNotWholeMicros {
                 refill_every,
                 rounded_up,
             } => write!(
@@ -237,7 +170,7 @@ impl fmt::Display for ConfigError {
                  rounding silently would change the rate; use a quota with a refill interval \
                  of {rounded_up:?} (rounded up, so the rate stays at or below the one asked for)"
             ),
-            ConfigError::RefillTooLong {
+            RedisConfigError::RefillTooLong {
                 capacity,
                 refill_every,
             } => write!(
@@ -245,29 +178,31 @@ impl fmt::Display for ConfigError {
                 "capacity {capacity} × refill interval {refill_every:?} exceeds {max:?} (2^52 µs): \
                  the Redis script's numbers are doubles, exact only below 2^53"
             ),
-            ConfigError::ZeroLimit => write!(f, "fixed window limit must be at least 1"),
-            ConfigError::ZeroWindow => write!(f, "fixed window must be at least 1 microsecond"),
-            ConfigError::WindowNotWholeMicros { window, rounded_up } => write!(
+            RedisConfigError::ZeroLimit => write!(f, "fixed window limit must be at least 1"),
+            RedisConfigError::ZeroWindow => {
+                write!(f, "fixed window must be at least 1 microsecond")
+            }
+            RedisConfigError::WindowNotWholeMicros { window, rounded_up } => write!(
                 f,
                 "window {window:?} is not a whole number of microseconds: Redis limiters count \
                  time in microseconds (the resolution of Redis TIME); use a window of \
                  {rounded_up:?}"
             ),
-            ConfigError::WindowTooLong { window } => write!(
+            RedisConfigError::WindowTooLong { window } => write!(
                 f,
                 "window {window:?} exceeds {max:?} (2^52 µs): the Redis script's numbers are \
                  doubles, exact only below 2^53"
             ),
-            ConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
-            ConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
-            ConfigError::Lease(why) => write!(f, "lease settings refused: {why}"),
-            ConfigError::Runtime(error) => {
+            RedisConfigError::ZeroTimeout => write!(f, "timeout must be longer than zero"),
+            RedisConfigError::CircuitBreaker(why) => write!(f, "circuit breaker refused: {why}"),
+            RedisConfigError::Lease(why) => write!(f, "lease settings refused: {why}"),
+            RedisConfigError::Runtime(error) => {
                 write!(f, "could not start the blocking limiter's runtime: {error}")
             }
-            ConfigError::Connection(error) => {
+            RedisConfigError::Connection(error) => {
                 write!(f, "could not make the connection manager: {error}")
             }
-            ConfigError::NoRuntime => write!(
+            RedisConfigError::NoRuntime => write!(
                 f,
                 "no tokio runtime: connect inside one (the connection manager runs on it), \
                  or use build_blocking"
@@ -276,11 +211,11 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {
+impl std::error::Error for RedisConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::Runtime(error) => Some(error),
-            ConfigError::Connection(error) => Some(error),
+            RedisConfigError::Runtime(error) => Some(error),
+            RedisConfigError::Connection(error) => Some(error),
             _ => None,
         }
     }

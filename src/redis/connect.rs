@@ -4,7 +4,7 @@
 //! setup error (a wrong password or database, an untrusted certificate) reach the
 //! checks instead of retrying it forever.
 
-use super::config::ConfigError;
+use super::config::RedisConfigError;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
 
@@ -49,75 +49,15 @@ pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
 /// down, and its checks answer by the failure policy until Redis is up.
 ///
 /// # Errors
-/// [`ConfigError::NoRuntime`] outside a tokio runtime (the manager's tasks need one);
-/// [`ConfigError::Connection`] for a client the manager refuses.
+/// [`RedisConfigError::NoRuntime`] outside a tokio runtime (the manager's tasks need one);
+/// [`RedisConfigError::Connection`] for a client the manager refuses.
 pub(crate) fn lazy_manager(
     client: ::redis::Client,
     timeout: Duration,
-) -> Result<ConnectionManager, ConfigError> {
+) -> Result<ConnectionManager, RedisConfigError> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return Err(ConfigError::NoRuntime);
+        return Err(RedisConfigError::NoRuntime);
     }
     ConnectionManager::new_lazy_with_config(client, connection_config(timeout))
-        .map_err(ConfigError::Connection)
+        .map_err(RedisConfigError::Connection)
 }
-
-/// The `connect` and `connect_client` methods of a Redis limiter's builder, for its
-/// `impl` block; `$limiter` is the limiter type.
-macro_rules! connect_methods {
-    ($limiter:ident) => {
-        /// The limiter, on a connection to `redis` (a URL such as
-        /// `"redis://127.0.0.1/"` or `"rediss://…"`, or a `redis::ConnectionInfo`)
-        /// made the way turnstile recommends: it returns at once, without waiting for
-        /// Redis — an application starts while Redis is down, its checks answered by
-        /// the failure policy — and it reconnects by itself, at most 50 ms between
-        /// attempts while Redis is away
-        /// ([`connection_config`](crate::redis::connection_config)).
-        /// Call it inside a tokio runtime.
-        ///
-        /// # Errors
-        /// A URL the `redis` crate does not accept ([`ConfigError::Connection`]); no
-        /// tokio runtime ([`ConfigError::NoRuntime`]); what [`build`](Self::build)
-        /// refuses.
-        pub fn connect(
-            self,
-            redis: impl ::redis::IntoConnectionInfo,
-        ) -> Result<$limiter<::redis::aio::ConnectionManager>, ConfigError> {
-            let client = ::redis::Client::open(redis).map_err(ConfigError::Connection)?;
-            self.connect_client(client)
-        }
-
-        /// As [`connect`](Self::connect), from a `redis::Client`.
-        ///
-        /// # Errors
-        /// As [`connect`](Self::connect).
-        pub fn connect_client(
-            self,
-            client: ::redis::Client,
-        ) -> Result<$limiter<::redis::aio::ConnectionManager>, ConfigError> {
-            self.settings.checked()?;
-            let conn = crate::redis::connect::lazy_manager(client, self.settings.timeout)?;
-            self.build(conn)
-        }
-
-        /// The limiter, on a [`SentinelConnection`](crate::redis::SentinelConnection)
-        /// to the master `sentinels` names, with
-        /// [`connection_config`](crate::redis::connection_config): it follows the
-        /// master through failovers (see [`crate::redis::sentinel`]). Returns at once,
-        /// without asking the sentinels.
-        ///
-        /// # Errors
-        /// What [`build`](Self::build) refuses.
-        #[cfg(feature = "redis-sentinel")]
-        #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
-        pub fn connect_sentinel(
-            self,
-            sentinels: ::redis::sentinel::SentinelClient,
-        ) -> Result<$limiter<crate::redis::SentinelConnection>, ConfigError> {
-            self.settings.checked()?;
-            let config = crate::redis::connection_config(self.settings.timeout);
-            self.build(crate::redis::SentinelConnection::new(sentinels, config))
-        }
-    };
-}
-pub(crate) use connect_methods;

@@ -4,8 +4,8 @@
 
 use super::breaker::{Admission, Breaker, CircuitState, Transition};
 use super::config::{Settings, TimeSource};
-use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy, Outcome};
-use crate::Decision;
+use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy};
+use crate::{Decision, SharedDecision};
 use ::redis::aio::ConnectionLike;
 use ::redis::{Script, Value};
 use std::future::Future;
@@ -23,60 +23,6 @@ const PREAMBLE: &str = include_str!("preamble.lua");
 pub(crate) fn script(fields: &str, body: &str) -> Script {
     Script::new(&format!("local FIELDS = {fields}\n{PREAMBLE}{body}"))
 }
-
-/// The checks both script limiters offer, on their `limiter: ScriptLimiter<C>`, for
-/// an `impl<C> … where C: ConnectionLike + Clone + Send + Sync + 'static` block.
-macro_rules! script_checks {
-    () => {
-        /// Asks for `cost` for `key` (any bytes; the prefix is prepended), all or
-        /// nothing, in one round trip: one script call.
-        ///
-        /// A key's first request finds its whole allowance; a denial changes nothing;
-        /// a cost of zero is always allowed. When Redis does not answer within the
-        /// timeout, or answers with an error, the failure policy answers
-        /// ([`Outcome::Fallback`]) and the failure is counted (`failures`); the check
-        /// never waits longer than the timeout.
-        pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
-            let check = self.limiter.check(key.as_ref(), cost);
-            self.limiter.settle(key.as_ref(), check.await)
-        }
-
-        /// Asks for one for `key`: `acquire(key, 1).await.is_allowed()`, the failure
-        /// policy included.
-        pub async fn try_acquire(&self, key: impl AsRef<[u8]>) -> bool {
-            self.acquire(key, 1).await.is_allowed()
-        }
-
-        /// What `key` has left now, without taking any or writing anything (an
-        /// unknown key has its whole allowance).
-        ///
-        /// # Errors
-        /// Redis did not answer within the timeout, answered with an error, or gave
-        /// a reply the scripts never give ([`CheckError::UnexpectedReply`]: not one
-        /// integer from 0 to the capacity). There is nothing to allow or deny, so
-        /// the failure policy does not apply; the failure is counted in
-        /// [`FailureCounts::timeouts`] or [`FailureCounts::errors`].
-        pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<u32, CheckError> {
-            let available = self.limiter.available(key.as_ref());
-            available
-                .await
-                .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
-        }
-
-        /// How often Redis gave no decision, since this limiter (or the one it was
-        /// cloned from) was built.
-        pub fn failures(&self) -> FailureCounts {
-            self.limiter.failures()
-        }
-
-        /// Where the limiter's circuit breaker stands (shared with its clones).
-        pub fn circuit(&self) -> CircuitState {
-            self.limiter.circuit()
-        }
-    };
-}
-
-pub(crate) use script_checks;
 
 /// What a script is asked beyond a check (its ARGV[6]).
 #[derive(Clone, Copy, Debug)]
@@ -105,9 +51,11 @@ pub(crate) struct Leased {
     pub(crate) taken: u32,
 }
 
-/// One algorithm's script and how to read its replies.
+/// One algorithm's script and how to read its replies. `pub` only to be named by the
+/// sealed side of [`LimiterScript`](super::LimiterScript), in this private module:
+/// out of reach outside the crate.
 #[derive(Debug)]
-pub(crate) struct ScriptedAlgorithm {
+pub struct ScriptedAlgorithm {
     /// The script; its SHA-1 is computed once, when the static is first used.
     pub(crate) script: &'static Script,
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
@@ -364,7 +312,11 @@ where
 
     /// The outcome of a check's result for `key`: the failure policy answers a
     /// failure, which is counted (and, for a named limiter, reported).
-    pub(crate) fn settle(&self, key: &[u8], result: Result<Checked, CheckError>) -> Outcome {
+    pub(crate) fn settle(
+        &self,
+        key: &[u8],
+        result: Result<Checked, CheckError>,
+    ) -> SharedDecision<CheckError> {
         let replaced = matches!(result, Ok(Checked { replaced: true, .. }));
         if replaced {
             self.core.counters.count_replaced();
@@ -379,8 +331,8 @@ where
                 observer.replaced(key);
             }
             match &outcome {
-                Outcome::Decided(decision) => observer.decided(key, decision),
-                Outcome::Fallback { allowed, error } => {
+                SharedDecision::Decided(decision) => observer.decided(key, decision),
+                SharedDecision::Fallback { allowed, error } => {
                     observer.failed(key, failure(error), error, Some(*allowed));
                 }
             }

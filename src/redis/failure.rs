@@ -1,8 +1,8 @@
-//! What a check answers when Redis cannot: the policy, the outcome type that says
-//! which of the two answered, and the counters that say how often.
+//! What a check answers when Redis cannot: the policy, why Redis gave no decision,
+//! and the counters that say how often.
 
-use crate::Decision;
 use crate::sync::{AtomicU64, Ordering};
+use crate::{Decision, SharedDecision};
 use std::fmt;
 use std::time::Duration;
 
@@ -20,7 +20,9 @@ pub enum FailurePolicy {
     Closed,
 }
 
-/// Why Redis gave no decision.
+/// Why Redis gave no decision: the error of a Redis limiter's
+/// [`SharedDecision::Fallback`](crate::SharedDecision::Fallback) and of a failed `peek`.
+#[non_exhaustive]
 #[derive(Debug)]
 pub enum CheckError {
     /// No reply within the limiter's timeout (Redis slow, paused, or unreachable while
@@ -91,71 +93,6 @@ impl std::error::Error for CheckError {
     }
 }
 
-/// The answer to one check against Redis: Redis's exact decision, or the failure
-/// policy's answer when Redis gave none.
-///
-/// A separate type rather than a fourth [`Decision`] variant: a `Decision` is always
-/// exact (its `remaining` and `retry_after` are facts about the key), and every
-/// in-process limiter returns one. A fallback knows neither, so it says so, and keeps
-/// the error for logging. [`Outcome::is_allowed`] is the one call a request handler
-/// needs; [`Outcome::decision`] gives the exact answer when there is one.
-#[must_use = "an outcome that is not checked limits nothing"]
-#[derive(Debug)]
-pub enum Outcome {
-    /// Redis ran the check: the exact decision, with the same meaning as in-process.
-    Decided(Decision),
-    /// Redis gave no decision; the limiter's [`FailurePolicy`] answered.
-    Fallback {
-        /// `true` under [`FailurePolicy::Open`], `false` under [`FailurePolicy::Closed`].
-        allowed: bool,
-        /// Why Redis gave no decision.
-        error: CheckError,
-    },
-}
-
-impl Outcome {
-    /// Whether the request may proceed: Redis allowed it, or Redis gave no decision
-    /// and the policy is [`FailurePolicy::Open`].
-    #[inline]
-    pub fn is_allowed(&self) -> bool {
-        match self {
-            Outcome::Decided(decision) => decision.is_allowed(),
-            Outcome::Fallback { allowed, .. } => *allowed,
-        }
-    }
-
-    /// Redis's decision, or `None` when the failure policy answered.
-    #[inline]
-    pub fn decision(&self) -> Option<Decision> {
-        match self {
-            Outcome::Decided(decision) => Some(*decision),
-            Outcome::Fallback { .. } => None,
-        }
-    }
-
-    /// The exact wait of a request Redis denied; `None` otherwise (allowed, never
-    /// satisfiable, or answered by the failure policy, which knows no wait).
-    #[inline]
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.decision().and_then(|decision| decision.retry_after())
-    }
-
-    /// Why Redis gave no decision, when it gave none.
-    #[inline]
-    pub fn error(&self) -> Option<&CheckError> {
-        match self {
-            Outcome::Decided(_) => None,
-            Outcome::Fallback { error, .. } => Some(error),
-        }
-    }
-
-    /// Whether the failure policy answered instead of Redis.
-    #[inline]
-    pub fn is_fallback(&self) -> bool {
-        matches!(self, Outcome::Fallback { .. })
-    }
-}
-
 /// How often a limiter got no decision from Redis, since it was built. Shared by the
 /// limiter's clones. A snapshot: each field is read on its own, so a snapshot taken
 /// while checks fail may be off by the checks in flight.
@@ -220,15 +157,15 @@ impl FailureCounters {
         self.replaced.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Turns a check's result into its outcome, applying `policy` to a failure and
+    /// Turns a check's result into its answer, applying `policy` to a failure and
     /// counting it.
     pub(crate) fn apply_policy(
         &self,
         policy: FailurePolicy,
         result: Result<Decision, CheckError>,
-    ) -> Outcome {
+    ) -> SharedDecision<CheckError> {
         match result {
-            Ok(decision) => Outcome::Decided(decision),
+            Ok(decision) => SharedDecision::Decided(decision),
             Err(error) => {
                 self.count_error(&error);
                 let (allowed, counter) = match policy {
@@ -237,7 +174,7 @@ impl FailureCounters {
                 };
                 // Relaxed: as in `count_error`.
                 counter.fetch_add(1, Ordering::Relaxed);
-                Outcome::Fallback { allowed, error }
+                SharedDecision::Fallback { allowed, error }
             }
         }
     }

@@ -1,20 +1,21 @@
 //! The fixed window counter on Redis: count and expiry in one Lua script per check.
 
-use super::breaker::CircuitState;
-use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
-use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
-use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+use super::config::{MAX_MICROS, RedisConfigError, micros_ceil};
+use super::engine::{ScriptedAlgorithm, script};
+use super::failure::FailurePolicy;
+use super::limiter::sealed::Sealed;
+use super::limiter::{LimiterScript, RedisLimiter, RedisLimiterBuilder};
 use crate::Decision;
 use ::redis::Script;
-use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script("{'w', 'n'}", include_str!("fixed_window.lua")));
 
-/// The classic fixed window counter in Redis: at most `limit` per window, windows
+/// The classic fixed window counter in Redis (a [`RedisLimiter`] running the
+/// [`FixedWindowScript`]): at most `limit` per window, windows
 /// following each other from the Unix epoch (`[k·window, (k+1)·window)`), counted per
 /// key. Simple and one small hash per active key; it lets up to twice the limit
 /// through across a window boundary (the end of one window and the start of the next).
@@ -37,80 +38,20 @@ static SCRIPT: LazyLock<Script> =
 ///
 /// Time, failure policy, timeouts and keys work as for
 /// [`RedisTokenBucket`](super::RedisTokenBucket).
-#[derive(Debug)]
-pub struct RedisFixedWindow<C = ConnectionManager> {
-    pub(crate) limiter: ScriptLimiter<C>,
-    limit: u32,
-    window: Duration,
-}
-
-impl<C: Clone> Clone for RedisFixedWindow<C> {
-    fn clone(&self) -> Self {
-        Self {
-            limiter: self.limiter.clone(),
-            limit: self.limit,
-            window: self.window,
-        }
-    }
-}
-
-impl RedisFixedWindow {
-    /// A builder for a limiter admitting at most `limit` per `window` for every key,
-    /// answering `policy` when Redis does not. Keys are prefixed with `turnstile:fw:`
-    /// unless told otherwise.
-    pub fn builder(limit: u32, window: Duration, policy: FailurePolicy) -> RedisFixedWindowBuilder {
-        RedisFixedWindowBuilder {
-            limit,
-            window,
-            settings: Settings::new(policy, "turnstile:fw:"),
-        }
-    }
-}
+pub type RedisFixedWindow<C = ConnectionManager> = RedisLimiter<FixedWindowScript, C>;
 
 /// Builds a [`RedisFixedWindow`] (made by [`RedisFixedWindow::builder`]).
-#[must_use = "a builder does nothing until it is built"]
-#[derive(Debug)]
-pub struct RedisFixedWindowBuilder {
+pub type RedisFixedWindowBuilder = RedisLimiterBuilder<FixedWindowScript>;
+
+/// The fixed window's script, with its limit and window: what a [`RedisFixedWindow`]
+/// runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedWindowScript {
     limit: u32,
     window: Duration,
-    pub(crate) settings: Settings,
 }
 
-impl RedisFixedWindowBuilder {
-    settings_methods!();
-    connect_methods!(RedisFixedWindow);
-
-    /// The limiter, on `conn` (see [`RedisTokenBucketBuilder::build`](super::RedisTokenBucketBuilder::build)).
-    ///
-    /// # Errors
-    /// A zero limit, a window under 1 µs, over 2^52 µs or not a whole number of
-    /// microseconds, or a zero timeout.
-    pub fn build<C>(self, conn: C) -> Result<RedisFixedWindow<C>, ConfigError>
-    where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
-    {
-        let algorithm = algorithm(self.limit, self.window)?;
-        let settings = self.settings.checked()?;
-        Ok(RedisFixedWindow {
-            limiter: ScriptLimiter::new(algorithm, settings, conn),
-            limit: self.limit,
-            window: self.window,
-        })
-    }
-
-    /// Checks the parameters and settings without building (see the token bucket's).
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        algorithm(self.limit, self.window)?;
-        self.settings.checked().map(drop)
-    }
-}
-
-impl<C> RedisFixedWindow<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    script_checks!();
-
+impl FixedWindowScript {
     /// Requests admitted per window.
     pub fn limit(&self) -> u32 {
         self.limit
@@ -122,22 +63,56 @@ where
     }
 }
 
+impl LimiterScript for FixedWindowScript {}
+
+impl Sealed for FixedWindowScript {
+    const DEFAULT_PREFIX: &'static str = "turnstile:fw:";
+
+    fn algorithm(&self) -> Result<ScriptedAlgorithm, RedisConfigError> {
+        algorithm(self.limit, self.window)
+    }
+}
+
+impl RedisFixedWindow {
+    /// A builder for a limiter admitting at most `limit` per `window` for every key,
+    /// answering `policy` when Redis does not. Keys are prefixed with `turnstile:fw:`
+    /// unless told otherwise.
+    pub fn builder(limit: u32, window: Duration, policy: FailurePolicy) -> RedisFixedWindowBuilder {
+        RedisLimiterBuilder::new(FixedWindowScript { limit, window }, policy)
+    }
+}
+
+impl<C> RedisFixedWindow<C> {
+    /// Requests admitted per window.
+    pub fn limit(&self) -> u32 {
+        self.script.limit
+    }
+
+    /// The window's length.
+    pub fn window(&self) -> Duration {
+        self.script.window
+    }
+}
+
 /// The script and its parameters, or why Redis cannot hold them exactly.
-pub(super) fn algorithm(limit: u32, window: Duration) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(
+    limit: u32,
+    window: Duration,
+) -> Result<ScriptedAlgorithm, RedisConfigError> {
     if limit == 0 {
-        return Err(ConfigError::ZeroLimit);
+        return Err(RedisConfigError::ZeroLimit);
     }
     if window < Duration::from_micros(1) {
-        return Err(ConfigError::ZeroWindow);
+        return Err(RedisConfigError::ZeroWindow);
     }
     let (micros, whole) = micros_ceil(window);
     if micros > u128::from(MAX_MICROS) {
-        return Err(ConfigError::WindowTooLong { window });
+        return Err(RedisConfigError::WindowTooLong { window });
     }
     // In range: at most 2^52.
     let micros = micros as u64;
     if !whole {
-        return Err(ConfigError::WindowNotWholeMicros {
+        return Err(RedisConfigError::WindowNotWholeMicros {
             window,
             rounded_up: Duration::from_micros(micros),
         });
@@ -181,25 +156,28 @@ mod tests {
     #[test]
     fn windows_are_validated_at_construction() {
         let second = Duration::from_secs(1);
-        assert!(matches!(algorithm(0, second), Err(ConfigError::ZeroLimit)));
+        assert!(matches!(
+            algorithm(0, second),
+            Err(RedisConfigError::ZeroLimit)
+        ));
         assert!(matches!(
             algorithm(1, Duration::from_nanos(999)),
-            Err(ConfigError::ZeroWindow)
+            Err(RedisConfigError::ZeroWindow)
         ));
         assert!(matches!(
             algorithm(1, Duration::from_nanos(1500)),
-            Err(ConfigError::WindowNotWholeMicros { rounded_up, .. })
+            Err(RedisConfigError::WindowNotWholeMicros { rounded_up, .. })
                 if rounded_up == Duration::from_micros(2)
         ));
         let longest = Duration::from_micros(MAX_MICROS);
         assert!(algorithm(1, longest).is_ok());
         assert!(matches!(
             algorithm(1, longest + Duration::from_micros(1)),
-            Err(ConfigError::WindowTooLong { .. })
+            Err(RedisConfigError::WindowTooLong { .. })
         ));
         assert!(matches!(
             algorithm(1, Duration::MAX),
-            Err(ConfigError::WindowTooLong { .. })
+            Err(RedisConfigError::WindowTooLong { .. })
         ));
         assert_eq!(algorithm(100, second).unwrap().params, [100, 1_000_000]);
     }

@@ -9,7 +9,8 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use turnstile::Quota;
-//! use turnstile::redis::{FailurePolicy, Outcome, RedisTokenBucket};
+//! use turnstile::SharedDecision;
+//! use turnstile::redis::{FailurePolicy, RedisTokenBucket};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! // Returns at once, even while Redis is down; reconnects by itself.
@@ -19,9 +20,9 @@
 //!     .connect("redis://127.0.0.1/")?;
 //!
 //! match limiter.acquire("alice", 1).await {
-//!     Outcome::Decided(decision) if decision.is_allowed() => { /* serve */ }
-//!     Outcome::Decided(decision) => { /* 429, Retry-After: decision.retry_after() */ }
-//!     Outcome::Fallback { allowed, error } => { /* Redis down: `allowed` by policy; log `error` */ }
+//!     SharedDecision::Decided(decision) if decision.is_allowed() => { /* serve */ }
+//!     SharedDecision::Decided(decision) => { /* 429, Retry-After: decision.retry_after() */ }
+//!     SharedDecision::Fallback { allowed, error } => { /* Redis down: `allowed` by policy; log `error` */ }
 //! }
 //! # Ok(())
 //! # }
@@ -31,8 +32,13 @@
 //! |---|---|---|
 //! | [`RedisTokenBucket`] | [`TokenBucket`](crate::TokenBucket)'s semantics, exactly | async (tokio) |
 //! | [`RedisFixedWindow`] | the classic counter per calendar window | async (tokio) |
-//! | [`RedisLeasedTokenBucket`] | [`RedisTokenBucket`]'s bucket, its tokens leased in batches and served in process ([`lease`]) | async (tokio) |
-//! | [`blocking::RedisTokenBucket`], [`blocking::RedisFixedWindow`] | the same | blocking, own runtime |
+//! | [`RedisLeasedTokenBucket`](lease::RedisLeasedTokenBucket) | [`RedisTokenBucket`]'s bucket, its tokens leased in batches and served in process ([`lease`]) | async (tokio) |
+//! | [`BlockingRedisTokenBucket`], [`BlockingRedisFixedWindow`] | the same | blocking, own runtime |
+//!
+//! The token bucket and the fixed window are one type, [`RedisLimiter`], generic over
+//! its script ([`TokenBucketScript`], [`FixedWindowScript`]) as
+//! [`KeyedLimiter`](crate::KeyedLimiter) is over its algorithm; the names above are its
+//! aliases, and [`BlockingRedisLimiter`] is its blocking twin.
 //!
 //! # Time
 //! By default the script reads Redis's own clock (`TIME`), so app servers whose clocks
@@ -59,7 +65,7 @@
 //! Lua's numbers are doubles, exact for integers below 2^53. In microseconds that is
 //! 285 years, where nanoseconds would be 104 days, hence the unit. So:
 //! - a refill interval (or window) must be a **whole number of microseconds**; others
-//!   are refused at construction with [`ConfigError::IntervalNotWholeMicros`], which
+//!   are refused at construction with [`RedisConfigError::IntervalNotWholeMicros`], which
 //!   names the interval rounded up (`Quota::per_second(3)` has 333,333,334 ns; use
 //!   `Quota::new(3, Duration::from_micros(333_334))`). Nothing is rounded silently;
 //! - capacity × interval (the time to refill an empty bucket) and the window must be
@@ -126,8 +132,8 @@
 //! more. Give the cluster client a response timeout longer than the limiter's, so the
 //! check gives up first.
 //!
-//! **Sentinel** (feature `redis-sentinel`): [`SentinelConnection`] asks the sentinels
-//! for the master, and asks again after an error that says the master is gone or
+//! **Sentinel** (feature `redis-sentinel`):
+//! [`SentinelConnection`](sentinel::SentinelConnection) asks the sentinels for the master, and asks again after an error that says the master is gone or
 //! demoted, so checks follow a failover: the failure policy answers while it runs,
 //! and checks are decided again once a replica is promoted (measured in
 //! `results/redis.md`). Build with the builders' `connect_sentinel`, or
@@ -139,10 +145,11 @@
 //! limiter; it covers connecting, sending, the script and the reply). When Redis does
 //! not answer in time, or answers with an error, the limiter's [`FailurePolicy`]
 //! answers: [`FailurePolicy::Open`] allows, [`FailurePolicy::Closed`] denies. There is
-//! no default; the caller chooses. Checks return an [`Outcome`]:
-//! [`Outcome::Decided`] with Redis's exact [`Decision`](crate::Decision), or
-//! [`Outcome::Fallback`] with the policy's answer and the error. A fallback is not
-//! dressed up as a `Decision`: it knows no `remaining` and no `retry_after`, and
+//! no default; the caller chooses. Checks return a
+//! [`SharedDecision`](crate::SharedDecision):
+//! [`Decided`](crate::SharedDecision::Decided) with Redis's exact
+//! [`Decision`](crate::Decision), or [`Fallback`](crate::SharedDecision::Fallback)
+//! with the policy's answer and the error. A fallback is not dressed up as a `Decision`: it knows no `remaining` and no `retry_after`, and
 //! every `Decision` elsewhere in turnstile is exact. Each limiter counts its failures
 //! ([`FailureCounts`]: timeouts, errors, allowed and denied by policy).
 //!
@@ -193,9 +200,10 @@
 //! returns a `Decision`, `peek` a number, and both take keys by `Borrow` for an
 //! in-memory map. A Redis check is a network round trip that can fail, so the async
 //! limiters offer the same method names (`acquire`, `try_acquire`, `peek`) as
-//! `async`-returning methods with honest types: an [`Outcome`] for checks, a `Result`
-//! for `peek`. Implementing the trait would mean blocking a thread inside async code
-//! and inventing a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
+//! `async`-returning methods with honest types: a
+//! [`SharedDecision`](crate::SharedDecision) for checks, a `Result` for `peek`.
+//! Implementing the trait would mean blocking a thread inside async code and inventing
+//! a `Decision` when Redis is down. Keys are bytes (`impl AsRef<[u8]>`),
 //! since Redis keys are.
 //!
 //! What a [`Policy`](crate::policy::Policy) asks of them is
@@ -215,8 +223,8 @@
 //! on one connection are pipelined.
 //!
 //! # Leases: global limits at local speed
-//! [`RedisLeasedTokenBucket`] takes tokens from the same bucket (same script, fields
-//! and grid) in batches and serves them in process from one atomic word per key. When
+//! [`RedisLeasedTokenBucket`](lease::RedisLeasedTokenBucket) takes tokens from the
+//! same bucket (same script, fields and grid) in batches and serves them in process from one atomic word per key. When
 //! to choose it: [the guide](crate::guide::redis#leases-global-limits-at-local-speed);
 //! its exact bound, lease sizes, expiry and outages: the [`lease`] module.
 //!
@@ -224,7 +232,7 @@
 //! Redis 5 or later (scripts replicated by effects, which is what lets a writing
 //! script read `TIME`; the only mode since Redis 7). Tested against Redis 7.0.
 
-pub mod blocking;
+mod blocking;
 mod breaker;
 mod config;
 mod connect;
@@ -232,24 +240,21 @@ mod engine;
 mod failure;
 mod fixed_window;
 pub mod lease;
+mod limiter;
 #[cfg(feature = "redis-sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
 pub mod sentinel;
 mod shared;
 mod token_bucket;
 
+pub use blocking::{BlockingRedisFixedWindow, BlockingRedisLimiter, BlockingRedisTokenBucket};
 pub use breaker::{CircuitBreaker, CircuitState};
-pub use config::{ConfigError, DEFAULT_TIMEOUT};
+pub use config::{DEFAULT_TIMEOUT, RedisConfigError};
 pub use connect::{MAX_RECONNECT_DELAY, connection_config};
-pub use failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
-pub use fixed_window::{RedisFixedWindow, RedisFixedWindowBuilder};
-pub use lease::{
-    DEFAULT_LEASE_LIFETIME, LeaseCounts, LeaseState, RedisLeasedTokenBucket,
-    RedisLeasedTokenBucketBuilder,
-};
-#[cfg(feature = "redis-sentinel")]
-pub use sentinel::SentinelConnection;
-pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder};
+pub use failure::{CheckError, FailureCounts, FailurePolicy};
+pub use fixed_window::{FixedWindowScript, RedisFixedWindow, RedisFixedWindowBuilder};
+pub use limiter::{LimiterScript, RedisLimiter, RedisLimiterBuilder};
+pub use token_bucket::{RedisTokenBucket, RedisTokenBucketBuilder, TokenBucketScript};
 
 /// The scripts' replies, checked for both algorithms: above the engine that reads
 /// them and the algorithms that make them.

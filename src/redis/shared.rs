@@ -2,19 +2,18 @@
 //! [`SharedLimiter`] contract, with refunds as one atomic script each.
 
 use super::engine::ScriptLimiter;
-use super::failure::Outcome;
-use super::{RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket};
-use crate::policy::{Answer, SharedLimiter};
+use super::failure::CheckError;
+use super::lease::RedisLeasedTokenBucket;
+use super::limiter::{LimiterScript, RedisLimiter};
+use crate::SharedDecision;
+use crate::policy::{SharedFuture, SharedLimiter};
 use ::redis::aio::ConnectionLike;
 use std::future::Future;
 
-/// A policy's answer from a Redis outcome (the error stays with the limiter, which
-/// counted and reported it).
-fn answer(outcome: Outcome) -> Answer {
-    match outcome {
-        Outcome::Decided(decision) => Answer::Decided(decision),
-        Outcome::Fallback { allowed, .. } => Answer::Fallback { allowed },
-    }
+/// The contract's answer from a Redis limiter's: the error boxed. (The limiter has
+/// counted and reported it already.)
+fn boxed(answer: SharedDecision<CheckError>) -> SharedDecision {
+    answer.map_error(Into::into)
 }
 
 impl<C> ScriptLimiter<C>
@@ -34,30 +33,23 @@ where
 }
 
 /// The contract for a limiter that is a script call per check.
-macro_rules! scripted_shared_limiter {
-    ($limiter:ident) => {
-        impl<C> SharedLimiter for $limiter<C>
-        where
-            C: ConnectionLike + Clone + Send + Sync + 'static,
-        {
-            fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send {
-                let outcome = $limiter::acquire(self, key, cost);
-                async move { answer(outcome.await) }
-            }
+impl<S, C> SharedLimiter for RedisLimiter<S, C>
+where
+    S: LimiterScript,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision> {
+        Box::pin(async move { boxed(RedisLimiter::acquire(self, key, cost).await) })
+    }
 
-            fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send {
-                self.limiter.refund(key, cost)
-            }
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()> {
+        Box::pin(self.limiter.refund(key, cost))
+    }
 
-            fn fails_open(&self) -> bool {
-                self.limiter.fails_open()
-            }
-        }
-    };
+    fn fails_open(&self) -> bool {
+        self.limiter.fails_open()
+    }
 }
-
-scripted_shared_limiter!(RedisTokenBucket);
-scripted_shared_limiter!(RedisFixedWindow);
 
 /// A leased check answers from its lease without waiting when the lease holds the
 /// cost, and gives refunds back to the lease; only a key without a lease entry is
@@ -67,13 +59,12 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     #[inline]
-    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<Answer> {
-        self.decide_now(key, cost).map(Answer::Decided)
+    fn acquire_now(&self, key: &[u8], cost: u32) -> Option<SharedDecision> {
+        self.decide_now(key, cost).map(SharedDecision::Decided)
     }
 
-    fn acquire(&self, key: &[u8], cost: u32) -> impl Future<Output = Answer> + Send {
-        let outcome = RedisLeasedTokenBucket::acquire(self, key, cost);
-        async move { answer(outcome.await) }
+    fn acquire<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, SharedDecision> {
+        Box::pin(async move { boxed(RedisLeasedTokenBucket::acquire(self, key, cost).await) })
     }
 
     fn refund_now(&self, key: &[u8], cost: u32) {
@@ -82,13 +73,13 @@ where
         self.give_back_locally(key, cost);
     }
 
-    fn refund(&self, key: &[u8], cost: u32) -> impl Future<Output = ()> + Send {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()> {
         let local = self.give_back_locally(key, cost);
-        async move {
+        Box::pin(async move {
             if !local {
                 self.script_limiter().refund(key, cost).await;
             }
-        }
+        })
     }
 
     fn fails_open(&self) -> bool {

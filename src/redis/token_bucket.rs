@@ -1,39 +1,41 @@
 //! The token bucket on Redis: the in-process semantics, one Lua script per check.
 
-use super::breaker::CircuitState;
-use super::config::{ConfigError, MAX_MICROS, Settings, micros_ceil, settings_methods};
-use super::connect::connect_methods;
-use super::engine::{ScriptLimiter, ScriptedAlgorithm, script, script_checks};
-use super::failure::{CheckError, FailureCounts, FailurePolicy, Outcome};
+use super::config::{MAX_MICROS, RedisConfigError, micros_ceil};
+use super::engine::{ScriptedAlgorithm, script};
+use super::failure::FailurePolicy;
+use super::limiter::sealed::Sealed;
+use super::limiter::{LimiterScript, RedisLimiter, RedisLimiterBuilder};
 use crate::{Decision, Quota};
 use ::redis::Script;
-use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script("{'t', 'r'}", include_str!("token_bucket.lua")));
 
-/// A token bucket whose state lives in Redis, shared by every process that uses the
+/// A token bucket whose state lives in Redis (a [`RedisLimiter`] running the
+/// [`TokenBucketScript`]), shared by every process that uses the
 /// same Redis, prefix and quota: five app servers admit the quota once, not five times.
 ///
 /// The semantics are [`TokenBucket`](crate::TokenBucket)'s, exactly: a refill grid
 /// shared by all keys, whole-interval refill keeping the unfinished part, the capacity
 /// as the cap, all-or-nothing costs, denials that change nothing, exact `retry_after`,
 /// a cost above the capacity reported as never satisfiable, and a time older than the
-/// key's last refill seeing the tokens still to come by then as missing. Each check is one `EVALSHA` of one
-/// Lua script, so it is atomic on the Redis side; time is Redis's own (`TIME`, in
+/// key's last refill seeing the tokens still to come by then as missing. Each check is
+/// one `EVALSHA` of one Lua script, so it is atomic on the Redis side; time is Redis's own (`TIME`, in
 /// microseconds), and the refill grid starts at the Unix epoch, the same for every app
 /// server. Quotas whose refill interval is not a whole number of microseconds are
-/// refused at construction ([`ConfigError::IntervalNotWholeMicros`]).
+/// refused at construction ([`RedisConfigError::IntervalNotWholeMicros`]).
 ///
 /// Each written key expires when its bucket would be full again; a missing key is a
 /// full bucket, so Redis forgets idle clients by itself (see the
 /// [module docs](super#state-and-expiry)).
 ///
-/// Checks are `async` and return an [`Outcome`]: Redis's exact [`Decision`], or the
-/// [`FailurePolicy`]'s answer when Redis did not answer within the timeout. For
-/// threads without a runtime, see [`blocking::RedisTokenBucket`](super::blocking::RedisTokenBucket).
+/// Checks are `async` and return a [`SharedDecision`](crate::SharedDecision): Redis's
+/// exact [`Decision`], or the [`FailurePolicy`]'s answer when Redis did not answer
+/// within the timeout. For threads without a runtime, see
+/// [`BlockingRedisTokenBucket`](super::BlockingRedisTokenBucket).
 ///
 /// Cloning is cheap and shares the connection and the failure counters.
 ///
@@ -56,18 +58,31 @@ static SCRIPT: LazyLock<Script> =
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
-pub struct RedisTokenBucket<C = ConnectionManager> {
-    pub(crate) limiter: ScriptLimiter<C>,
+pub type RedisTokenBucket<C = ConnectionManager> = RedisLimiter<TokenBucketScript, C>;
+
+/// Builds a [`RedisTokenBucket`] (made by [`RedisTokenBucket::builder`]).
+pub type RedisTokenBucketBuilder = RedisLimiterBuilder<TokenBucketScript>;
+
+/// The token bucket's script, with its quota: what a [`RedisTokenBucket`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucketScript {
     quota: Quota,
 }
 
-impl<C: Clone> Clone for RedisTokenBucket<C> {
-    fn clone(&self) -> Self {
-        Self {
-            limiter: self.limiter.clone(),
-            quota: self.quota,
-        }
+impl TokenBucketScript {
+    /// The quota every key gets.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+}
+
+impl LimiterScript for TokenBucketScript {}
+
+impl Sealed for TokenBucketScript {
+    const DEFAULT_PREFIX: &'static str = "turnstile:tb:";
+
+    fn algorithm(&self) -> Result<ScriptedAlgorithm, RedisConfigError> {
+        algorithm(&self.quota)
     }
 }
 
@@ -75,70 +90,24 @@ impl RedisTokenBucket {
     /// A builder for a limiter applying `quota` to every key, answering `policy` when
     /// Redis does not. Keys are prefixed with `turnstile:tb:` unless told otherwise.
     pub fn builder(quota: Quota, policy: FailurePolicy) -> RedisTokenBucketBuilder {
-        RedisTokenBucketBuilder {
-            quota,
-            settings: Settings::new(policy, "turnstile:tb:"),
-        }
+        RedisLimiterBuilder::new(TokenBucketScript { quota }, policy)
     }
 }
 
-/// Builds a [`RedisTokenBucket`] (made by [`RedisTokenBucket::builder`]).
-#[must_use = "a builder does nothing until it is built"]
-#[derive(Debug)]
-pub struct RedisTokenBucketBuilder {
-    quota: Quota,
-    pub(crate) settings: Settings,
-}
-
-impl RedisTokenBucketBuilder {
-    settings_methods!();
-    connect_methods!(RedisTokenBucket);
-
-    /// The limiter, on `conn`: a [`ConnectionManager`] (reconnects by itself: the
-    /// usual choice), a `MultiplexedConnection`, or a cluster connection.
-    ///
-    /// # Errors
-    /// A refill interval that is not a whole number of microseconds, a capacity ×
-    /// interval above 2^52 µs, or a zero timeout.
-    pub fn build<C>(self, conn: C) -> Result<RedisTokenBucket<C>, ConfigError>
-    where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
-    {
-        let algorithm = algorithm(&self.quota)?;
-        let settings = self.settings.checked()?;
-        Ok(RedisTokenBucket {
-            limiter: ScriptLimiter::new(algorithm, settings, conn),
-            quota: self.quota,
-        })
-    }
-
-    /// Checks the quota and settings without building, for the blocking limiter,
-    /// which starts its runtime only for a limiter that will be built.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        algorithm(&self.quota)?;
-        self.settings.checked().map(drop)
-    }
-}
-
-impl<C> RedisTokenBucket<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    script_checks!();
-
+impl<C> RedisTokenBucket<C> {
     /// The quota every key gets.
     pub fn quota(&self) -> Quota {
-        self.quota
+        self.script.quota
     }
 }
 
 /// The script and its parameters for `quota`, or why Redis cannot hold it exactly.
-pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError> {
+pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, RedisConfigError> {
     let refill_every = quota.refill_every();
     let (interval, whole) = micros_ceil(refill_every);
     let capacity = quota.capacity();
     if u128::from(capacity) * interval > u128::from(MAX_MICROS) {
-        return Err(ConfigError::RefillTooLong {
+        return Err(RedisConfigError::RefillTooLong {
             capacity,
             refill_every,
         });
@@ -146,7 +115,7 @@ pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, ConfigError>
     // In range: capacity >= 1, so interval <= 2^52.
     let interval = interval as u64;
     if !whole {
-        return Err(ConfigError::IntervalNotWholeMicros {
+        return Err(RedisConfigError::IntervalNotWholeMicros {
             refill_every,
             rounded_up: Duration::from_micros(interval),
         });
@@ -222,7 +191,7 @@ mod tests {
         let error = algorithm(&quota).unwrap_err();
         assert!(matches!(
             error,
-            ConfigError::IntervalNotWholeMicros { rounded_up, .. }
+            RedisConfigError::IntervalNotWholeMicros { rounded_up, .. }
                 if rounded_up == Duration::from_micros(333_334)
         ));
         let message = error.to_string();
@@ -237,7 +206,7 @@ mod tests {
         assert!(algorithm(&Quota::new(4, interval).unwrap()).is_ok());
         assert!(matches!(
             algorithm(&Quota::new(5, interval).unwrap()),
-            Err(ConfigError::RefillTooLong { capacity: 5, .. })
+            Err(RedisConfigError::RefillTooLong { capacity: 5, .. })
         ));
     }
 

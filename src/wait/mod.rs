@@ -122,9 +122,9 @@ impl Attempt<Decision> {
     pub(crate) fn of_decision(decision: Decision) -> Self {
         match decision {
             Decision::Allowed { .. } => Attempt::Ready(decision),
-            Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
-                Attempt::RetryIn(retry_after, decision)
-            }
+            Decision::Denied { retry_after, .. } => Attempt::RetryIn(retry_after, decision),
+            // The hint is when room may be made: the best time to try again.
+            Decision::Overflow { retry_hint } => Attempt::RetryIn(retry_hint, decision),
             Decision::ExceedsCapacity { .. } => Attempt::Never(decision),
         }
     }
@@ -134,9 +134,8 @@ impl Attempt<Verdict> {
     pub(crate) fn of_verdict(verdict: Verdict) -> Self {
         match verdict.outcome() {
             Outcome::Allowed => Attempt::Ready(verdict),
-            Outcome::Denied { retry_after } | Outcome::Overflow { retry_after } => {
-                Attempt::RetryIn(retry_after, verdict)
-            }
+            Outcome::Denied { retry_after } => Attempt::RetryIn(retry_after, verdict),
+            Outcome::Overflow { retry_hint } => Attempt::RetryIn(retry_hint, verdict),
             // No wait is known to help a store that gave no answer.
             Outcome::ExceedsCapacity | Outcome::MissingKey | Outcome::Unavailable => {
                 Attempt::Never(verdict)

@@ -108,9 +108,8 @@ where
             let key = (this.key)(&item);
             let wait = match this.limiter.acquire(&key, 1) {
                 Decision::Allowed { .. } => return Poll::Ready(Some(item)),
-                Decision::Denied { retry_after, .. } | Decision::Overflow { retry_after } => {
-                    retry_after
-                }
+                Decision::Denied { retry_after, .. } => retry_after,
+                Decision::Overflow { retry_hint } => retry_hint,
                 Decision::ExceedsCapacity { .. } => NEVER_RETRY,
             };
             *this.held = Some(item);

@@ -119,13 +119,19 @@ async fn delayed_requests_queue_for_tokens_and_jitter_only_adds() {
 struct Remote(turnstile::TokenBucket<Vec<u8>, TokioClock>);
 
 impl turnstile::policy::SharedLimiter for Remote {
-    async fn acquire(&self, key: &[u8], cost: u32) -> turnstile::policy::Answer {
-        tokio::task::yield_now().await;
-        turnstile::policy::Answer::Decided(turnstile::RateLimiter::acquire(&self.0, key, cost))
+    fn acquire<'a>(
+        &'a self,
+        key: &'a [u8],
+        cost: u32,
+    ) -> turnstile::policy::SharedFuture<'a, turnstile::SharedDecision> {
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            turnstile::SharedDecision::Decided(turnstile::RateLimiter::acquire(&self.0, key, cost))
+        })
     }
 
-    async fn refund(&self, key: &[u8], cost: u32) {
-        turnstile::RateLimiter::refund(&self.0, key, cost);
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> turnstile::policy::SharedFuture<'a, ()> {
+        Box::pin(async move { turnstile::RateLimiter::refund(&self.0, key, cost) })
     }
 
     fn fails_open(&self) -> bool {

@@ -5,7 +5,7 @@ use crate::fresh_prefix;
 use crate::server::RedisServer;
 use std::time::{Duration, Instant};
 use turnstile::redis::{
-    CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisTokenBucket, blocking,
+    BlockingRedisTokenBucket, CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisTokenBucket,
 };
 use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
@@ -160,7 +160,7 @@ fn a_blocking_limiter_made_before_redis_is_up_connects_later() {
 #[tokio::test]
 async fn called_and_dropped_inside_a_runtime_a_blocking_limiter_does_not_panic() {
     let server = RedisServer::start();
-    let limiter: blocking::RedisTokenBucket =
+    let limiter: BlockingRedisTokenBucket =
         RedisTokenBucket::builder(Quota::new(5, LONG).unwrap(), FailurePolicy::Closed)
             .prefix(fresh_prefix("blocking-in-async"))
             .timeout(Duration::from_secs(5))

@@ -7,9 +7,8 @@
 use crate::server::RedisServer;
 use crate::{fresh_prefix, manager};
 use std::time::Duration;
-use turnstile::redis::{
-    CheckError, CircuitBreaker, CircuitState, FailurePolicy, Outcome, RedisTokenBucket,
-};
+use turnstile::SharedDecision;
+use turnstile::redis::{CheckError, CircuitBreaker, CircuitState, FailurePolicy, RedisTokenBucket};
 use turnstile::{ManualClock, Quota};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -26,10 +25,10 @@ async fn limiter(server: &RedisServer, clock: &ManualClock) -> RedisTokenBucket 
         .unwrap()
 }
 
-fn short_circuited(outcome: &Outcome) -> bool {
+fn short_circuited(outcome: &SharedDecision<CheckError>) -> bool {
     matches!(
         outcome,
-        Outcome::Fallback {
+        SharedDecision::Fallback {
             allowed: false,
             error: CheckError::CircuitOpen { .. }
         }
@@ -138,7 +137,7 @@ async fn an_error_reply_is_an_answer_not_an_outage() {
         assert!(
             matches!(
                 &outcome,
-                Outcome::Fallback {
+                SharedDecision::Fallback {
                     error: CheckError::Redis(_),
                     ..
                 }

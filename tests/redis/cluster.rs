@@ -10,7 +10,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use turnstile::Decision;
 use turnstile::Quota;
-use turnstile::redis::{CheckError, CircuitBreaker, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::SharedDecision;
+use turnstile::redis::{CheckError, CircuitBreaker, FailurePolicy, RedisTokenBucket};
 
 /// One token back every 360 s: `per_hour(10)`.
 const REFILL: Duration = Duration::from_secs(360);
@@ -66,8 +67,12 @@ async fn five_limiters_on_a_cluster_share_one_limit_exactly() {
             for _ in 0..4 {
                 for (key, count) in admitted.iter_mut().enumerate() {
                     match limiter.acquire(format!("user{key}"), 1).await {
-                        Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
-                        Outcome::Fallback { error, .. } => panic!("no fallback expected: {error}"),
+                        SharedDecision::Decided(decision) => {
+                            *count += u32::from(decision.is_allowed())
+                        }
+                        SharedDecision::Fallback { error, .. } => {
+                            panic!("no fallback expected: {error}")
+                        }
                     }
                 }
             }
@@ -141,8 +146,8 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
     let mut unseen = [false; KEYS];
     for (k, count) in admitted.iter_mut().enumerate() {
         match quick[k % 5].acquire(key(k), 1).await {
-            Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
-            Outcome::Fallback { allowed, error } => {
+            SharedDecision::Decided(decision) => *count += u32::from(decision.is_allowed()),
+            SharedDecision::Fallback { allowed, error } => {
                 assert!(!allowed);
                 unseen[k] |= matches!(error, CheckError::Timeout(_));
                 fell_back += 1;
@@ -165,9 +170,9 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
         loop {
             turn += 1;
             match limiters[turn % 5].acquire(key(k), 1).await {
-                Outcome::Decided(Decision::Allowed { .. }) => *count += 1,
-                Outcome::Decided(_) => break,
-                Outcome::Fallback { allowed, error } => {
+                SharedDecision::Decided(Decision::Allowed { .. }) => *count += 1,
+                SharedDecision::Decided(_) => break,
+                SharedDecision::Fallback { allowed, error } => {
                     assert!(!allowed);
                     unseen[k] |= matches!(error, CheckError::Timeout(_));
                     assert!(Instant::now() < deadline, "key {k} never decided again");

@@ -6,7 +6,7 @@ use crate::fresh_prefix;
 use crate::server::RedisServer;
 use std::time::{Duration, Instant};
 use turnstile::Quota;
-use turnstile::redis::{ConfigError, FailurePolicy, RedisFixedWindow, RedisTokenBucket};
+use turnstile::redis::{FailurePolicy, RedisConfigError, RedisFixedWindow, RedisTokenBucket};
 
 /// A loopback port nothing listens on (a server started there and stopped).
 fn dead_port() -> u16 {
@@ -54,7 +54,10 @@ async fn a_limiter_connected_while_redis_is_down_decides_once_it_is_up() {
 fn connect_outside_a_runtime_is_refused_not_a_panic() {
     let built = RedisTokenBucket::builder(Quota::per_minute(10).unwrap(), FailurePolicy::Open)
         .connect("redis://127.0.0.1:1/");
-    assert!(matches!(built, Err(ConfigError::NoRuntime)), "{built:?}");
+    assert!(
+        matches!(built, Err(RedisConfigError::NoRuntime)),
+        "{built:?}"
+    );
 }
 
 #[tokio::test]
@@ -62,11 +65,14 @@ async fn a_bad_url_is_refused_at_construction() {
     let built = RedisTokenBucket::builder(Quota::per_minute(10).unwrap(), FailurePolicy::Open)
         .connect("not a url");
     assert!(
-        matches!(built, Err(ConfigError::Connection(_))),
+        matches!(built, Err(RedisConfigError::Connection(_))),
         "{built:?}"
     );
     let built = RedisTokenBucket::builder(Quota::per_minute(10).unwrap(), FailurePolicy::Open)
         .timeout(Duration::ZERO)
         .connect("redis://127.0.0.1/");
-    assert!(matches!(built, Err(ConfigError::ZeroTimeout)), "{built:?}");
+    assert!(
+        matches!(built, Err(RedisConfigError::ZeroTimeout)),
+        "{built:?}"
+    );
 }

@@ -5,14 +5,15 @@
 use crate::server::RedisServer;
 use crate::{exists, fresh_prefix, inspector, manager, pttl, server_time};
 use std::time::Duration;
-use turnstile::redis::{FailurePolicy, Outcome, RedisFixedWindow, RedisTokenBucket};
+use turnstile::SharedDecision;
+use turnstile::redis::{CheckError, FailurePolicy, RedisFixedWindow, RedisTokenBucket};
 use turnstile::{ManualClock, Quota};
 
 /// Runs `check` and returns the range of TTLs, in milliseconds, that the script can
 /// have set: the key's absolute expiry (`PEXPIRETIME`, Redis 7) less the server's
 /// millisecond clock read before and after the check. One value when both readings
 /// fall in the same millisecond.
-async fn ttl_set_by<F: std::future::Future<Output = Outcome>>(
+async fn ttl_set_by<F: std::future::Future<Output = SharedDecision<CheckError>>>(
     check: F,
     inspect: &mut ::redis::aio::MultiplexedConnection,
     key: &[u8],

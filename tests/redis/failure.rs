@@ -4,8 +4,9 @@
 use crate::server::RedisServer;
 use crate::{fresh_prefix, manager};
 use std::time::{Duration, Instant};
+use turnstile::SharedDecision;
 use turnstile::redis::{
-    CheckError, CircuitBreaker, FailureCounts, FailurePolicy, Outcome, RedisTokenBucket,
+    CheckError, CircuitBreaker, FailureCounts, FailurePolicy, RedisTokenBucket,
 };
 use turnstile::{Decision, ManualClock, Quota};
 
@@ -29,7 +30,7 @@ async fn limiter(server: &RedisServer, policy: FailurePolicy) -> RedisTokenBucke
 }
 
 /// Runs one check, failing the test if it takes longer than [`HUNG`].
-async fn check(limiter: &RedisTokenBucket) -> (Outcome, Duration) {
+async fn check(limiter: &RedisTokenBucket) -> (SharedDecision<CheckError>, Duration) {
     let started = Instant::now();
     let outcome = tokio::time::timeout(HUNG, limiter.acquire("k", 1))
         .await
@@ -41,7 +42,7 @@ async fn check(limiter: &RedisTokenBucket) -> (Outcome, Duration) {
 async fn until_decided(limiter: &RedisTokenBucket) -> Decision {
     let deadline = Instant::now() + RECOVERY;
     loop {
-        if let (Outcome::Decided(decision), _) = check(limiter).await {
+        if let (SharedDecision::Decided(decision), _) = check(limiter).await {
             return decision;
         }
         assert!(
@@ -55,7 +56,10 @@ async fn until_decided(limiter: &RedisTokenBucket) -> Decision {
 async fn killed_and_restarted(policy: FailurePolicy) {
     let mut server = RedisServer::start();
     let limiter = limiter(&server, policy).await;
-    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+    assert!(matches!(
+        check(&limiter).await.0,
+        SharedDecision::Decided(_)
+    ));
 
     server.kill();
     for _ in 0..5 {
@@ -103,7 +107,10 @@ async fn a_killed_redis_fails_open_then_checks_succeed_after_its_restart() {
 async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
     let server = RedisServer::start();
     let limiter = limiter(&server, FailurePolicy::Closed).await;
-    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+    assert!(matches!(
+        check(&limiter).await.0,
+        SharedDecision::Decided(_)
+    ));
 
     server.pause();
     for _ in 0..3 {
@@ -111,7 +118,7 @@ async fn a_stalled_redis_times_out_at_the_timeout_and_the_policy_answers() {
         assert!(
             matches!(
                 outcome,
-                Outcome::Fallback {
+                SharedDecision::Fallback {
                     allowed: false,
                     error: CheckError::Timeout(after)
                 } if after == TIMEOUT
@@ -198,7 +205,10 @@ async fn a_named_limiter_reports_its_fallbacks_as_metrics_and_warnings() {
     // subscriber, may have cached "never"; ask every callsite again.
     tracing::callsite::rebuild_interest_cache();
 
-    assert!(matches!(check(&limiter).await.0, Outcome::Decided(_)));
+    assert!(matches!(
+        check(&limiter).await.0,
+        SharedDecision::Decided(_)
+    ));
     server.pause();
     for _ in 0..2 {
         assert!(check(&limiter).await.0.is_fallback());

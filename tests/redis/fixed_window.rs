@@ -7,7 +7,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::redis::{FailurePolicy, Outcome, RedisFixedWindow};
+use turnstile::SharedDecision;
+use turnstile::redis::{FailurePolicy, RedisFixedWindow};
 use turnstile::{Decision, ManualClock};
 
 /// The fixed window as plainly as possible: per key, the start of the window it
@@ -117,7 +118,7 @@ async fn agree(
                 clock.set(Duration::from_micros(now));
                 let expected = reference.acquire(key, now, cost);
                 let got = redis.acquire([key], cost).await;
-                let Outcome::Decided(got) = got else {
+                let SharedDecision::Decided(got) = got else {
                     return Err(TestCaseError::fail(format!(
                         "step {i}: no decision: {got:?}"
                     )));
@@ -179,7 +180,7 @@ async fn windows_start_over_at_their_end_and_denials_wait_exactly_until_then() {
         let limiter = limiter.clone();
         async move {
             match limiter.acquire("k", cost).await {
-                Outcome::Decided(decision) => decision,
+                SharedDecision::Decided(decision) => decision,
                 other => panic!("{other:?}"),
             }
         }

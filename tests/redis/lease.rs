@@ -8,10 +8,9 @@ use crate::server::RedisServer;
 use crate::{fresh_prefix, manager};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
-use turnstile::redis::{
-    CircuitBreaker, FailurePolicy, LeaseCounts, Outcome, RedisLeasedTokenBucket,
-    RedisLeasedTokenBucketBuilder, RedisTokenBucket,
-};
+use turnstile::SharedDecision;
+use turnstile::redis::lease::{LeaseCounts, RedisLeasedTokenBucket, RedisLeasedTokenBucketBuilder};
+use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisTokenBucket};
 use turnstile::{Decision, ManualClock, Quota};
 
 const LIFETIME: Duration = Duration::from_millis(100);
@@ -52,7 +51,7 @@ where
 /// One allowed request, from the lease or a fetch.
 async fn allowed(limiter: &RedisLeasedTokenBucket, key: &str) -> u32 {
     match limiter.acquire(key, 1).await {
-        Outcome::Decided(Decision::Allowed { remaining }) => remaining,
+        SharedDecision::Decided(Decision::Allowed { remaining }) => remaining,
         other => panic!("expected an allowed request, got {other:?}"),
     }
 }
@@ -495,8 +494,12 @@ async fn five_leased_limiters_on_a_cluster_admit_what_each_bucket_gave_up() {
             for _ in 0..12 {
                 for (key, count) in admitted.iter_mut().enumerate() {
                     match limiter.acquire(format!("user{key}"), 1).await {
-                        Outcome::Decided(decision) => *count += u32::from(decision.is_allowed()),
-                        Outcome::Fallback { error, .. } => panic!("no fallback expected: {error}"),
+                        SharedDecision::Decided(decision) => {
+                            *count += u32::from(decision.is_allowed())
+                        }
+                        SharedDecision::Fallback { error, .. } => {
+                            panic!("no fallback expected: {error}")
+                        }
                     }
                 }
             }
@@ -609,7 +612,7 @@ async fn lease_settings_out_of_range_are_refused() {
         build(None, Duration::from_millis(1)),
     ] {
         assert!(
-            matches!(refused, Err(turnstile::redis::ConfigError::Lease(_))),
+            matches!(refused, Err(turnstile::redis::RedisConfigError::Lease(_))),
             "{refused:?}"
         );
     }
@@ -655,7 +658,7 @@ async fn the_circuit_breaker_applies_to_fetches_and_held_tokens_are_served_while
     assert!(
         matches!(
             outcome,
-            Outcome::Fallback {
+            SharedDecision::Fallback {
                 allowed: false,
                 error: turnstile::redis::CheckError::CircuitOpen { .. }
             }

@@ -11,9 +11,8 @@ use tokio::task::JoinSet;
 use turnstile::policy::{
     Check, KeyExtractor, Limit, MissingKey, Outcome, Policy, PolicyCheck, SharedLimiter,
 };
-use turnstile::redis::{
-    CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisLeasedTokenBucket, RedisTokenBucket,
-};
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisTokenBucket};
 use turnstile::{ManualClock, Quota, TokenBucket};
 
 struct Request {

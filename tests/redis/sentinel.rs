@@ -7,7 +7,8 @@
 use crate::runtime;
 use crate::sentinel_set::{SentinelSet, wait_for};
 use std::time::Duration;
-use turnstile::redis::{CircuitBreaker, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::SharedDecision;
+use turnstile::redis::{CheckError, CircuitBreaker, FailurePolicy, RedisTokenBucket};
 use turnstile::{ManualClock, Quota};
 
 /// A limiter's builder: `capacity` a day (no refill within the test), failing closed,
@@ -35,13 +36,13 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, outcome: &Outcome) -> bool {
+    fn add(&mut self, outcome: &SharedDecision<CheckError>) -> bool {
         match outcome {
-            Outcome::Decided(decision) => {
+            SharedDecision::Decided(decision) => {
                 self.admitted += u32::from(decision.is_allowed());
                 decision.is_allowed()
             }
-            Outcome::Fallback { allowed, .. } => {
+            SharedDecision::Fallback { allowed, .. } => {
                 assert!(!allowed, "the policy is Closed");
                 self.fallbacks += 1;
                 false

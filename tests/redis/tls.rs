@@ -6,9 +6,9 @@
 use crate::fresh_prefix;
 use crate::server::{RedisServer, free_loopback_port};
 use std::time::Duration;
-use turnstile::redis::{
-    CheckError, FailurePolicy, Outcome, RedisLeasedTokenBucket, RedisTokenBucket,
-};
+use turnstile::SharedDecision;
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{CheckError, FailurePolicy, RedisTokenBucket};
 use turnstile::{Decision, Quota};
 
 /// A server with a TLS port (and a plain one, for its readiness check), the TLS
@@ -115,7 +115,7 @@ async fn an_untrusted_certificate_is_refused_and_the_policy_answers() {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         match limiter.acquire("k", 1).await {
-            Outcome::Fallback {
+            SharedDecision::Fallback {
                 allowed: false,
                 error: CheckError::Redis(error),
             } => {
@@ -123,7 +123,7 @@ async fn an_untrusted_certificate_is_refused_and_the_policy_answers() {
                 assert!(error.contains("certificate"), "{error}");
                 break;
             }
-            Outcome::Fallback { allowed: false, .. } => {
+            SharedDecision::Fallback { allowed: false, .. } => {
                 assert!(std::time::Instant::now() < deadline, "never a TLS error");
             }
             other => panic!("an untrusted server decided: {other:?}"),

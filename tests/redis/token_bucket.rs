@@ -7,7 +7,8 @@ use ::redis::aio::ConnectionManager;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::time::Duration;
-use turnstile::redis::{ConfigError, FailurePolicy, Outcome, RedisTokenBucket};
+use turnstile::SharedDecision;
+use turnstile::redis::{CheckError, FailurePolicy, RedisConfigError, RedisTokenBucket};
 use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 
 /// One step of a schedule, times in nanoseconds.
@@ -98,7 +99,7 @@ async fn agree(conn: ConnectionManager, quota: Quota, steps: &[Step]) -> Result<
                 let key = format!("k{key}");
                 let expected = at_micro_resolution(local.acquire(key.as_str(), cost));
                 let got = redis.acquire(&key, cost).await;
-                let Outcome::Decided(got) = got else {
+                let SharedDecision::Decided(got) = got else {
                     return Err(TestCaseError::fail(format!(
                         "step {i}: no decision: {got:?}"
                     )));
@@ -169,9 +170,11 @@ fn client_clock_limiter(
         .expect("a valid limiter")
 }
 
-async fn decided(outcome: impl std::future::Future<Output = Outcome>) -> Decision {
+async fn decided(
+    outcome: impl std::future::Future<Output = SharedDecision<CheckError>>,
+) -> Decision {
     match outcome.await {
-        Outcome::Decided(decision) => decision,
+        SharedDecision::Decided(decision) => decision,
         fallback => panic!("no decision: {fallback:?}"),
     }
 }
@@ -283,7 +286,7 @@ async fn a_million_a_second_and_the_largest_burst_are_held_exactly() {
         .build(manager(&server).await)
         .err();
     assert!(
-        matches!(refused, Some(ConfigError::IntervalNotWholeMicros { rounded_up, .. })
+        matches!(refused, Some(RedisConfigError::IntervalNotWholeMicros { rounded_up, .. })
             if rounded_up == Duration::from_micros(1)),
         "{refused:?}"
     );

@@ -8,8 +8,8 @@ use super::seen::Sightings;
 use super::{Core, RedisLeasedTokenBucket, StopOnDrop};
 use crate::evict::sweeper::Sweeper;
 use crate::redis::FailurePolicy;
-use crate::redis::config::{ConfigError, MAX_MICROS, Settings, TimeSource, settings_methods};
-use crate::redis::connect::connect_methods;
+use crate::redis::config::{MAX_MICROS, RedisConfigError, Settings, TimeSource};
+use crate::redis::connect::lazy_manager;
 use crate::redis::engine::ScriptLimiter;
 use crate::{Clock, Quota};
 use ::redis::aio::ConnectionLike;
@@ -49,10 +49,102 @@ pub struct RedisLeasedTokenBucketBuilder {
     refill_ahead: bool,
 }
 
+/// The settings every Redis limiter has, as
+/// [`RedisLimiterBuilder`](crate::redis::RedisLimiterBuilder)'s, and the connections.
 impl RedisLeasedTokenBucketBuilder {
-    settings_methods!();
-    connect_methods!(RedisLeasedTokenBucket);
+    /// As [`RedisLimiterBuilder::prefix`](crate::redis::RedisLimiterBuilder::prefix):
+    /// the plain token bucket's default prefix, so the two share a key's bucket.
+    pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.settings.prefix = prefix.as_ref().to_vec();
+        self
+    }
 
+    /// As [`RedisLimiterBuilder::timeout`](crate::redis::RedisLimiterBuilder::timeout).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// As [`RedisLimiterBuilder::client_clock`](crate::redis::RedisLimiterBuilder::client_clock);
+    /// the leases' expiry runs on this clock too.
+    pub fn client_clock(mut self, clock: impl Clock + 'static) -> Self {
+        let epoch = clock.now();
+        self.settings.time = TimeSource::Client {
+            clock: Arc::new(clock),
+            epoch,
+        };
+        self
+    }
+
+    /// As [`RedisLimiterBuilder::expire_idle_keys`](crate::redis::RedisLimiterBuilder::expire_idle_keys).
+    pub fn expire_idle_keys(mut self, expire: bool) -> Self {
+        self.settings.expire_idle_keys = expire;
+        self
+    }
+
+    /// As [`RedisLimiterBuilder::circuit_breaker`](crate::redis::RedisLimiterBuilder::circuit_breaker).
+    pub fn circuit_breaker(mut self, breaker: crate::redis::CircuitBreaker) -> Self {
+        self.settings.breaker = breaker;
+        self
+    }
+
+    /// As [`RedisLimiterBuilder::name`](crate::redis::RedisLimiterBuilder::name).
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.settings.name = Some(name.into());
+        self
+    }
+
+    /// As [`RedisLimiterBuilder::connect`](crate::redis::RedisLimiterBuilder::connect):
+    /// returns at once, without waiting for Redis; call it inside a tokio runtime.
+    ///
+    /// # Errors
+    /// A URL the `redis` crate does not accept ([`RedisConfigError::Connection`]); no
+    /// tokio runtime ([`RedisConfigError::NoRuntime`]); what [`build`](Self::build)
+    /// refuses.
+    pub fn connect(
+        self,
+        redis: impl ::redis::IntoConnectionInfo,
+    ) -> Result<RedisLeasedTokenBucket<::redis::aio::ConnectionManager>, RedisConfigError> {
+        let client = ::redis::Client::open(redis).map_err(RedisConfigError::Connection)?;
+        self.connect_client(client)
+    }
+
+    /// As [`connect`](Self::connect), from a `redis::Client`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub fn connect_client(
+        self,
+        client: ::redis::Client,
+    ) -> Result<RedisLeasedTokenBucket<::redis::aio::ConnectionManager>, RedisConfigError> {
+        self.settings.checked()?;
+        let conn = lazy_manager(client, self.settings.timeout)?;
+        self.build(conn)
+    }
+
+    /// As [`RedisLimiterBuilder::connect_sentinel`](crate::redis::RedisLimiterBuilder::connect_sentinel).
+    ///
+    /// # Errors
+    /// What [`build`](Self::build) refuses.
+    #[cfg(feature = "redis-sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+    pub fn connect_sentinel(
+        self,
+        sentinels: ::redis::sentinel::SentinelClient,
+    ) -> Result<RedisLeasedTokenBucket<crate::redis::sentinel::SentinelConnection>, RedisConfigError>
+    {
+        self.settings.checked()?;
+        let config = crate::redis::connection_config(self.settings.timeout);
+        self.build(crate::redis::sentinel::SentinelConnection::new(
+            sentinels, config,
+        ))
+    }
+}
+
+/// The lease's own settings.
+impl RedisLeasedTokenBucketBuilder {
     /// How long a lease's tokens count after its fetch (default
     /// [`DEFAULT_LEASE_LIFETIME`], 1 s; at least about 10 ms). Shorter: unused tokens
     /// stop counting sooner; longer: a key's lease can grow to cover slower traffic.
@@ -79,12 +171,12 @@ impl RedisLeasedTokenBucketBuilder {
     }
 
     /// The limiter, on `conn` (see
-    /// [`RedisTokenBucketBuilder::build`](crate::redis::RedisTokenBucketBuilder::build)).
+    /// [`RedisLimiterBuilder::build`](crate::redis::RedisLimiterBuilder::build)).
     ///
     /// # Errors
     /// What the plain token bucket refuses; a lifetime under about 10 ms or beyond
     /// 2^52 µs; a `max_lease` of zero, above the capacity or above 2^24 - 1.
-    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, ConfigError>
+    pub fn build<C>(self, conn: C) -> Result<RedisLeasedTokenBucket<C>, RedisConfigError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -93,12 +185,12 @@ impl RedisLeasedTokenBucketBuilder {
         let capacity = self.quota.capacity();
         let max_lease = self.max_lease.unwrap_or((capacity / 32).clamp(1, MAX_HELD));
         if max_lease == 0 || max_lease > capacity || max_lease > MAX_HELD {
-            return Err(ConfigError::Lease(
+            return Err(RedisConfigError::Lease(
                 "max_lease must be at least 1 and at most the capacity and 2^24 - 1",
             ));
         }
         if self.lifetime < MIN_LIFETIME || self.lifetime > Duration::from_micros(MAX_MICROS) {
-            return Err(ConfigError::Lease(
+            return Err(RedisConfigError::Lease(
                 "a lease lifetime must be at least 10.5 ms and at most 2^52 µs",
             ));
         }

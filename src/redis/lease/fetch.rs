@@ -7,8 +7,9 @@ use super::hold::{self, tick};
 use super::local::{Denial, KeyLease, Slow, held};
 use super::size::{self, Observed, refill_below};
 use crate::Decision;
+use crate::SharedDecision;
 use crate::redis::engine::{Checked, Leased};
-use crate::redis::{CheckError, CircuitState, Outcome};
+use crate::redis::{CheckError, CircuitState};
 use crate::sync::Ordering;
 use ::redis::aio::ConnectionLike;
 use std::sync::Arc;
@@ -107,7 +108,11 @@ where
 
     /// A check the lease could not answer: a remembered denial, a wait for the fetch in
     /// flight (within the timeout), or a fetch of its own (within the timeout).
-    pub(super) async fn acquire_slow(self: &Arc<Self>, key: &[u8], cost: u32) -> Outcome {
+    pub(super) async fn acquire_slow(
+        self: &Arc<Self>,
+        key: &[u8],
+        cost: u32,
+    ) -> SharedDecision<CheckError> {
         let mut seen_before = None;
         if self.leases.with(key, |_| ()).is_none() {
             // A key with no entry gets one when it is seen again within a lifetime;
@@ -130,11 +135,11 @@ where
             }
             let now = self.now();
             let held = match self.acquire_fast(&lease, key, cost, now) {
-                Ok(remaining) => return Outcome::Decided(Decision::Allowed { remaining }),
+                Ok(remaining) => return SharedDecision::Decided(Decision::Allowed { remaining }),
                 Err(held) => held,
             };
             if let Some(denied) = self.remembered_denial(&lease, cost, held, now) {
-                return Outcome::Decided(denied);
+                return SharedDecision::Decided(denied);
             }
             let notified = lease.fetched.notified();
             tokio::pin!(notified);
@@ -147,7 +152,7 @@ where
                 }
                 let now = self.now();
                 if let Ok(remaining) = self.acquire_fast(&lease, key, cost, now) {
-                    return Outcome::Decided(Decision::Allowed { remaining });
+                    return SharedDecision::Decided(Decision::Allowed { remaining });
                 }
                 let failure = lease.slow().failure.as_ref().map(copy_error);
                 if let Some(error) = failure {
@@ -176,7 +181,7 @@ where
 
     /// The request of a key seen for the first time (lately): the plain limiter's
     /// check, taking exactly `cost` and leaving no lease, no entry.
-    async fn first_sighting(&self, key: &[u8], cost: u32) -> Outcome {
+    async fn first_sighting(&self, key: &[u8], cost: u32) -> SharedDecision<CheckError> {
         let result = self.limiter.lease(key, cost, cost).await;
         let result = result.map(|leased| {
             self.counters.fetched(false, leased.taken, cost);

@@ -15,7 +15,7 @@
 //!    together for a key not seen before are each such a check, as with the plain
 //!    limiter: "one fetch in flight" starts with the entry.)
 //! 1. **Held tokens** (the hot path): the key's lease holds at least the cost, not
-//!    expired: the cost is taken from the word; [`Outcome::Decided`] with
+//!    expired: the cost is taken from the word; [`SharedDecision::Decided`] with
 //!    [`Decision::Allowed`]. When that leaves the lease below half its size, one
 //!    task fetches the next lease ahead of need, off the request path.
 //! 2. **A remembered denial**: Redis denied this key a cost at most this one's, and its
@@ -115,12 +115,12 @@
 //! only "a token is admitted at most a lifetime after its fetch" bends by the step.
 //!
 //! # Failures
-//! The failure policy, [`Outcome`], timeouts and the circuit breaker are the plain
+//! The failure policy, [`SharedDecision`], timeouts and the circuit breaker are the plain
 //! limiter's, and apply to fetches. **During an outage a process keeps serving the
 //! tokens it holds**, as long as they live; a request that finds its lease empty
 //! fetches, and when the fetch gets no answer (or the breaker is open), the
-//! [`FailurePolicy`](super::FailurePolicy) answers with [`Outcome::Fallback`] and counts it, exactly as the
-//! plain limiter. A fetch ahead of need that fails answers no request: its error is
+//! [`FailurePolicy`](super::FailurePolicy) answers with [`SharedDecision::Fallback`] and
+//! counts it, exactly as the plain limiter. A fetch ahead of need that fails answers no request: its error is
 //! counted in [`FailureCounts`] (timeouts, errors, short-circuited), not as allowed
 //! or denied. While the breaker is open no fetch ahead of need starts, so checks
 //! served from held tokens stay free of tasks and failures. A remembered denial is
@@ -165,7 +165,8 @@ pub use counts::LeaseCounts;
 
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
-use super::failure::{CheckError, FailureCounts, Outcome};
+use super::failure::{CheckError, FailureCounts};
+use crate::SharedDecision;
 use crate::evict::sweeper::Sweeper;
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
@@ -194,7 +195,8 @@ use std::time::Duration;
 /// ```no_run
 /// use std::time::Duration;
 /// use turnstile::Quota;
-/// use turnstile::redis::{FailurePolicy, RedisLeasedTokenBucket};
+/// use turnstile::redis::FailurePolicy;
+/// use turnstile::redis::lease::RedisLeasedTokenBucket;
 ///
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = RedisLeasedTokenBucket::builder(Quota::per_second(10_000)?, FailurePolicy::Open)
@@ -287,13 +289,13 @@ where
     /// A cost of zero is always allowed; a cost above the capacity is answered
     /// [`Decision::ExceedsCapacity`] without asking Redis. When the lease is short and
     /// Redis does not answer within the timeout, the failure policy answers
-    /// ([`Outcome::Fallback`]). A check waits at most the timeout for a fetch in flight
+    /// ([`SharedDecision::Fallback`]). A check waits at most the timeout for a fetch in flight
     /// and at most the timeout for a fetch of its own (which it starts only when the
     /// one it waited for answered with too few tokens): at most twice the timeout.
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> Outcome {
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, cost: u32) -> SharedDecision<CheckError> {
         let key = key.as_ref();
         if let Some(decision) = self.decide_now(key, cost) {
-            return Outcome::Decided(decision);
+            return SharedDecision::Decided(decision);
         }
         self.core.acquire_slow(key, cost).await
     }
