@@ -58,6 +58,30 @@ pub(crate) fn thread_slot(slots: usize) -> usize {
     }
 }
 
+/// This thread's next turn among `slots`: its slot ([`thread_slot`]) moved on by one at
+/// each call, so that a thread's successive calls go round every slot, and threads'
+/// rounds start apart. Under loom always 0, as `thread_slot`.
+#[inline]
+pub(crate) fn next_turn(slots: usize) -> usize {
+    #[cfg(turnstile_loom)]
+    {
+        let _ = slots;
+        0
+    }
+    #[cfg(not(turnstile_loom))]
+    {
+        thread_local! {
+            static TURN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        }
+        let turn = TURN.with(|turn| {
+            let now = turn.get();
+            turn.set(now.wrapping_add(1));
+            now
+        });
+        thread_slot(slots).wrapping_add(turn) % slots
+    }
+}
+
 /// A lock's guard whether or not a thread panicked while it held the lock: the one
 /// way turnstile takes every lock of its own (std's, loom's and shuttle's all answer
 /// with std's `LockResult`). Each critical section leaves what it guards valid at every

@@ -123,24 +123,52 @@ impl View {
     }
 }
 
-/// Regions a drain splits the old map into: each a stretch of its entries, drained by
-/// one thread at a time, so that threads sharing the drain seldom find theirs held (a
-/// single cursor, held by one thread at a time, was held two times in three when two
-/// request threads shared it on two cores, and the drain fell behind the stream).
+/// Regions a drain splits the old map into, each drained by one thread at a time, so
+/// that threads sharing the drain seldom find theirs held (a single cursor, held by
+/// one thread at a time, was held two times in three when two request threads shared
+/// it on two cores, and the drain fell behind the stream). A region is a residue
+/// class of the entries, not a stretch of them: each region's pass walks the whole
+/// map and acts on the entries of its class ([`region_of`]), so a drain opens without
+/// walking the map to place its regions (placing stretches walked 3.5 times the old
+/// map's entries, on the thread, before any share could begin), and regions taken in
+/// turn progress alike and end close together.
 #[cfg(not(turnstile_loom))]
 const REGIONS: usize = 8;
 /// Two regions under loom: enough for two threads draining at once.
 #[cfg(turnstile_loom)]
 const REGIONS: usize = 2;
 
-/// One region of a drain: a pass placed at the region's first entry, how many
-/// entries it has left to visit (`None`: to the map's end), and the view the drain was
-/// opened under. A thread that takes the region works on that view's maps, not on the
-/// one it read before it took the region: by then that drain may be over, the ring
-/// rotated, and this region another drain's.
+/// The region of the entry whose state is at `state`: from the state's address, which
+/// a map's entry keeps for its life (papaya boxes entries and never moves them), so
+/// every pass of a drain sees the entry in the same region, and no key is hashed
+/// again.
+#[cfg(not(turnstile_loom))]
+#[inline]
+fn region_of<K, V>(_: &K, state: &V) -> usize {
+    // Fibonacci hashing of the address (its low bits are the allocation's alignment):
+    // the product's high half spreads consecutive allocations over the regions.
+    let address = std::ptr::from_ref(state).addr() as u64;
+    (address.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % REGIONS
+}
+
+/// Under loom, from the key's hash by a fixed hasher: an address differs from one
+/// execution of a model to the next, and loom needs every execution to take the
+/// same path given the same schedule.
+#[cfg(turnstile_loom)]
+fn region_of<K: Hash, V>(key: &K, _: &V) -> usize {
+    use std::hash::Hasher;
+    let mut hasher = std::hash::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % REGIONS as u64) as usize
+}
+
+/// One region of a drain: a pass over the whole old map that acts on the entries of
+/// its class only, and the view the drain was opened under. A thread that takes the
+/// region works on that view's maps, not on the one it read before it took the region:
+/// by then that drain may be over, the ring rotated, and this region another drain's.
 struct Region<P> {
     pass: P,
-    left: Option<usize>,
+    class: usize,
     view: View,
 }
 
@@ -474,11 +502,10 @@ where
         true
     }
 
-    /// Begins the drain of the old map: its regions, each a pass placed at its first
-    /// entry. For the thread that may take long (the first pass finishes a resize the
-    /// map was in, and placing a pass steps over the entries before its region): the
-    /// sweeper thread, `evict_idle`, or a request when there is no thread or it is
-    /// overdue. Nothing to drain (the old map empty: see
+    /// Begins the drain of the old map: its regions, each a pass from the map's start.
+    /// For the thread that may take long (the first pass finishes a resize the map was
+    /// in): the sweeper thread, `evict_idle`, or a request when there is no thread or
+    /// it is overdue. Nothing to drain (the old map empty: see
     /// [`finish_drain`](Self::finish_drain)), claims still open, or a drain under way:
     /// `false`. One caller at a time (the schedule's holder).
     pub(crate) fn open_drain(&self) -> bool {
@@ -493,16 +520,12 @@ where
         {
             return false;
         }
-        // Every region placed before any is published, so that no share removes
-        // entries while later regions are being placed (a region placed by counting
-        // entries would then start past some of them).
-        let stretch = old.len().div_ceil(REGIONS).max(1);
-        let mut placed: [Option<Region<M::Pass>>; REGIONS] = std::array::from_fn(|i| {
-            let mut pass = M::pass(Arc::clone(old));
-            M::advance(&mut pass, i * stretch, |_, _| {});
+        // Each region a pass from the map's start (the first finishes any resize
+        // left from the map's time as the young one), acting on its own class.
+        let mut placed: [Option<Region<M::Pass>>; REGIONS] = std::array::from_fn(|class| {
             Some(Region {
-                pass,
-                left: (i + 1 < REGIONS).then_some(stretch),
+                pass: M::pass(Arc::clone(old)),
+                class,
                 view,
             })
         });
@@ -549,13 +572,16 @@ where
     }
 
     /// Takes up to `budget` more steps of the drain begun with
-    /// [`open_drain`](Self::open_drain): each state of the old map that `judge`
-    /// retires is removed, every other relocated into the young map and removed (a
+    /// [`open_drain`](Self::open_drain) (about `budget` entries of the region's class,
+    /// at most `budget` × [`REGIONS`] entries walked): each state of the old map that
+    /// `judge` retires is removed, every other relocated into the young map and removed (a
     /// relocation found begun is finished), and a state being moved to a new quota is
-    /// left behind. With `wait`, in the first region not yet done, waiting for another
-    /// thread's steps there to end; else in this thread's region (threads take regions
-    /// in turn), or the next one free, answering `busy` if another thread holds every
-    /// region tried (a request's share). Once every region is done, the schedule's
+    /// left behind. In the next region in this thread's turn ([`next_turn`]) that no
+    /// other thread holds; if every region left is held, with `wait` (the sweeper
+    /// thread, `evict_idle`) in the first of them, once its holder's steps end, and
+    /// without (a request's share), none: `busy`.
+    ///
+    /// [`next_turn`]: crate::sync::next_turn Once every region is done, the schedule's
     /// holder ends the drain ([`finish_drain`](Self::finish_drain)) or, with entries
     /// left, opens another pass. No drain under way: nothing done.
     pub(crate) fn drain(
@@ -573,26 +599,29 @@ where
                 ..Drained::default()
             };
         }
-        let first = if wait {
-            0
-        } else {
-            crate::sync::thread_slot(REGIONS)
-        };
+        // Regions in turn, share by share, so that they progress alike and end
+        // together: a region left last is drained by one thread at a time. A region
+        // held is passed over; with `wait`, one is waited for only if every region
+        // left is held.
+        let first = crate::sync::next_turn(REGIONS);
         let mut held = None;
-        for i in 0..REGIONS {
-            let slot = &self.regions[(first + i) % REGIONS];
-            let region = if wait {
-                slot.lock().unpoisoned()
-            } else {
-                match slot.try_lock() {
-                    Ok(region) => region,
-                    Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                    Err(std::sync::TryLockError::WouldBlock) => continue,
+        let rounds: &[bool] = if wait { &[false, true] } else { &[false] };
+        'rounds: for &waiting in rounds {
+            for i in 0..REGIONS {
+                let slot = &self.regions[(first + i) % REGIONS];
+                let region = if waiting {
+                    slot.lock().unpoisoned()
+                } else {
+                    match slot.try_lock() {
+                        Ok(region) => region,
+                        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                        Err(std::sync::TryLockError::WouldBlock) => continue,
+                    }
+                };
+                if region.is_some() {
+                    held = Some(region);
+                    break 'rounds;
                 }
-            };
-            if region.is_some() {
-                held = Some(region);
-                break;
             }
         }
         let Some(mut held) = held else {
@@ -607,8 +636,11 @@ where
         let view = region.view;
         let (old, young) = (&self.maps[view.old()], &self.maps[view.young()]);
         let mut drained = Drained::default();
-        let steps = region.left.map_or(budget, |left| left.min(budget));
-        let more = M::advance(&mut region.pass, steps, |key, state| {
+        let class = region.class;
+        let more = M::advance(&mut region.pass, budget * REGIONS, |key, state| {
+            if region_of(key, state) != class {
+                return;
+            }
             let verdict = judge(state);
             let remove = match verdict {
                 Retirement::Retired => {
@@ -633,10 +665,7 @@ where
                 old.remove_if(key, |found| std::ptr::eq(found, state));
             }
         });
-        if let Some(left) = &mut region.left {
-            *left -= steps;
-        }
-        let region_done = !more || region.left == Some(0);
+        let region_done = !more;
         drained.open = !region_done;
         if region_done {
             *held = None;
