@@ -138,9 +138,9 @@ fn limiter(word_store: bool) -> Arc<Limiter> {
         .clock(ManualClock::new())
         .hasher(OneHash);
     let limiter = if word_store {
-        builder.word_store().build()
+        builder.word_store().build().unwrap()
     } else {
-        builder.build()
+        builder.build().unwrap()
     };
     for key in STORED {
         assert!(limiter.try_acquire(&Key(key)));
