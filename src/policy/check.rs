@@ -33,7 +33,8 @@ pub enum MissingKey<K> {
 /// [`PolicyBuilder::check`](super::PolicyBuilder::check). The limiter is shared
 /// (`Arc`): one per-IP limiter can sit in the policies of many routes. It may be a
 /// trait object, `Arc<dyn DynRateLimiter<K, Q>>` ([`DynRateLimiter`]), for a limiter
-/// chosen at run time; `Q` is then the extractor's key type.
+/// chosen at run time; `Q` is then a form the extractor's key borrows as (`str` for an
+/// extractor that finds a `String`).
 pub struct Check<L: ?Sized, K, E> {
     pub(super) name: String,
     pub(super) limiter: Arc<L>,
