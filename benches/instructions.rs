@@ -62,7 +62,8 @@ impl TwoChecks {
             Arc::new(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(1024)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         };
         let policy = Policy::builder()

@@ -144,7 +144,12 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
         ),
         "fixed-window" => measure(
             keys,
-            || FixedWindow::<K>::builder(small).manual_eviction().build(),
+            || {
+                FixedWindow::<K>::builder(small)
+                    .manual_eviction()
+                    .build()
+                    .unwrap()
+            },
             admit,
         ),
         "sliding-window" => measure(
@@ -157,10 +162,15 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
             },
             admit,
         ),
-        "sliding-log" => measure(keys, || SlidingLog::<K>::new(small), admit),
+        "sliding-log" => measure(keys, || SlidingLog::<K>::new(small).unwrap(), admit),
         "turnstile" => measure(
             keys,
-            || TokenBucket::<K>::builder(quota).manual_eviction().build(),
+            || {
+                TokenBucket::<K>::builder(quota)
+                    .manual_eviction()
+                    .build()
+                    .unwrap()
+            },
             admit,
         ),
         // The opt-in word store: keys and words side by side, no allocation per key.
@@ -171,6 +181,7 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
                     .manual_eviction()
                     .word_store()
                     .build()
+                    .unwrap()
             },
             admit,
         ),
@@ -182,6 +193,7 @@ fn case<K: Hash + Eq + Clone + Send + Sync + 'static>(limiter: &str, keys: &[K])
                 TokenBucket::<K>::builder(quota)
                     .expected_keys(keys.len())
                     .build()
+                    .unwrap()
             },
             admit,
         ),
@@ -273,6 +285,7 @@ fn stream(limiter: &str, threads: usize) -> StreamRun {
                         .max_keys(STREAM_CAP, turnstile::Overflow::Deny)
                         .build(),
                 }
+                .expect("the token bucket holds every quota")
             };
             stream_through(
                 threads,
@@ -426,7 +439,8 @@ fn sweep_pauses() -> (Duration, Duration) {
         .clock(clock.clone())
         .eviction_margin(Duration::ZERO)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     for key in 0..SWEEP_KEYS {
         assert!(limiter.try_acquire(&key)); // 9 of 10 left: not forgettable yet
     }

@@ -108,7 +108,7 @@ fn checks_per_second(c: &mut Criterion) {
         .circuit_breaker(CircuitBreaker::off())
         .build(cluster_conn)
         .expect("a valid limiter");
-    let local = Arc::new(TokenBucket::<String>::new(quota));
+    let local = Arc::new(TokenBucket::<String>::new(quota).unwrap());
     let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("user:{k}")).collect());
 
     let mut group = c.benchmark_group("redis_checks");

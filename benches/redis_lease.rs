@@ -478,7 +478,7 @@ fn in_a_policy(runtime: &Runtime, server: &RedisServer) {
     };
     let alone: Arc<Policy<&'static str>> =
         Arc::new(Policy::builder().check(check()).build().unwrap());
-    let local = Arc::new(TokenBucket::<&'static str>::new(roomy()));
+    let local = Arc::new(TokenBucket::<&'static str>::new(roomy()).unwrap());
     let with_local: Arc<Policy<&'static str>> = Arc::new(
         Policy::builder()
             .check(check())

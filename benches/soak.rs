@@ -201,7 +201,7 @@ fn subjects(clock: &ManualClock) -> Vec<Subject> {
         if cap {
             builder = builder.max_keys(KEY_CAP, Overflow::Deny);
         }
-        Box::new(builder.build()) as Box<dyn Soaked>
+        Box::new(builder.build().expect("holds every quota")) as Box<dyn Soaked>
     };
     let gcra = |words: bool| {
         let mut builder = Gcra::<u64, _>::builder(quota(GCRA)).clock(clock.clone());
@@ -215,7 +215,7 @@ fn subjects(clock: &ManualClock) -> Vec<Subject> {
         if words {
             builder = builder.word_store();
         }
-        Box::new(builder.build()) as Box<dyn Soaked>
+        Box::new(builder.build().expect("holds every quota")) as Box<dyn Soaked>
     };
     let reconfigured: PerKeyTokenBucket<u64, ManualClock> =
         TokenBucket::<u64, _>::builder(quota(ROTATION[0]))

@@ -320,7 +320,7 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
     let per_ip = Arc::new(
         TokenBucket::<IpBytes>::builder(ip_quota)
             .name("per-ip")
-            .build(),
+            .build()?,
     );
     let peer_address = |info: &ConnectInfo<SocketAddr>| info.0;
     let peer = || match &limits.proxies {
@@ -341,7 +341,8 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
             Arc::new(
                 TokenBucket::<String>::builder(user_quota)
                     .name(format!("{name}-per-user"))
-                    .build(),
+                    .build()
+                    .expect("a token bucket holds every quota"),
             )
         };
         let key = HeaderKey::new(API_KEY);

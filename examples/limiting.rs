@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use turnstile::{Quota, TokenBucket};
 
 fn main() -> Result<(), turnstile::QuotaError> {
-    let limiter = TokenBucket::<String>::new(Quota::per_second(5)?);
+    let limiter = TokenBucket::<String>::new(Quota::per_second(5)?)?;
     let users = ["alice", "bob", "carol"];
     let allowed = [(); 3].map(|_| AtomicU64::new(0));
     let denied = AtomicU64::new(0);

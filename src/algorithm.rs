@@ -9,7 +9,6 @@
 #[cfg(not(turnstile_loom))]
 use crate::sync::AtomicU64;
 use crate::{Decision, Quota, QuotaError};
-use std::convert::Infallible;
 
 /// Why a request could not be applied to the state it found. Each is transient: the
 /// keyed limiter resolves it and looks the key up again.
@@ -22,11 +21,11 @@ pub enum Blocked {
     /// the entry next, with no user code in between. Yield and look again.
     Moving,
     /// The state predates the limiter's current quotas: move it first
-    /// ([`Algorithm::renew`]).
+    /// ([`Rules::renew`]).
     Outdated,
     /// The state was relocated: frozen where it is while a copy takes its place (the
     /// key promoted to the young generation, or moved to a segment's larger table).
-    /// Look again, to find the copy, or to make it ([`Algorithm::relocate`]).
+    /// Look again, to find the copy, or to make it ([`Rules::relocate`]).
     Relocated,
 }
 
@@ -44,12 +43,12 @@ pub enum Retirement {
     AlreadyRetired,
     /// It is being moved to a new quota: keep it; its mover replaces it.
     Moving,
-    /// It was relocated ([`Algorithm::relocate`]): its copy is the key's state now, or
+    /// It was relocated ([`Rules::relocate`]): its copy is the key's state now, or
     /// is made from it by whoever finishes the relocation.
     Relocated,
 }
 
-/// What [`Algorithm::renew`] did with an outdated state.
+/// What [`Rules::renew`] did with an outdated state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
     /// Nothing left to do: the state is current now (moved in place, swapped for its
@@ -64,8 +63,10 @@ pub enum Renewal {
 }
 
 /// One algorithm's rules, and how they create and step a key's state. Keys of type
-/// `K` matter only to per-key rules, which resolve each key's quota.
-pub trait Algorithm<K>: Send + Sync {
+/// `K` matter only to per-key rules, which resolve each key's quota. The methods of
+/// the public, sealed [`Algorithm`]: a public trait in this private module, so that
+/// it can be `Algorithm`'s supertrait while no code outside the crate can name it.
+pub trait Rules<K>: Send + Sync {
     /// One key's state; the keyed store knows where to keep it.
     type State: Send + Sync + Stored + 'static;
 
@@ -158,8 +159,8 @@ pub trait Algorithm<K>: Send + Sync {
 }
 
 /// Rules that hold every [`Quota`] and whose keys can move from one quota to another:
-/// what per-key quotas and reconfiguration need.
-pub trait Reconfigurable: Algorithm<()> + PartialEq + Clone + Sized + 'static {
+/// the methods of the public, sealed [`Reconfigurable`].
+pub trait Movable: Rules<()> + PartialEq + Clone + Sized + 'static {
     /// A state as it was when frozen.
     type Frozen;
 
@@ -183,59 +184,67 @@ pub trait Reconfigurable: Algorithm<()> + PartialEq + Clone + Sized + 'static {
     fn thaw(&self, state: &Self::State, frozen: Self::Frozen);
 }
 
-/// Rules made from a limiter's quota when it is built. Most hold every quota; the
-/// GCRA and the sliding window counter refuse the few their word cannot hold, so
-/// building them can fail.
-pub trait FromQuota: Sized {
-    /// Why a quota is refused: [`Infallible`] for rules that hold every quota, else
-    /// [`QuotaError`].
-    type Error: Refusal;
-
+/// Rules made from a limiter's quota when it is built (the five algorithms' rules,
+/// not per-key ones). The token bucket, the fixed window and the sliding log hold
+/// every quota; the GCRA and the sliding window counter refuse the few their word
+/// cannot hold exactly.
+pub trait RulesFromQuota: Sized {
     /// The rules for `quota`.
-    fn from_quota(quota: &Quota) -> Result<Self, Self::Error>;
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError>;
 }
 
 /// Every reconfigurable rule holds every quota.
-impl<R: Reconfigurable> FromQuota for R {
-    type Error = Infallible;
-
-    fn from_quota(quota: &Quota) -> Result<Self, Infallible> {
+impl<R: Movable> RulesFromQuota for R {
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         Ok(R::for_quota(quota))
     }
 }
 
-/// What a refusal of the quota makes of a limiter's construction: nothing, for rules
-/// that refuse none ([`Infallible`]: the limiter itself), else a `Result`.
-pub trait Refusal: Sized {
-    /// A construction of `L` that may meet this refusal.
-    type Built<L>;
+/// The rules a limiter runs: which algorithm, and for per-key limiters which inner
+/// algorithm under which resolver. [`KeyedLimiter<A, K>`](crate::KeyedLimiter) and
+/// [`DirectLimiter<A>`](crate::DirectLimiter) are generic over it; each algorithm has
+/// a type alias ([`TokenBucket`](crate::TokenBucket), [`Gcra`](crate::Gcra), ...), so
+/// code names this trait only to be generic over the algorithm:
+///
+/// ```
+/// use turnstile::{Algorithm, Decision, KeyedLimiter};
+///
+/// fn first_request<A: Algorithm<u64>>(limiter: &KeyedLimiter<A, u64>) -> Decision {
+///     limiter.acquire(&1, 1)
+/// }
+///
+/// let quota = turnstile::Quota::per_second(5)?;
+/// assert!(first_request(&turnstile::TokenBucket::new(quota)?).is_allowed());
+/// assert!(first_request(&turnstile::Gcra::new(quota)?).is_allowed());
+/// # Ok::<(), turnstile::QuotaError>(())
+/// ```
+///
+/// Sealed: implemented by turnstile's rules only. Its methods live on a private
+/// supertrait, so that a new algorithm or a change to how a request steps a key's
+/// state is not a breaking change:
+///
+/// ```compile_fail
+/// struct MyRules;
+/// impl turnstile::Algorithm<u64> for MyRules {}
+/// ```
+pub trait Algorithm<K>: Rules<K> {}
 
-    /// `made`, as [`Built`](Self::Built) returns it.
-    fn built<L>(made: Result<L, Self>) -> Self::Built<L>;
-}
+impl<K, R: Rules<K>> Algorithm<K> for R {}
 
-impl Refusal for Infallible {
-    type Built<L> = L;
+/// An [`Algorithm`] made from one [`Quota`] for every key: the five algorithms'
+/// rules, which `new`, `with_clock` and [`Builder::build`](crate::Builder) build a
+/// limiter from (per-key rules are built with a resolver instead). Sealed, as
+/// [`Algorithm`].
+pub trait FromQuota: Algorithm<()> + RulesFromQuota {}
 
-    fn built<L>(made: Result<L, Infallible>) -> L {
-        match made {
-            Ok(limiter) => limiter,
-            Err(never) => match never {},
-        }
-    }
-}
+impl<R: Algorithm<()> + RulesFromQuota> FromQuota for R {}
 
-impl Refusal for QuotaError {
-    type Built<L> = Result<L, QuotaError>;
+/// An [`Algorithm`] that holds every [`Quota`] and whose keys can move from one quota
+/// to another: what per-key quotas and reconfiguration need — the token bucket, the
+/// fixed window and the sliding log. Sealed, as [`Algorithm`].
+pub trait Reconfigurable: FromQuota + Movable {}
 
-    fn built<L>(made: Result<L, QuotaError>) -> Result<L, QuotaError> {
-        made
-    }
-}
-
-/// What building a limiter `L` of rules `A` gives: `L` itself where every quota is
-/// held, else `Result<L, QuotaError>`.
-pub type Built<A, L> = <<A as FromQuota>::Error as Refusal>::Built<L>;
+impl<R: FromQuota + Movable> Reconfigurable for R {}
 
 /// A state's shape, as the keyed store needs to know it: a single word, which the word
 /// store (`store/words/`, opt-in) can keep beside its key, or anything else, which

@@ -22,7 +22,7 @@ pub type DefaultHasher = foldhash::fast::RandomState;
 /// let limiter: TokenBucket<u64, ManualClock> = TokenBucket::builder(Quota::per_second(5)?)
 ///     .clock(clock.clone())
 ///     .expected_keys(10_000)
-///     .build();
+///     .build()?;
 /// # Ok::<(), turnstile::QuotaError>(())
 /// ```
 #[derive(Debug)]

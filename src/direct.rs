@@ -13,7 +13,7 @@
 //! use turnstile::{DirectTokenBucket, Quota};
 //!
 //! // At most 10 calls a second to the payment provider, in bursts of up to 10.
-//! let provider = DirectTokenBucket::new(Quota::per_second(10)?);
+//! let provider = DirectTokenBucket::new(Quota::per_second(10)?)?;
 //! if provider.try_acquire() {
 //!     // call it
 //! }
@@ -25,7 +25,7 @@
 //! extractor returns `Some(())`, and with `turnstile::wait::until_ready(&limiter, &(),
 //! cost, &wait)`.
 
-use crate::algorithm::{Algorithm, Blocked};
+use crate::algorithm::{Algorithm, Blocked, FromQuota};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
 use crate::gcra::GcraRules;
@@ -209,77 +209,32 @@ impl<A: Algorithm<()>, C> fmt::Debug for DirectLimiter<A, C> {
     }
 }
 
-impl DirectTokenBucket {
-    /// A direct token bucket under `quota`, on the default clock.
-    pub fn new(quota: Quota) -> Self {
-        Self::with_clock(quota, QuantaClock::new())
-    }
-}
-
-impl<C: Clock> DirectTokenBucket<C> {
-    /// A direct token bucket on `clock` — a [`ManualClock`](crate::ManualClock) in
-    /// tests, say.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Self::running(TokenBucketRules::new(&quota), quota, clock)
-    }
-}
-
-impl DirectFixedWindow {
-    /// A direct fixed window under `quota` (`capacity` per window of `capacity ×
-    /// refill_every`), on the default clock.
-    pub fn new(quota: Quota) -> Self {
-        Self::with_clock(quota, QuantaClock::new())
-    }
-}
-
-impl<C: Clock> DirectFixedWindow<C> {
-    /// A direct fixed window on `clock`.
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
-        Self::running(FixedWindowRules::new(&quota), quota, clock)
-    }
-}
-
-impl DirectGcra {
-    /// A direct GCRA under `quota`, on the default clock.
+impl<A: FromQuota> DirectLimiter<A> {
+    /// A direct limiter under `quota`, on the default clock.
+    ///
+    /// As the keyed limiters' `new`, every algorithm's returns a `Result`:
+    /// [`DirectTokenBucket`] and [`DirectFixedWindow`] hold every quota and never
+    /// refuse one.
     ///
     /// # Errors
-    /// The quotas [`Gcra`](crate::Gcra) refuses.
+    /// The quotas the keyed twin refuses:
+    /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported) from [`DirectGcra`]
+    /// and [`DirectSlidingWindowCounter`] (see [`Gcra`](crate::Gcra) and
+    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter)).
     pub fn new(quota: Quota) -> Result<Self, QuotaError> {
         Self::with_clock(quota, QuantaClock::new())
     }
 }
 
-impl<C: Clock> DirectGcra<C> {
-    /// A direct GCRA on `clock`.
+impl<A: FromQuota, C: Clock> DirectLimiter<A, C> {
+    /// A direct limiter on `clock` — a [`ManualClock`](crate::ManualClock) in tests,
+    /// say. For a fixed window or a sliding window counter, `capacity` per window of
+    /// `capacity × refill_every`.
     ///
     /// # Errors
-    /// The quotas [`Gcra`](crate::Gcra) refuses.
+    /// As [`new`](DirectLimiter::new).
     pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-        Ok(Self::running(GcraRules::new(&quota)?, quota, clock))
-    }
-}
-
-impl DirectSlidingWindowCounter {
-    /// A direct sliding window counter under `quota`, on the default clock.
-    ///
-    /// # Errors
-    /// The quotas [`SlidingWindowCounter`](crate::SlidingWindowCounter) refuses.
-    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
-        Self::with_clock(quota, QuantaClock::new())
-    }
-}
-
-impl<C: Clock> DirectSlidingWindowCounter<C> {
-    /// A direct sliding window counter on `clock`.
-    ///
-    /// # Errors
-    /// The quotas [`SlidingWindowCounter`](crate::SlidingWindowCounter) refuses.
-    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-        Ok(Self::running(
-            SlidingWindowRules::new(&quota)?,
-            quota,
-            clock,
-        ))
+        Ok(Self::running(A::from_quota(&quota)?, quota, clock))
     }
 }
 
@@ -312,11 +267,11 @@ mod tests {
     fn try_acquire_answers_as_acquire_one_on_every_algorithm() {
         let quota = Quota::new(3, Duration::from_millis(500)).unwrap();
         let clock = ManualClock::new();
-        let twins = || DirectTokenBucket::with_clock(quota, clock.clone());
+        let twins = || DirectTokenBucket::with_clock(quota, clock.clone()).unwrap();
         twins_agree(&twins(), &twins(), &clock);
         let twins = || DirectGcra::with_clock(quota, clock.clone()).unwrap();
         twins_agree(&twins(), &twins(), &clock);
-        let twins = || DirectFixedWindow::with_clock(quota, clock.clone());
+        let twins = || DirectFixedWindow::with_clock(quota, clock.clone()).unwrap();
         twins_agree(&twins(), &twins(), &clock);
         let twins = || DirectSlidingWindowCounter::with_clock(quota, clock.clone()).unwrap();
         twins_agree(&twins(), &twins(), &clock);

@@ -5,7 +5,7 @@
 //! property tests and loom models check it.
 
 use crate::Decision;
-use crate::algorithm::FromQuota;
+use crate::algorithm::RulesFromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::{STATE_END, WordAlgorithm};
@@ -98,9 +98,7 @@ impl GcraRules {
 }
 
 /// Refuses the quotas [`new`](GcraRules::new) names: building fails on those.
-impl FromQuota for GcraRules {
-    type Error = QuotaError;
-
+impl RulesFromQuota for GcraRules {
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         Self::new(quota)
     }

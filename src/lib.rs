@@ -5,7 +5,7 @@
 //! use turnstile::{Quota, TokenBucket};
 //!
 //! // At most 100 requests per minute per user, in bursts of up to 100.
-//! let limiter = TokenBucket::<String>::new(Quota::per_minute(100)?);
+//! let limiter = TokenBucket::<String>::new(Quota::per_minute(100)?)?;
 //!
 //! let decision = limiter.acquire("alice", 1);
 //! if decision.is_allowed() {
@@ -49,8 +49,10 @@
 //!   ordering.
 //! - **Bad input fails at construction**: every [`Quota`] accepted is one the token
 //!   bucket, fixed window and sliding log hold exactly; [`SlidingWindowCounter`] and
-//!   [`Gcra`] refuse at construction the few they cannot. Nothing panics or
-//!   truncates later.
+//!   [`Gcra`] refuse at construction the few they cannot. So every limiter's
+//!   constructors (`new`, `with_clock`, [`Builder`]'s `build`), for every algorithm,
+//!   keyed and direct, return `Result<_, QuotaError>`. Nothing panics or truncates
+//!   later.
 //! - **Verified**: turnstile's atomic protocols are model-checked with loom on the
 //!   real limiter code, against a store exactly as weak as the internal store
 //!   contract the limiters use, each model with a mutant the checker must reject; the
@@ -129,6 +131,7 @@ mod word;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub use algorithm::{Algorithm, FromQuota, Reconfigurable};
 pub use builder::{Builder, DefaultHasher};
 pub use clock::{Clock, ManualClock, QuantaClock, RecentClock, StdClock};
 pub use decision::{Decision, SharedDecision, SharedError};
@@ -142,5 +145,5 @@ pub use keyed::{
     FixedWindow, Gcra, KeyedLimiter, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket,
     SlidingLog, SlidingWindowCounter, TokenBucket,
 };
-pub use limiter::{KeyRef, RateLimiter};
+pub use limiter::{DynRateLimiter, KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};

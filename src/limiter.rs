@@ -11,6 +11,10 @@ use std::hash::Hash;
 /// `limiter.try_acquire(&42)`. An owned key is made only the first time a key is seen.
 ///
 /// All methods may be called from any number of threads at once.
+///
+/// Its methods are generic over the borrowed key, so `dyn RateLimiter<K>` is not a
+/// type; to hold limiters of different types in one collection, use its object-safe
+/// form, [`DynRateLimiter`], which every `RateLimiter` implements.
 pub trait RateLimiter<K> {
     /// Asks for `cost` tokens for `key`, all or nothing.
     ///
@@ -49,6 +53,74 @@ pub trait RateLimiter<K> {
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
+}
+
+/// [`RateLimiter`] in a form that can be a trait object: a limiter of keys `K`, asked
+/// with keys borrowed as `Q` (`K` itself by default), for a collection of limiters of
+/// different algorithms, stores or clocks, or a limiter chosen at run time.
+///
+/// Every `RateLimiter<K>` that can be shared between threads is one, for every `Q` it
+/// can be asked with, so there is nothing to implement: box or share the limiter, and
+/// name `Q` where the keys are asked for in a borrowed form (`str` for `String` keys).
+/// Each call is one dynamic call to the limiter's own method; a limiter used through
+/// its own type pays nothing for this trait.
+///
+/// ```
+/// use std::sync::Arc;
+/// use turnstile::{DynRateLimiter, Gcra, Quota, TokenBucket};
+///
+/// // One limit per route, each the algorithm that suits it, in one list.
+/// let limits: Vec<(&str, Arc<dyn DynRateLimiter<String, str>>)> = vec![
+///     ("/login", Arc::new(Gcra::<String>::new(Quota::per_minute(5)?)?)),
+///     ("/search", Arc::new(TokenBucket::<String>::new(Quota::per_second(20)?)?)),
+/// ];
+/// for (route, limiter) in &limits {
+///     assert!(limiter.try_acquire("alice"), "{route}: a new key starts full");
+/// }
+/// # Ok::<(), turnstile::QuotaError>(())
+/// ```
+pub trait DynRateLimiter<K, Q: ?Sized = K>: Send + Sync {
+    /// As [`RateLimiter::acquire`].
+    fn acquire(&self, key: &Q, cost: u32) -> Decision;
+
+    /// As [`RateLimiter::try_acquire`].
+    fn try_acquire(&self, key: &Q) -> bool;
+
+    /// As [`RateLimiter::peek`].
+    fn peek(&self, key: &Q) -> u32;
+
+    /// As [`RateLimiter::refund`].
+    fn refund(&self, key: &Q, cost: u32);
+}
+
+/// Each method forwards to the limiter's own, inlined into it where the limiter's type
+/// is known, so a caller generic over this trait pays no more than one over
+/// [`RateLimiter`] (the policy's checks ask their limiters through it).
+impl<K, Q, L> DynRateLimiter<K, Q> for L
+where
+    L: RateLimiter<K> + Send + Sync + ?Sized,
+    K: Borrow<Q>,
+    Q: ?Sized + KeyRef<K>,
+{
+    #[inline(always)]
+    fn acquire(&self, key: &Q, cost: u32) -> Decision {
+        RateLimiter::acquire(self, key, cost)
+    }
+
+    #[inline(always)]
+    fn try_acquire(&self, key: &Q) -> bool {
+        RateLimiter::try_acquire(self, key)
+    }
+
+    #[inline(always)]
+    fn peek(&self, key: &Q) -> u32 {
+        RateLimiter::peek(self, key)
+    }
+
+    #[inline(always)]
+    fn refund(&self, key: &Q, cost: u32) {
+        RateLimiter::refund(self, key, cost)
+    }
 }
 
 /// A borrowed form of a key `K` that can make an owned `K` — `str` for `String`,

@@ -6,7 +6,7 @@
 #![allow(missing_debug_implementations)]
 
 use crate::Clock;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Rules};
 use crate::keyed::KeyedLimiter;
 use crate::sync::{AtomicU64, Ordering};
 use std::borrow::Borrow;
@@ -132,7 +132,7 @@ impl Default for Watermark {
 /// The sweep's step on one word: retire it if it is forgettable as of `at`; whether
 /// it did.
 pub fn retire_if_forgettable<W: WordAlgorithm>(rules: &W, word: &AtomicU64, at: u64) -> bool {
-    <W as Algorithm<()>>::retire_if_forgettable(rules, word, at)
+    <W as Rules<()>>::retire_if_forgettable(rules, word, at)
         == crate::algorithm::Retirement::Retired
 }
 

@@ -69,7 +69,7 @@
 //! with a mutant.
 
 use crate::Quota;
-use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement, Rules};
 use crate::decision::Decision;
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
@@ -212,7 +212,7 @@ impl<A, K> PerKey<A, K> {
     }
 }
 
-impl<A: Reconfigurable, K: Send + Sync> Algorithm<K> for PerKey<A, K> {
+impl<A: Reconfigurable, K: Send + Sync> Rules<K> for PerKey<A, K> {
     type State = Entry<A>;
     /// The configuration the quota belongs to, and the quota.
     type Resolved = (u64, Quota);
@@ -401,7 +401,7 @@ impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
 mod tests {
     use super::{PerKey, Resolver};
     use crate::Quota;
-    use crate::algorithm::{Algorithm, Blocked};
+    use crate::algorithm::{Blocked, Rules};
     use crate::token_bucket::TokenBucketRules;
     use std::sync::Arc;
 
@@ -465,7 +465,7 @@ mod tests {
         );
         // Untouched: the whole of the old quota is still there for the move.
         assert_eq!(
-            Algorithm::<()>::available(&entry.rules, &entry.state, 0),
+            Rules::<()>::available(&entry.rules, &entry.state, 0),
             Ok(10)
         );
     }

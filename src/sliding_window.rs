@@ -5,7 +5,7 @@
 //! property tests and loom models check it.
 
 use crate::Decision;
-use crate::algorithm::FromQuota;
+use crate::algorithm::RulesFromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
 use crate::word::WordAlgorithm;
@@ -173,9 +173,7 @@ impl SlidingWindowRules {
 }
 
 /// Refuses the quotas [`new`](SlidingWindowRules::new) names: building fails on those.
-impl FromQuota for SlidingWindowRules {
-    type Error = QuotaError;
-
+impl RulesFromQuota for SlidingWindowRules {
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         Self::new(quota)
     }

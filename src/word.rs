@@ -1,9 +1,9 @@
 //! Algorithms whose per-key state is one `u64` word: the pure-function contract they
 //! implement, and the compare-and-set loop that makes each of them an
-//! [`Algorithm`] with `AtomicU64` state.
+//! [`Algorithm`](crate::Algorithm) with `AtomicU64` state.
 
 use crate::Decision;
-use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::algorithm::{Blocked, Movable, Renewal, Retirement, Rules};
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, fence};
 
@@ -85,7 +85,7 @@ pub trait MovableWord: WordAlgorithm + PartialEq + Clone + 'static {
     /// The rules for `quota`.
     fn for_quota(quota: &crate::Quota) -> Self;
 
-    /// The key's own latest time, as [`Reconfigurable::moment`] says.
+    /// The key's own latest time, as [`Movable::moment`] says.
     fn moment(&self, word: u64) -> u64;
 }
 
@@ -270,7 +270,7 @@ pub fn admit_word<W: WordAlgorithm>(
     }
 }
 
-impl<W: WordAlgorithm, K> Algorithm<K> for W {
+impl<W: WordAlgorithm, K> Rules<K> for W {
     type State = AtomicU64;
     type Resolved = ();
 
@@ -392,7 +392,7 @@ impl<W: WordAlgorithm, K> Algorithm<K> for W {
     }
 }
 
-impl<W: MovableWord> Reconfigurable for W {
+impl<W: MovableWord> Movable for W {
     type Frozen = u64;
 
     fn for_quota(quota: &crate::Quota) -> Self {

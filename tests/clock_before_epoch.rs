@@ -26,19 +26,28 @@ fn keyed(limiter: impl RateLimiter<u8> + 'static) -> Ask {
 /// Every algorithm, keyed and direct, made at `clock`'s reading now, asking for one.
 fn every_limiter(quota: Quota, clock: &ManualClock) -> Vec<(&'static str, Ask)> {
     let c = || clock.clone();
-    let token_bucket = DirectTokenBucket::with_clock(quota, c());
+    let token_bucket = DirectTokenBucket::with_clock(quota, c()).unwrap();
     let gcra = DirectGcra::with_clock(quota, c()).unwrap();
-    let fixed_window = DirectFixedWindow::with_clock(quota, c());
+    let fixed_window = DirectFixedWindow::with_clock(quota, c()).unwrap();
     let sliding_window = DirectSlidingWindowCounter::with_clock(quota, c()).unwrap();
     vec![
-        ("token bucket", keyed(TokenBucket::with_clock(quota, c()))),
+        (
+            "token bucket",
+            keyed(TokenBucket::with_clock(quota, c()).unwrap()),
+        ),
         ("gcra", keyed(Gcra::with_clock(quota, c()).unwrap())),
-        ("fixed window", keyed(FixedWindow::with_clock(quota, c()))),
+        (
+            "fixed window",
+            keyed(FixedWindow::with_clock(quota, c()).unwrap()),
+        ),
         (
             "sliding window",
             keyed(SlidingWindowCounter::with_clock(quota, c()).unwrap()),
         ),
-        ("sliding log", keyed(SlidingLog::with_clock(quota, c()))),
+        (
+            "sliding log",
+            keyed(SlidingLog::with_clock(quota, c()).unwrap()),
+        ),
         (
             "direct token bucket",
             Box::new(move || token_bucket.acquire(1)),

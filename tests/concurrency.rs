@@ -54,7 +54,9 @@ where
 
 #[test]
 fn frozen_clock_token_bucket() {
-    frozen_clock_admits_exactly_min_of_capacity_and_attempts(TokenBucket::<u64, _>::with_clock);
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(|q, c| {
+        TokenBucket::<u64, _>::with_clock(q, c).unwrap()
+    });
 }
 
 #[test]
@@ -69,7 +71,9 @@ fn frozen_clock_global_lock() {
 
 #[test]
 fn frozen_clock_fixed_window() {
-    frozen_clock_admits_exactly_min_of_capacity_and_attempts(FixedWindow::<u64, _>::with_clock);
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(|q, c| {
+        FixedWindow::<u64, _>::with_clock(q, c).unwrap()
+    });
 }
 
 #[test]
@@ -88,7 +92,9 @@ fn frozen_clock_gcra() {
 
 #[test]
 fn frozen_clock_sliding_log() {
-    frozen_clock_admits_exactly_min_of_capacity_and_attempts(SlidingLog::<u64, _>::with_clock);
+    frozen_clock_admits_exactly_min_of_capacity_and_attempts(|q, c| {
+        SlidingLog::<u64, _>::with_clock(q, c).unwrap()
+    });
 }
 
 fn first_request_race_creates_one_bucket<L, F>(make: F)
@@ -105,7 +111,7 @@ where
 
 #[test]
 fn first_request_race_token_bucket() {
-    first_request_race_creates_one_bucket(TokenBucket::<u64, _>::with_clock);
+    first_request_race_creates_one_bucket(|q, c| TokenBucket::<u64, _>::with_clock(q, c).unwrap());
 }
 
 #[test]
@@ -120,7 +126,7 @@ fn first_request_race_global_lock() {
 
 #[test]
 fn first_request_race_fixed_window() {
-    first_request_race_creates_one_bucket(FixedWindow::<u64, _>::with_clock);
+    first_request_race_creates_one_bucket(|q, c| FixedWindow::<u64, _>::with_clock(q, c).unwrap());
 }
 
 #[test]
@@ -139,7 +145,7 @@ fn first_request_race_gcra() {
 
 #[test]
 fn first_request_race_sliding_log() {
-    first_request_race_creates_one_bucket(SlidingLog::<u64, _>::with_clock);
+    first_request_race_creates_one_bucket(|q, c| SlidingLog::<u64, _>::with_clock(q, c).unwrap());
 }
 
 /// Takers hammer one drained key while another thread moves the clock forward one
@@ -190,7 +196,7 @@ where
 
 #[test]
 fn refill_race_token_bucket() {
-    refill_race_loses_no_token(TokenBucket::<u64, _>::with_clock);
+    refill_race_loses_no_token(|q, c| TokenBucket::<u64, _>::with_clock(q, c).unwrap());
 }
 
 #[test]
@@ -258,7 +264,9 @@ fn clock_is_past(clock: &ManualClock, at: Duration) -> bool {
 
 #[test]
 fn window_reset_race_fixed_window() {
-    window_reset_race_admits_exactly_one_window(FixedWindow::<u64, _>::with_clock);
+    window_reset_race_admits_exactly_one_window(|q, c| {
+        FixedWindow::<u64, _>::with_clock(q, c).unwrap()
+    });
 }
 
 /// Takers hammer one key drained at the start of window 0 while the clock moves
@@ -305,7 +313,8 @@ fn weighted_requests_racing_never_take_part_of_a_cost() {
     // Capacity 100; threads ask for 7 or 1. Whatever interleaving, the tokens taken
     // are exactly the sum of the allowed costs, and at most the capacity.
     let limiter =
-        TokenBucket::<u64, _>::with_clock(Quota::new(100, ms(10)).unwrap(), ManualClock::new());
+        TokenBucket::<u64, _>::with_clock(Quota::new(100, ms(10)).unwrap(), ManualClock::new())
+            .unwrap();
     let taken = AtomicU32::new(0);
     thread::scope(|s| {
         for cost in [7, 1, 7, 1] {
@@ -331,7 +340,8 @@ fn weighted_requests_racing_never_take_part_of_a_cost() {
 fn refunds_racing_with_takes_never_exceed_capacity() {
     for _ in 0..20 {
         let limiter =
-            TokenBucket::<u64, _>::with_clock(Quota::new(50, ms(10)).unwrap(), ManualClock::new());
+            TokenBucket::<u64, _>::with_clock(Quota::new(50, ms(10)).unwrap(), ManualClock::new())
+                .unwrap();
         let kept = AtomicU32::new(0);
         thread::scope(|s| {
             for t in 0..4u32 {

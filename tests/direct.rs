@@ -72,7 +72,7 @@ proptest! {
     #[test]
     fn a_direct_token_bucket_matches_the_reference_model((quota, start, steps) in case(quota(), true)) {
         let clock = ManualClock::new();
-        let limiter = OnePerKey::new(|| DirectTokenBucket::with_clock(quota, clock.clone()));
+        let limiter = OnePerKey::new(|| DirectTokenBucket::with_clock(quota, clock.clone()).unwrap());
         agrees(&clock, &limiter, &mut Keyed::<Bucket>::plain(quota), start, &steps)?;
     }
 
@@ -86,7 +86,7 @@ proptest! {
     #[test]
     fn a_direct_fixed_window_matches_the_reference_model((quota, start, steps) in case(quota(), true)) {
         let clock = ManualClock::new();
-        let limiter = OnePerKey::new(|| DirectFixedWindow::with_clock(quota, clock.clone()));
+        let limiter = OnePerKey::new(|| DirectFixedWindow::with_clock(quota, clock.clone()).unwrap());
         agrees(&clock, &limiter, &mut Keyed::<Window>::plain(quota), start, &steps)?;
     }
 
@@ -106,7 +106,8 @@ proptest! {
 fn threads_racing_on_a_frozen_clock_admit_exactly_the_capacity() {
     const CAPACITY: u32 = 1_000;
     let clock = ManualClock::new();
-    let limiter = DirectTokenBucket::with_clock(Quota::new(CAPACITY, ms(1)).unwrap(), clock);
+    let limiter =
+        DirectTokenBucket::with_clock(Quota::new(CAPACITY, ms(1)).unwrap(), clock).unwrap();
     let allowed = AtomicU32::new(0);
     thread::scope(|s| {
         for _ in 0..4 {
@@ -126,7 +127,8 @@ fn threads_racing_on_a_frozen_clock_admit_exactly_the_capacity() {
 #[test]
 fn a_check_allocates_nothing() {
     let clock = ManualClock::new();
-    let limiter = DirectTokenBucket::with_clock(Quota::new(10, ms(1)).unwrap(), clock.clone());
+    let limiter =
+        DirectTokenBucket::with_clock(Quota::new(10, ms(1)).unwrap(), clock.clone()).unwrap();
     let mut allowed = 0u32;
     let info = allocation_counter::measure(|| {
         for _ in 0..1_000 {
@@ -145,8 +147,8 @@ fn a_direct_limiter_is_a_policy_check_for_every_request() {
     let clock = ManualClock::new();
     let global = Quota::new(3, ms(100)).unwrap();
     let per_user = Quota::new(2, ms(100)).unwrap();
-    let cap = Arc::new(DirectTokenBucket::with_clock(global, clock.clone()));
-    let users = Arc::new(TokenBucket::<u32, _>::with_clock(per_user, clock.clone()));
+    let cap = Arc::new(DirectTokenBucket::with_clock(global, clock.clone()).unwrap());
+    let users = Arc::new(TokenBucket::<u32, _>::with_clock(per_user, clock.clone()).unwrap());
     let policy: Policy<u32> = Policy::builder()
         .check(Check::new(
             "per-user",

@@ -15,7 +15,7 @@ use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 type Limiter = Arc<TokenBucket<u32, ManualClock>>;
 
 fn limiter(quota: Quota, clock: &ManualClock) -> Limiter {
-    Arc::new(TokenBucket::with_clock(quota, clock.clone()))
+    Arc::new(TokenBucket::with_clock(quota, clock.clone()).unwrap())
 }
 
 /// A request: who sends it, and from where.

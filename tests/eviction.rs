@@ -15,6 +15,7 @@ fn limiter(quota: Quota, clock: &ManualClock, margin: Duration) -> TokenBucket<u
         .clock(clock.clone())
         .eviction_margin(margin)
         .build()
+        .unwrap()
 }
 
 proptest! {
@@ -216,7 +217,7 @@ fn streaming_distinct_keys_forgets_all_but_the_active_set() {
         if !evicting {
             builder = builder.manual_eviction();
         }
-        let limiter = builder.build();
+        let limiter = builder.build().unwrap();
         for key in 0..KEYS {
             assert!(limiter.try_acquire(&key));
             clock.advance(Duration::from_nanos(STEP_NS));
@@ -260,7 +261,8 @@ fn at_the_end_of_the_clock_the_overflow_hint_is_the_time_left() {
         .clock(clock.clone())
         .eviction_margin(ms(5))
         .max_keys(1, Overflow::Deny)
-        .build();
+        .build()
+        .unwrap();
     let end = Duration::from_nanos(u64::MAX);
     clock.set(end - ms(1));
     assert!(limiter.try_acquire(&1)); // drained: not forgettable
@@ -279,7 +281,8 @@ fn at_the_cap_new_keys_are_denied_and_counted_until_room_is_made() {
         .clock(clock.clone())
         .eviction_margin(ms(5))
         .max_keys(100, Overflow::Deny)
-        .build();
+        .build()
+        .unwrap();
     for key in 0..100 {
         assert!(limiter.acquire(&key, 2).is_allowed()); // drained: not forgettable
     }
@@ -324,6 +327,7 @@ fn limiters_sharing_a_thread_are_each_swept() {
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .build()
+            .unwrap()
     };
     let (first, second) = (make(), make());
     for key in 0..KEYS {
@@ -353,9 +357,9 @@ fn the_sweeper_thread_makes_room_at_the_cap(word_store: bool) {
         .eviction_margin(ms(5))
         .max_keys(10, Overflow::Deny);
     let limiter = if word_store {
-        builder.word_store().build()
+        builder.word_store().build().unwrap()
     } else {
-        builder.build()
+        builder.build().unwrap()
     };
     for key in 0..10 {
         assert!(limiter.try_acquire(&key));
@@ -407,7 +411,8 @@ fn at_the_cap_with_the_thread_gone_a_request_makes_room() {
         .clock(clock.clone())
         .eviction_margin(ms(5))
         .max_keys(10, Overflow::Deny)
-        .build();
+        .build()
+        .unwrap();
     for key in 0..10 {
         assert!(limiter.try_acquire(&PanicsOnTheSweeper(key)));
     }
@@ -446,7 +451,8 @@ fn a_manual_limiter_at_the_cap_makes_room_only_when_told() {
         .eviction_margin(ms(5))
         .max_keys(10, Overflow::Deny)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     for key in 0..10 {
         assert!(limiter.try_acquire(&key));
     }
@@ -464,7 +470,8 @@ fn at_the_cap_new_keys_share_one_overflow_allowance() {
     let limiter = TokenBucket::<u32>::builder(Quota::new(1, ms(10)).unwrap())
         .clock(clock.clone())
         .max_keys(10, Overflow::Shared(Quota::new(3, ms(100)).unwrap()))
-        .build();
+        .build()
+        .unwrap();
     for key in 0..10 {
         assert!(limiter.try_acquire(&key));
     }
@@ -527,6 +534,7 @@ fn forgetting_changes_no_decision_for_any_algorithm() {
                 .clock(clock.clone())
                 .eviction_margin(margin)
                 .build()
+                .unwrap()
         },
         |l| l.evict_idle(),
     );
@@ -537,6 +545,7 @@ fn forgetting_changes_no_decision_for_any_algorithm() {
                 .clock(clock.clone())
                 .eviction_margin(margin)
                 .build()
+                .unwrap()
         },
         |l| l.evict_idle(),
     );
@@ -555,6 +564,7 @@ fn forgetting_changes_no_decision_for_any_algorithm() {
                 .clock(clock.clone())
                 .eviction_margin(margin)
                 .build()
+                .unwrap()
         },
         |l| l.evict_idle(),
     );
@@ -581,7 +591,8 @@ fn a_background_sweeper_forgets_keys_without_any_request_and_stops_when_dropped(
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
             .manual_eviction()
-            .build(),
+            .build()
+            .unwrap(),
     );
     for key in 0..100 {
         assert!(limiter.try_acquire(&key));
@@ -608,7 +619,8 @@ fn a_background_sweeper_forgets_keys_without_any_request_and_stops_when_dropped(
 #[cfg(not(turnstile_loom))]
 #[test]
 fn a_background_sweeper_does_not_keep_its_limiter_alive() {
-    let limiter = std::sync::Arc::new(TokenBucket::<u32>::new(Quota::per_second(1).unwrap()));
+    let limiter =
+        std::sync::Arc::new(TokenBucket::<u32>::new(Quota::per_second(1).unwrap()).unwrap());
     let weak = std::sync::Arc::downgrade(&limiter);
     let sweeper = limiter.sweep_in_background(ms(1)).unwrap();
     thread::sleep(ms(5)); // let it sweep a few times
@@ -681,7 +693,8 @@ fn a_key_panicking_mid_insertion_holds_up_no_sweep() {
         .hasher(OneHash)
         .eviction_margin(Duration::ZERO)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     assert!(limiter.try_acquire(&Touchy(1)));
     ARMED.store(true, Ordering::SeqCst);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

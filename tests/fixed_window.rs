@@ -23,7 +23,7 @@ proptest! {
         let limiter = FixedWindow::<u32>::builder(quota)
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
-            .build();
+            .build().unwrap();
         let mut model = Keyed::<Window>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
@@ -31,7 +31,7 @@ proptest! {
     #[test]
     fn matches_the_reference_model((quota, start, steps) in case(any_quota(), true)) {
         let clock = ManualClock::new();
-        let limiter = FixedWindow::<u32, _>::with_clock(quota, clock.clone());
+        let limiter = FixedWindow::<u32, _>::with_clock(quota, clock.clone()).unwrap();
         agrees(&clock, &limiter, &mut Keyed::<Window>::plain(quota), start, &steps)?;
     }
 
@@ -46,7 +46,7 @@ proptest! {
 /// 100 per minute, on a manual clock.
 fn per_minute_100() -> (FixedWindow<u64, ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let limiter = FixedWindow::with_clock(Quota::per_minute(100).unwrap(), clock.clone());
+    let limiter = FixedWindow::with_clock(Quota::per_minute(100).unwrap(), clock.clone()).unwrap();
     (limiter, clock)
 }
 
@@ -97,7 +97,8 @@ fn a_retrying_client_is_not_locked_out() {
     // 1 per 100 ms window: retries just under the boundary are denied and not
     // counted, so the first request of the next window gets through.
     let clock = ManualClock::new();
-    let limiter = FixedWindow::<u64, _>::with_clock(Quota::new(1, ms(100)).unwrap(), clock.clone());
+    let limiter =
+        FixedWindow::<u64, _>::with_clock(Quota::new(1, ms(100)).unwrap(), clock.clone()).unwrap();
     assert!(limiter.try_acquire(&1));
     for tick in 1..100 {
         clock.set(Duration::from_micros(tick * 999));
@@ -166,7 +167,8 @@ fn a_window_longer_than_the_clock_range_is_one_window_forever() {
     let limiter = FixedWindow::<u64, _>::with_clock(
         Quota::new(4, Duration::from_nanos(interval)).unwrap(),
         clock.clone(),
-    );
+    )
+    .unwrap();
     assert!(limiter.acquire(&1, 4).is_allowed());
     clock.set(Duration::from_nanos(u64::MAX));
     let d = limiter.acquire(&1, 1);
@@ -181,7 +183,8 @@ fn builder_and_accessors() {
         FixedWindow::builder(Quota::per_second(3).unwrap())
             .clock(ManualClock::new())
             .expected_keys(100)
-            .build();
+            .build()
+            .unwrap();
     assert!(limiter.is_empty());
     assert!(limiter.try_acquire("alice"));
     assert_eq!(limiter.peek("alice"), 2);

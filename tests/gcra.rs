@@ -160,7 +160,7 @@ proptest! {
     ) {
         let clock = ManualClock::new();
         let gcra = Gcra::<u32, _>::with_clock(quota, clock.clone()).unwrap();
-        let bucket = TokenBucket::<u32, _>::with_clock(quota, clock.clone());
+        let bucket = TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap();
         let mut now = start;
         for (i, step) in steps.iter().enumerate() {
             let (by, key, cost) = match *step {
@@ -189,7 +189,7 @@ proptest! {
         let (capacity, interval) = (u64::from(quota.capacity()), interval_ns(quota));
         let clock = ManualClock::new();
         let gcra = Gcra::<u32, _>::with_clock(quota, clock.clone()).unwrap();
-        let bucket = TokenBucket::<u32, _>::with_clock(quota, clock.clone());
+        let bucket = TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap();
         let (mut now, mut by_gcra, mut by_bucket) = (start, vec![], vec![]);
         for step in &steps {
             if let Step::Forward { by, cost, .. } = *step {
@@ -231,7 +231,7 @@ fn the_grid_bucket_admits_one_more_across_a_grid_point() {
     let clock = ManualClock::new();
     let quota = Quota::new(3, ms(100)).unwrap();
     let gcra = Gcra::<u64, _>::with_clock(quota, clock.clone()).unwrap();
-    let bucket = TokenBucket::<u64, _>::with_clock(quota, clock.clone());
+    let bucket = TokenBucket::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     clock.set(ms(99));
     assert!(gcra.acquire(&1, 3).is_allowed() && bucket.acquire(&1, 3).is_allowed());
     clock.set(ms(100));
@@ -253,7 +253,7 @@ fn once_a_decision_differs_the_admission_counts_drift_apart() {
     let clock = ManualClock::new();
     let quota = Quota::new(1, ms(100)).unwrap();
     let gcra = Gcra::<u64, _>::with_clock(quota, clock.clone()).unwrap();
-    let bucket = TokenBucket::<u64, _>::with_clock(quota, clock.clone());
+    let bucket = TokenBucket::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     let (mut by_gcra, mut by_bucket) = (0, 0);
     for k in 0..100 {
         clock.set(ms(99 * k));

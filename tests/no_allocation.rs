@@ -10,8 +10,8 @@ use turnstile::{Decision, ManualClock, Quota, TokenBucket};
 fn existing_keys_allocate_nothing_on_allowed_denied_or_peek_paths() {
     let clock = ManualClock::new();
     let quota = Quota::new(10, Duration::from_millis(1)).unwrap();
-    let by_id = TokenBucket::<u64, _>::with_clock(quota, clock.clone());
-    let by_name = TokenBucket::<String, _>::with_clock(quota, clock.clone());
+    let by_id = TokenBucket::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let by_name = TokenBucket::<String, _>::with_clock(quota, clock.clone()).unwrap();
     let names: Vec<String> = (0..1000).map(|i| format!("client-{i}")).collect();
     for (id, name) in names.iter().enumerate() {
         assert!(by_id.try_acquire(&(id as u64)));
@@ -54,7 +54,7 @@ fn the_other_lock_free_algorithms_allocate_nothing_for_existing_keys() {
     use turnstile::{FixedWindow, Gcra, SlidingWindowCounter};
     let clock = ManualClock::new();
     let quota = Quota::new(10, Duration::from_micros(100)).unwrap(); // 10 per ms
-    let fixed = FixedWindow::<u64, _>::with_clock(quota, clock.clone());
+    let fixed = FixedWindow::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     let sliding = SlidingWindowCounter::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     let gcra = Gcra::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     let limiters: [&dyn Fn(u64, u32) -> Decision; 3] = [
@@ -100,7 +100,7 @@ fn a_sliding_log_key_grows_to_at_most_limit_timestamps_then_allocates_nothing() 
     const LIMIT: u64 = 100;
     let clock = ManualClock::new();
     let quota = Quota::new(LIMIT as u32, Duration::from_micros(10)).unwrap(); // per ms
-    let log = SlidingLog::<u64, _>::with_clock(quota, clock.clone());
+    let log = SlidingLog::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     assert!(log.acquire(&1, 0).is_allowed()); // the key's entry, with an empty ring
     let hammer = |rounds: u32| {
         let mut allowed = 0;

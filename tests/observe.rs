@@ -54,6 +54,7 @@ fn a_named_limiter_counts_its_decisions_keys_and_sweeps() {
             .max_keys(2, Overflow::Deny)
             .name("api")
             .build()
+            .unwrap()
     });
     for _ in 0..3 {
         let _ = limiter.acquire("alice", 1);
@@ -113,6 +114,7 @@ fn a_named_limiters_try_acquire_is_counted() {
             .manual_eviction()
             .name("quick")
             .build()
+            .unwrap()
     });
     // A new key, then the same key stored: allowed, allowed, denied.
     let answers: Vec<bool> = (0..3).map(|_| limiter.try_acquire(&7)).collect();
@@ -136,7 +138,7 @@ fn an_unnamed_limiter_reports_nothing() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let limiter = metrics::with_local_recorder(&recorder, || {
-        TokenBucket::<u32>::new(Quota::per_second(1).unwrap())
+        TokenBucket::<u32>::new(Quota::per_second(1).unwrap()).unwrap()
     });
     let _ = limiter.acquire(&1, 1);
     let _ = limiter.acquire(&1, 1);
@@ -155,7 +157,7 @@ fn a_named_policy_counts_each_checks_decisions_and_its_verdicts() {
     let snapshotter = recorder.snapshotter();
     let clock = ManualClock::new();
     let quota = Quota::new(1, ms(100)).unwrap();
-    let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()));
+    let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap());
     // Built and asked under the recorder: check counters register at the check's
     // first decision.
     metrics::with_local_recorder(&recorder, || {
@@ -269,8 +271,9 @@ fn refusals_are_debug_events_that_carry_a_hash_of_the_key_never_the_key() {
         let limiter: TokenBucket<String, _> = TokenBucket::builder(quota)
             .clock(clock.clone())
             .name("api")
-            .build();
-        let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()));
+            .build()
+            .unwrap();
+        let bucket = || Arc::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap());
         let policy: Policy<Request> = Policy::builder()
             .check(Check::new(
                 "per-ip",
@@ -375,7 +378,7 @@ async fn a_layer_in_dry_run_registers_its_checks_as_dry_run_only() {
     let policy = Policy::builder()
         .check(Check::new(
             "per-user",
-            Arc::new(TokenBucket::<String>::new(quota)),
+            Arc::new(TokenBucket::<String>::new(quota).unwrap()),
             Limit::steady(quota),
             HeaderKey::new(http::HeaderName::from_static("x-api-key")),
         ))

@@ -253,8 +253,8 @@ mod same_decisions {
             let clock = ManualClock::new();
             let per_key = TokenBucket::<u64>::builder(small).clock(clock.clone()).build_per_key(of);
             let shared = [
-                TokenBucket::<u64, _>::with_clock(small, clock.clone()),
-                TokenBucket::<u64, _>::with_clock(large, clock.clone()),
+                TokenBucket::<u64, _>::with_clock(small, clock.clone()).unwrap(),
+                TokenBucket::<u64, _>::with_clock(large, clock.clone()).unwrap(),
             ];
             let mut now = 0;
             for (by, key, cost) in steps {

@@ -25,7 +25,7 @@ struct Request {
 type Limiter = Arc<TokenBucket<u32, ManualClock>>;
 
 fn limiter(quota: Quota, clock: &ManualClock) -> Limiter {
-    Arc::new(TokenBucket::with_clock(quota, clock.clone()))
+    Arc::new(TokenBucket::with_clock(quota, clock.clone()).unwrap())
 }
 
 fn by_user(r: &Request) -> Option<u32> {
@@ -306,7 +306,8 @@ fn a_full_key_table_is_an_overflow_with_a_hint_not_a_denial() {
             .clock(clock.clone())
             .max_keys(1, Overflow::Deny)
             .manual_eviction()
-            .build(),
+            .build()
+            .unwrap(),
     );
     let policy: Policy<Request> = Policy::builder()
         .check(Check::new("per-user", users, Limit::steady(quota), by_user))
@@ -563,14 +564,14 @@ fn a_check_from_its_limiter_advertises_the_limiters_quota() {
     let quota = Quota::per_minute(10).unwrap();
     let steady = Limit::steady(quota);
     let windowed = Limit::windowed(quota);
-    assert_eq!(TokenBucket::<u64>::new(quota).limit(), steady);
+    assert_eq!(TokenBucket::<u64>::new(quota).unwrap().limit(), steady);
     assert_eq!(Gcra::<u64>::new(quota).unwrap().limit(), steady);
-    assert_eq!(FixedWindow::<u64>::new(quota).limit(), windowed);
+    assert_eq!(FixedWindow::<u64>::new(quota).unwrap().limit(), windowed);
     assert_eq!(
         SlidingWindowCounter::<u64>::new(quota).unwrap().limit(),
         windowed
     );
-    assert_eq!(SlidingLog::<u64>::new(quota).limit(), windowed);
+    assert_eq!(SlidingLog::<u64>::new(quota).unwrap().limit(), windowed);
     assert_ne!(steady, windowed);
 }
 
@@ -578,7 +579,7 @@ fn a_check_from_its_limiter_advertises_the_limiters_quota() {
 /// above the limiter's capacity is refused when the policy is built.
 #[test]
 fn a_check_from_its_limiter_is_held_to_the_limiters_capacity() {
-    let users = Arc::new(TokenBucket::<u64>::new(Quota::per_minute(5).unwrap()));
+    let users = Arc::new(TokenBucket::<u64>::new(Quota::per_minute(5).unwrap()).unwrap());
     let check =
         |cost| Check::from_limiter("per-user", users.clone(), |r: &u64| Some(*r)).cost(cost);
     assert!(Policy::<u64>::builder().check(check(5)).build().is_ok());

@@ -30,11 +30,8 @@ fn existing_keys_allocate_nothing_when_allowed_denied_or_refused() {
     let clock = ManualClock::new();
     let user_quota = Quota::new(10, Duration::from_millis(1)).unwrap();
     let ip_quota = Quota::new(4, Duration::from_millis(1)).unwrap();
-    let users = Arc::new(TokenBucket::<String, _>::with_clock(
-        user_quota,
-        clock.clone(),
-    ));
-    let ips = Arc::new(TokenBucket::<u64, _>::with_clock(ip_quota, clock.clone()));
+    let users = Arc::new(TokenBucket::<String, _>::with_clock(user_quota, clock.clone()).unwrap());
+    let ips = Arc::new(TokenBucket::<u64, _>::with_clock(ip_quota, clock.clone()).unwrap());
     let policy: Policy<Request> = Policy::builder()
         .check(Check::new(
             "per-user",

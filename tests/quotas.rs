@@ -19,7 +19,7 @@ fn largest_burst_every_nanosecond() -> Quota {
 #[test]
 fn a_million_a_second_refills_one_token_every_microsecond() {
     let clock = ManualClock::new();
-    let limiter = TokenBucket::<&str, _>::with_clock(million_a_second(), clock.clone());
+    let limiter = TokenBucket::<&str, _>::with_clock(million_a_second(), clock.clone()).unwrap();
     assert_eq!(
         limiter.acquire(&"api", 1_000_000),
         Decision::Allowed { remaining: 0 }
@@ -35,7 +35,8 @@ fn a_million_a_second_refills_one_token_every_microsecond() {
 fn the_largest_burst_refilled_every_nanosecond_is_a_bandwidth_limit() {
     // 4 GiB at once, then a byte per nanosecond: cost = bytes.
     let clock = ManualClock::new();
-    let link = DirectTokenBucket::with_clock(largest_burst_every_nanosecond(), clock.clone());
+    let link =
+        DirectTokenBucket::with_clock(largest_burst_every_nanosecond(), clock.clone()).unwrap();
     assert!(link.acquire(3 << 30).is_allowed()); // 3 GiB
     assert_eq!(link.peek(), u32::MAX - (3 << 30));
     assert!(link.acquire(1 << 30).retry_after() == Some(Duration::from_nanos(1)));
@@ -50,7 +51,7 @@ fn the_largest_burst_refilled_every_nanosecond_is_a_bandwidth_limit() {
 fn every_other_algorithm_holds_both_quotas_or_refuses_with_its_documented_error() {
     for quota in [million_a_second(), largest_burst_every_nanosecond()] {
         let clock = ManualClock::new();
-        let window = FixedWindow::<u8, _>::with_clock(quota, clock.clone());
+        let window = FixedWindow::<u8, _>::with_clock(quota, clock.clone()).unwrap();
         assert!(
             window.acquire(&1, quota.capacity()).is_allowed(),
             "{quota:?}"
@@ -62,7 +63,7 @@ fn every_other_algorithm_holds_both_quotas_or_refuses_with_its_documented_error(
         assert!(!gcra.acquire(&1, 1).is_allowed(), "{quota:?}");
 
         // A sliding log keeps a timestamp per request in its window; a thousand here.
-        let log = SlidingLog::<u8, _>::with_clock(quota, clock.clone());
+        let log = SlidingLog::<u8, _>::with_clock(quota, clock.clone()).unwrap();
         assert!(log.acquire(&1, 1_000).is_allowed(), "{quota:?}");
         assert_eq!(log.peek(&1), quota.capacity() - 1_000);
 

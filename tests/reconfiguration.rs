@@ -130,7 +130,8 @@ fn setting_the_same_quota_changes_no_decision_even_for_a_lagging_reading() {
         .build_reconfigurable();
     let twin = TokenBucket::<u64>::builder(one_per_second)
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     let mut decisions = (vec![], vec![]);
     for (at, set_quota) in [(ms(5000), true), (ms(500), false), (ms(5100), false)] {
         clock.set(at);

@@ -260,7 +260,7 @@ fn long_idle_keys_are_simply_full() {
 #[test]
 fn borrowed_keys_work_on_string_and_integer_limiters() {
     let quota = Quota::per_second(1).unwrap();
-    let by_name = TokenBucket::<String>::new(quota);
+    let by_name = TokenBucket::<String>::new(quota).unwrap();
     assert!(by_name.try_acquire("alice"));
     assert!(!by_name.try_acquire(&String::from("alice")));
     let by_id = MutexPerKey::<u64>::new(quota);
@@ -275,7 +275,7 @@ fn borrowed_keys_work_on_string_and_integer_limiters() {
 #[test]
 fn peek_neither_consumes_nor_creates() {
     let clock = ManualClock::new();
-    let limiter = TokenBucket::<u32, _>::with_clock(Quota::new(3, ms(10)).unwrap(), clock);
+    let limiter = TokenBucket::<u32, _>::with_clock(Quota::new(3, ms(10)).unwrap(), clock).unwrap();
     assert_eq!(limiter.peek(&1), 3);
     assert!(limiter.is_empty());
     assert!(limiter.try_acquire(&1));

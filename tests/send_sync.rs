@@ -130,12 +130,12 @@ const _: () = {
 #[test]
 fn a_limiter_prints_its_quota_not_its_keys() {
     let quota = Quota::new(3, Duration::from_secs(2)).unwrap();
-    let keyed = TokenBucket::<String>::new(quota);
+    let keyed = TokenBucket::<String>::new(quota).unwrap();
     assert!(keyed.try_acquire("a key that must not be printed"));
     let printed = format!("{keyed:?}");
     assert!(printed.contains(&format!("{quota:?}")), "{printed}");
     assert!(!printed.contains("must not be printed"), "{printed}");
 
-    let direct = DirectTokenBucket::new(quota);
+    let direct = DirectTokenBucket::new(quota).unwrap();
     assert!(format!("{direct:?}").contains(&format!("{quota:?}")));
 }

@@ -25,7 +25,7 @@ proptest! {
         let limiter = SlidingLog::<u32>::builder(quota)
             .clock(clock.clone())
             .eviction_margin(Duration::ZERO)
-            .build();
+            .build().unwrap();
         let mut model = Keyed::<Log>::plain(quota);
         schedule::agrees_sweeping(&clock, &limiter, &mut model, start, &steps, || limiter.evict_idle())?;
     }
@@ -33,7 +33,7 @@ proptest! {
     #[test]
     fn matches_the_reference_model((quota, start, steps) in case(small_quota(6), true)) {
         let clock = ManualClock::new();
-        let limiter = SlidingLog::<u32, _>::with_clock(quota, clock.clone());
+        let limiter = SlidingLog::<u32, _>::with_clock(quota, clock.clone()).unwrap();
         agrees(&clock, &limiter, &mut Keyed::<Log>::plain(quota), start, &steps)?;
     }
 
@@ -52,7 +52,7 @@ proptest! {
     ) {
         let (limit, window) = (u64::from(quota.capacity()), window_ns(quota));
         let clock = ManualClock::new();
-        let limiter = SlidingLog::<u32, _>::with_clock(quota, clock.clone());
+        let limiter = SlidingLog::<u32, _>::with_clock(quota, clock.clone()).unwrap();
         let mut admitted: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         let mut now = 0u64;
         for step in &steps {
@@ -87,7 +87,7 @@ proptest! {
 /// 100 per minute, on a manual clock.
 fn per_minute_100() -> (SlidingLog<u64, ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let limiter = SlidingLog::with_clock(Quota::per_minute(100).unwrap(), clock.clone());
+    let limiter = SlidingLog::with_clock(Quota::per_minute(100).unwrap(), clock.clone()).unwrap();
     (limiter, clock)
 }
 
@@ -132,7 +132,8 @@ fn a_retrying_client_is_not_locked_out() {
     // Only admitted requests are recorded: a client retrying every millisecond while
     // denied gets through exactly one window after its last admitted request.
     let clock = ManualClock::new();
-    let limiter = SlidingLog::<u64, _>::with_clock(Quota::new(2, ms(50)).unwrap(), clock.clone());
+    let limiter =
+        SlidingLog::<u64, _>::with_clock(Quota::new(2, ms(50)).unwrap(), clock.clone()).unwrap();
     assert!(limiter.acquire(&1, 2).is_allowed());
     for tick in 1..100 {
         clock.set(ms(tick));
@@ -189,7 +190,7 @@ fn a_reading_older_than_the_newest_request_counts_as_no_time_elapsed() {
 fn a_window_longer_than_the_clock_range_never_lets_a_request_leave() {
     let clock = ManualClock::new();
     let quota = Quota::new(3, Duration::from_nanos(u64::MAX / 2)).unwrap();
-    let limiter = SlidingLog::<u64, _>::with_clock(quota, clock.clone());
+    let limiter = SlidingLog::<u64, _>::with_clock(quota, clock.clone()).unwrap();
     assert!(limiter.acquire(&1, 3).is_allowed());
     clock.set(Duration::from_nanos(u64::MAX));
     assert_eq!(limiter.peek(&1), 0);
@@ -202,7 +203,8 @@ fn builder_and_accessors() {
         SlidingLog::builder(Quota::per_second(3).unwrap())
             .clock(ManualClock::new())
             .expected_keys(100)
-            .build();
+            .build()
+            .unwrap();
     assert!(limiter.is_empty());
     assert!(limiter.try_acquire("alice"));
     assert_eq!(limiter.peek("alice"), 2);

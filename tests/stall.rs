@@ -160,9 +160,9 @@ fn limiter(word_store: bool) -> Arc<Limiter> {
         .clock(ManualClock::new())
         .hasher(OneHash);
     let limiter = if word_store {
-        builder.word_store().build()
+        builder.word_store().build().unwrap()
     } else {
-        builder.build()
+        builder.build().unwrap()
     };
     for key in STORED {
         assert!(limiter.try_acquire(&Key(key)));
@@ -320,7 +320,8 @@ fn a_stall_while_the_map_grows_keeps_nobody_waiting() {
         TokenBucket::<Key>::builder(Quota::per_second(1_000).unwrap())
             .clock(ManualClock::new())
             .hasher(SpreadHash)
-            .build(),
+            .build()
+            .unwrap(),
     );
     for key in 0..STORED {
         assert!(limiter.try_acquire(&Key(key)));

@@ -48,10 +48,8 @@ const INTERVAL: Duration = Duration::from_millis(100);
 #[tokio::test(start_paused = true)]
 async fn a_direct_limiter_paces_every_item_in_order() {
     let clock = TokioClock(Instant::now());
-    let limiter = Arc::new(DirectTokenBucket::with_clock(
-        Quota::new(2, INTERVAL).unwrap(),
-        clock,
-    ));
+    let limiter =
+        Arc::new(DirectTokenBucket::with_clock(Quota::new(2, INTERVAL).unwrap(), clock).unwrap());
     let out = drain(throttle(
         Items((1..=6).collect::<Vec<u32>>().into_iter()),
         limiter,
@@ -68,10 +66,9 @@ async fn a_direct_limiter_paces_every_item_in_order() {
 #[tokio::test(start_paused = true)]
 async fn a_keyed_limiter_paces_each_key_and_keeps_the_order() {
     let clock = TokioClock(Instant::now());
-    let limiter = Arc::new(TokenBucket::<&str, _>::with_clock(
-        Quota::new(1, INTERVAL).unwrap(),
-        clock,
-    ));
+    let limiter = Arc::new(
+        TokenBucket::<&str, _>::with_clock(Quota::new(1, INTERVAL).unwrap(), clock).unwrap(),
+    );
     let items = vec![
         ("alice", 1),
         ("alice", 2),
@@ -92,10 +89,8 @@ async fn a_keyed_limiter_paces_each_key_and_keeps_the_order() {
 #[tokio::test(start_paused = true)]
 async fn jitter_only_delays() {
     let clock = TokioClock(Instant::now());
-    let limiter = Arc::new(DirectTokenBucket::with_clock(
-        Quota::new(1, INTERVAL).unwrap(),
-        clock,
-    ));
+    let limiter =
+        Arc::new(DirectTokenBucket::with_clock(Quota::new(1, INTERVAL).unwrap(), clock).unwrap());
     let jitter = Duration::from_millis(30);
     let stream = throttle(
         Items((1..=20).collect::<Vec<u32>>().into_iter()),

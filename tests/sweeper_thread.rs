@@ -30,9 +30,9 @@ fn limiter(manual: bool, clock: &ManualClock) -> TokenBucket<u64, ManualClock> {
     let builder = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_millis(1)).unwrap())
         .clock(clock.clone());
     if manual {
-        builder.manual_eviction().build()
+        builder.manual_eviction().build().unwrap()
     } else {
-        builder.build()
+        builder.build().unwrap()
     }
 }
 
@@ -94,7 +94,8 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     let growing = TokenBucket::<u64>::builder(Quota::new(1, Duration::from_millis(1)).unwrap())
         .clock(clock.clone())
         .word_store()
-        .build();
+        .build()
+        .unwrap();
     clock.advance(Duration::from_millis(1));
     for key in 0..3_000_000 {
         assert!(growing.try_acquire(&key));

@@ -53,10 +53,9 @@ type Limiter = Arc<TokenBucket<u32, ManualClock>>;
 
 /// A limiter of `capacity` tokens, one more every `interval`, drained for key 1.
 fn drained(capacity: u32, interval: Duration, clock: &ManualClock) -> Limiter {
-    let limiter = Arc::new(TokenBucket::with_clock(
-        Quota::new(capacity, interval).unwrap(),
-        clock.clone(),
-    ));
+    let limiter = Arc::new(
+        TokenBucket::with_clock(Quota::new(capacity, interval).unwrap(), clock.clone()).unwrap(),
+    );
     assert!(limiter.acquire(&1, capacity).is_allowed());
     limiter
 }
@@ -69,10 +68,8 @@ fn waiter(limiter: &Limiter, cost: u32, wait: Wait) -> JoinHandle<Result<Decisio
 #[tokio::test(start_paused = true)]
 async fn an_allowed_request_does_not_wait() {
     let clock = ManualClock::new();
-    let limiter: Limiter = Arc::new(TokenBucket::with_clock(
-        Quota::per_second(1).unwrap(),
-        clock.clone(),
-    ));
+    let limiter: Limiter =
+        Arc::new(TokenBucket::with_clock(Quota::per_second(1).unwrap(), clock.clone()).unwrap());
     let task = waiter(&limiter, 1, Wait::up_to(Duration::from_secs(5)));
     let [(at, answer)] = run_in_step(&clock, vec![task]).await.try_into().unwrap();
     assert_eq!(at, Duration::ZERO);
@@ -156,10 +153,13 @@ async fn jitter_spreads_waiters_and_only_ever_adds_delay() {
     // of jitter: each passes in [500, 600] ms (the timer rounds up to the next step),
     // and they do not all wake together.
     let clock = ManualClock::new();
-    let limiter = Arc::new(TokenBucket::<u32, _>::with_clock(
-        Quota::new(1, Duration::from_millis(500)).unwrap(),
-        clock.clone(),
-    ));
+    let limiter = Arc::new(
+        TokenBucket::<u32, _>::with_clock(
+            Quota::new(1, Duration::from_millis(500)).unwrap(),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
     let wait = Wait::up_to(Duration::from_secs(2)).jitter(Duration::from_millis(100));
     let tasks = (0..20u32)
         .map(|key| {

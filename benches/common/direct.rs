@@ -77,7 +77,9 @@ pub fn with_direct<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
     let (capacity, every) = quota(mix);
     let quota = Quota::new(capacity, every).expect("a valid quota");
     match name {
-        "direct-turnstile" => visitor.visit(move || Turnstile(DirectTokenBucket::new(quota))),
+        "direct-turnstile" => {
+            visitor.visit(move || Turnstile(DirectTokenBucket::new(quota).unwrap()))
+        }
         "direct-turnstile-gcra" => visitor
             .visit(move || TurnstileGcra(DirectGcra::new(quota).expect("GCRA holds the quota"))),
         "direct-governor" => visitor.visit(move || {

@@ -228,7 +228,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
             Ours(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         "turnstile-recent" => visitor.visit(move || {
@@ -237,7 +238,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 TokenBucket::<u64>::builder(quota)
                     .clock(clock)
                     .expected_keys(expected_keys)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         // Named, with no recorder installed unless one was before (the instructions
@@ -249,7 +251,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .name("bench")
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         #[cfg(feature = "metrics")]
@@ -265,7 +268,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                     TokenBucket::<u64>::builder(quota)
                         .expected_keys(expected_keys)
                         .name("bench")
-                        .build(),
+                        .build()
+                        .unwrap(),
                 )
             })
         }
@@ -275,7 +279,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .word_store()
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         // No sweeper thread: what automatic sweeps cost, beside "turnstile".
@@ -284,7 +289,8 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(expected_keys)
                     .manual_eviction()
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         "mutex-per-key" => visitor.visit(move || {
@@ -355,7 +361,8 @@ pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
             Ours(
                 TokenBucket::<u64>::builder(quota)
                     .expected_keys(keys)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         "gcra" => visitor.visit(move || {
@@ -370,7 +377,8 @@ pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
             Ours(
                 FixedWindow::<u64>::builder(quota)
                     .expected_keys(keys)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         "sliding-window" => visitor.visit(move || {
@@ -381,7 +389,8 @@ pub fn with_algorithm<V: Visit>(name: &str, mix: Mix, visitor: V) -> V::Output {
             Ours(
                 SlidingLog::<u64>::builder(quota)
                     .expected_keys(keys)
-                    .build(),
+                    .build()
+                    .unwrap(),
             )
         }),
         other => panic!("unknown algorithm {other}"),

@@ -139,7 +139,7 @@ fn layer() -> RateLimitLayer {
     let per_user = Policy::builder()
         .check(Check::new(
             "per-user",
-            Arc::new(TokenBucket::<String, _>::with_clock(hourly, clock.clone())),
+            Arc::new(TokenBucket::<String, _>::with_clock(hourly, clock.clone()).unwrap()),
             Limit::steady(hourly),
             HeaderKey::new(API_KEY),
         ))
@@ -148,7 +148,7 @@ fn layer() -> RateLimitLayer {
     let per_ip = Policy::builder()
         .check(Check::new(
             "per-ip",
-            Arc::new(TokenBucket::<IpAddr, _>::with_clock(hourly, clock.clone())),
+            Arc::new(TokenBucket::<IpAddr, _>::with_clock(hourly, clock.clone()).unwrap()),
             Limit::steady(hourly),
             PeerIp::new(),
         ))

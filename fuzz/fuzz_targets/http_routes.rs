@@ -29,7 +29,7 @@ fn named(name: &str, clock: &ManualClock) -> Policy<http::request::Parts> {
         .check(
             Check::new(
                 name,
-                Arc::new(TokenBucket::<String, _>::with_clock(quota, clock.clone())),
+                Arc::new(TokenBucket::<String, _>::with_clock(quota, clock.clone()).unwrap()),
                 Limit::steady(quota),
                 HeaderKey::new(http::HeaderName::from_static("x-api-key")),
             )

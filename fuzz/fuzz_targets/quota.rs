@@ -215,31 +215,38 @@ fn unsupported(algo: Algo, capacity: u32, nanos: u64) -> bool {
     }
 }
 
-/// The limiter `algo` picks, or the error its constructor gave.
+/// The limiter `algo` picks, or the error its constructor gave: every algorithm's
+/// constructors return a `Result`, and the caller holds each refusal to `unsupported`
+/// (so the token bucket, the fixed window and the sliding log are held to refusing
+/// none).
 fn limiter(algo: Algo, quota: Quota, clock: &ManualClock) -> Result<Box<dyn Twins>, QuotaError> {
     let c = || clock.clone();
+    /// The keyed twin and the direct one, which accept alike.
+    fn pair<K, D>(
+        keyed: Result<K, QuotaError>,
+        direct: Result<D, QuotaError>,
+    ) -> Result<Pair<K, D>, QuotaError> {
+        assert_eq!(keyed.is_ok(), direct.is_ok(), "the twins accept alike");
+        Ok(Pair(keyed?, direct?))
+    }
     Ok(match algo {
-        Algo::TokenBucket => Box::new(Pair(
+        Algo::TokenBucket => Box::new(pair(
             TokenBucket::with_clock(quota, c()),
             DirectTokenBucket::with_clock(quota, c()),
-        )),
-        Algo::Gcra => {
-            let keyed = Gcra::with_clock(quota, c());
-            let direct = DirectGcra::with_clock(quota, c());
-            assert_eq!(keyed.is_ok(), direct.is_ok(), "the twins accept alike");
-            Box::new(Pair(keyed?, direct?))
-        }
-        Algo::FixedWindow => Box::new(Pair(
+        )?),
+        Algo::Gcra => Box::new(pair(
+            Gcra::with_clock(quota, c()),
+            DirectGcra::with_clock(quota, c()),
+        )?),
+        Algo::FixedWindow => Box::new(pair(
             FixedWindow::with_clock(quota, c()),
             DirectFixedWindow::with_clock(quota, c()),
-        )),
-        Algo::SlidingWindowCounter => {
-            let keyed = SlidingWindowCounter::with_clock(quota, c());
-            let direct = DirectSlidingWindowCounter::with_clock(quota, c());
-            assert_eq!(keyed.is_ok(), direct.is_ok(), "the twins accept alike");
-            Box::new(Pair(keyed?, direct?))
-        }
-        Algo::SlidingLog => Box::new(SlidingLog::with_clock(quota, c())),
+        )?),
+        Algo::SlidingWindowCounter => Box::new(pair(
+            SlidingWindowCounter::with_clock(quota, c()),
+            DirectSlidingWindowCounter::with_clock(quota, c()),
+        )?),
+        Algo::SlidingLog => Box::new(SlidingLog::with_clock(quota, c())?),
     })
 }
 

@@ -385,7 +385,7 @@ fuzz_target!(|input: Input| {
     // Through the layer: the client's second request, other lines of its own in front
     // of the same chain, has the first one's key.
     let hourly = Quota::per_hour(1).expect("1 per hour is a quota");
-    let limiter = TokenBucket::<IpAddr, _>::with_clock(hourly, ManualClock::new());
+    let limiter = TokenBucket::<IpAddr, _>::with_clock(hourly, ManualClock::new()).unwrap();
     let policy = Policy::builder()
         .check(Check::from_limiter("per-client", Arc::new(limiter), extractor))
         .build()

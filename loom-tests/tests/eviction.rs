@@ -23,7 +23,8 @@ fn sweeping_never_grants_extra(sweep: fn(&TokenBucket<u64, ManualClock>)) {
         .clock(clock)
         .eviction_margin(Duration::ZERO)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     // The key exists and is full (forgettable) with one token.
     assert!(limiter.acquire(&KEY, 0).is_allowed());
     let limiter = Arc::new(limiter);
@@ -220,9 +221,9 @@ fn a_new_key_reads_the_watermark_once_registered(word_store: bool) {
         .eviction_margin(Duration::ZERO)
         .manual_eviction();
     let limiter = if word_store {
-        builder.word_store().build()
+        builder.word_store().build().unwrap()
     } else {
-        builder.build()
+        builder.build().unwrap()
     };
     clock.set(Duration::from_nanos(5));
     let limiter = Arc::new(limiter);

@@ -23,7 +23,7 @@ fn quota(limit: u32) -> Quota {
 }
 
 fn real(limit: u32, clock: &ManualClock) -> Real<FixedWindow<u64, ManualClock>> {
-    let limiter = FixedWindow::with_clock(quota(limit), clock.clone());
+    let limiter = FixedWindow::with_clock(quota(limit), clock.clone()).unwrap();
     Real::new(limiter, |l| word(l, &KEY).0)
 }
 

@@ -46,7 +46,8 @@ fn a_cycle_racing_two_takes_admits_one(existing: bool, cycle: fn(&TokenBucket<u6
             .clock(ManualClock::new())
             .eviction_margin(Duration::ZERO)
             .manual_eviction()
-            .build();
+            .build()
+            .unwrap();
     if existing {
         assert!(limiter.acquire(&KEY, 1).is_allowed());
     }
@@ -137,7 +138,8 @@ fn a_peek_during_a_relocation_sees_the_key() {
         .clock(ManualClock::new())
         .eviction_margin(Duration::ZERO)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     assert!(limiter.acquire(&KEY, 1).is_allowed());
     let limiter = Arc::new(limiter);
     let peeker = {

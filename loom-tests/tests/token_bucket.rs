@@ -34,7 +34,7 @@ struct Real(TokenBucket<u64, ManualClock>);
 
 impl Real {
     fn new(capacity: u32, clock: &ManualClock) -> Self {
-        Self(TokenBucket::with_clock(quota(capacity), clock.clone()))
+        Self(TokenBucket::with_clock(quota(capacity), clock.clone()).unwrap())
     }
 }
 
@@ -94,10 +94,7 @@ impl Bucket for DirectTry {
 }
 
 fn direct(capacity: u32, clock: &ManualClock) -> Direct {
-    Direct(DirectTokenBucket::with_clock(
-        quota(capacity),
-        clock.clone(),
-    ))
+    Direct(DirectTokenBucket::with_clock(quota(capacity), clock.clone()).unwrap())
 }
 
 /// A mutant: one state word updated by a broken protocol instead of `acquire_word`.
@@ -266,7 +263,7 @@ fn model_2d_a_direct_limiter_racing_with_refill() {
 fn model_1t_try_acquire_on_a_frozen_clock_admits_exactly_capacity() {
     check("1t direct try_acquire, frozen clock", Some(4), || {
         frozen_clock_admits_exactly_capacity(|clock| {
-            DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()))
+            DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()).unwrap())
         })
     });
 }
@@ -275,7 +272,7 @@ fn model_1t_try_acquire_on_a_frozen_clock_admits_exactly_capacity() {
 fn model_2t_try_acquire_racing_with_refill() {
     check("2t direct try_acquire racing with refill", Some(4), || {
         refill_race_loses_and_invents_nothing(|clock| {
-            DirectTry(DirectTokenBucket::with_clock(quota(3), clock.clone()))
+            DirectTry(DirectTokenBucket::with_clock(quota(3), clock.clone()).unwrap())
         })
     });
 }
@@ -290,7 +287,7 @@ fn mutant_1t_try_acquire_retrying_a_stale_value_is_rejected() {
         || {
             with_mutant(Broken::TryWithStaleValue, || {
                 frozen_clock_admits_exactly_capacity(|clock| {
-                    DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()))
+                    DirectTry(DirectTokenBucket::with_clock(quota(2), clock.clone()).unwrap())
                 })
             })
         },
@@ -387,7 +384,7 @@ fn first_requests_create_one_bucket<L: Limiter>(limiter: L) {
 #[test]
 fn model_4_first_request_creates_exactly_one_state() {
     check("4 first request from three threads", Some(4), || {
-        let limiter = TokenBucket::<u64, _>::with_clock(quota(1), ManualClock::new());
+        let limiter = TokenBucket::<u64, _>::with_clock(quota(1), ManualClock::new()).unwrap();
         first_requests_create_one_bucket(limiter);
     });
 }

@@ -95,8 +95,8 @@ pub mod keyed {
             .clock(ManualClock::new())
             .eviction_margin(Duration::ZERO);
         match store {
-            Store::Papaya => builder.build(),
-            Store::Words => builder.word_store().build(),
+            Store::Papaya => builder.build().unwrap(),
+            Store::Words => builder.word_store().build().unwrap(),
         }
     }
 
@@ -110,8 +110,8 @@ pub mod keyed {
             .clock(clock)
             .eviction_margin(Duration::ZERO);
         match store {
-            Store::Papaya => builder.build(),
-            Store::Words => builder.word_store().build(),
+            Store::Papaya => builder.build().unwrap(),
+            Store::Words => builder.word_store().build().unwrap(),
         }
     }
 

@@ -17,7 +17,7 @@ const ITERATIONS: usize = 5000;
 const MAX_STEPS: usize = 20_000;
 
 fn direct_capacity_is_admitted_exactly() {
-    let limiter = Arc::new(DirectTokenBucket::with_clock(quota(2), ManualClock::new()));
+    let limiter = Arc::new(DirectTokenBucket::with_clock(quota(2), ManualClock::new()).unwrap());
     let others = [0, 1].map(|_| {
         let limiter = Arc::clone(&limiter);
         thread::spawn(move || u32::from(limiter.try_acquire()))

@@ -32,7 +32,7 @@
 //!
 //! // The load balancers are in 10.0.0.0/8, and append to X-Forwarded-For.
 //! let client = RealIp::new(ProxyHeader::XForwardedFor).trust("10.0.0.0/8".parse()?);
-//! let per_client = Arc::new(TokenBucket::<IpAddr>::new(Quota::per_hour(1)?));
+//! let per_client = Arc::new(TokenBucket::<IpAddr>::new(Quota::per_hour(1)?)?);
 //! let policy: Policy<Parts> = Policy::builder()
 //!     .check(Check::from_limiter("per-client", per_client, client))
 //!     .build()?;
@@ -79,7 +79,7 @@
 //!             |info: &ConnectInfo<SocketAddr>| info.0)
 //!         .trust("10.0.0.0/8".parse()?)          // set_real_ip_from 10.0.0.0/8;
 //!         .trust("2001:db8:ffff::/48".parse()?); // set_real_ip_from 2001:db8:ffff::/48;
-//!     let per_ip = Arc::new(TokenBucket::<IpAddr>::new(Quota::per_minute(300)?));
+//!     let per_ip = Arc::new(TokenBucket::<IpAddr>::new(Quota::per_minute(300)?)?);
 //!     let policy = Policy::builder()
 //!         .check(Check::from_limiter("per-ip", per_ip, client))
 //!         .build()?;

@@ -23,7 +23,7 @@
 //! let limiter = TokenBucket::<String>::builder(Quota::per_second(10)?)
 //!     .eviction_margin(Duration::from_secs(5)) // forget 5 s after a bucket is full again
 //!     .max_keys(1_000_000, Overflow::Shared(Quota::per_second(100)?)) // hard cap
-//!     .build();
+//!     .build()?;
 //! assert!(limiter.try_acquire("client-1"));
 //! assert_eq!(limiter.stats().keys, 1);
 //! # Ok::<(), turnstile::QuotaError>(())

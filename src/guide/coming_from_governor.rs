@@ -6,8 +6,8 @@
 //! |---|---|
 //! | `Quota::with_period(p).allow_burst(b)` | `Quota::new(b, p)` (capacity `b`, one more every `p`) |
 //! | `Quota::per_second(n)` (burst `n`) | `Quota::per_second(n)` (capacity `n`) |
-//! | `RateLimiter::direct(quota)` | `DirectGcra::new(quota)?` (governor's algorithm), or `DirectTokenBucket::new(quota)` |
-//! | `RateLimiter::keyed(quota)` | `Gcra::<K>::new(quota)?`, or `TokenBucket::<K>::new(quota)` |
+//! | `RateLimiter::direct(quota)` | `DirectGcra::new(quota)?` (governor's algorithm), or `DirectTokenBucket::new(quota)?` |
+//! | `RateLimiter::keyed(quota)` | `Gcra::<K>::new(quota)?`, or `TokenBucket::<K>::new(quota)?` |
 //! | `check()` | `try_acquire()`, or `acquire(1)` for the whole `Decision` |
 //! | `check_key(&key)` | `limiter.try_acquire(&key)` / `limiter.acquire(&key, 1)` |
 //! | `check_n(n)`, `Err(InsufficientCapacity)` | `acquire(n)`, `Decision::ExceedsCapacity` |

@@ -31,14 +31,15 @@
 //!
 //! fn app() -> Result<Router, Box<dyn std::error::Error>> {
 //!     let (user_quota, ip_quota) = (Quota::per_minute(100)?, Quota::per_minute(300)?);
-//!     let per_ip = Arc::new(TokenBucket::<IpAddr>::new(ip_quota));
-//!     let policy = |name: &str, quota: Quota| {
-//!         Policy::builder()
-//!             .check(Check::from_limiter(name, Arc::new(TokenBucket::<String>::new(quota)),
+//!     let per_ip = Arc::new(TokenBucket::<IpAddr>::new(ip_quota)?);
+//!     let policy = |name: &str, quota: Quota| -> Result<_, Box<dyn std::error::Error>> {
+//!         let per_user = Arc::new(TokenBucket::<String>::new(quota)?);
+//!         Ok(Policy::builder()
+//!             .check(Check::from_limiter(name, per_user,
 //!                 HeaderKey::new(HeaderName::from_static("x-api-key"))))
 //!             .check(Check::from_limiter("per-ip", per_ip.clone(),
 //!                 PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0)))
-//!             .build()
+//!             .build()?)
 //!     };
 //!     let layer = RateLimitLayer::builder(policy("default", user_quota)?) // every other path
 //!         .prefix("/transfer", policy("transfer", Quota::per_minute(10)?)?)
@@ -132,7 +133,7 @@
 //!     let policy = Policy::builder() // 100 a minute per user across the fleet
 //!         .check(Check::shared("per-user", Arc::new(users), Limit::steady(per_user),
 //!             HeaderKey::new(http::HeaderName::from_static("x-api-key"))))
-//!         .check(Check::from_limiter("per-ip", Arc::new(TokenBucket::<IpAddr>::new(per_ip)),
+//!         .check(Check::from_limiter("per-ip", Arc::new(TokenBucket::<IpAddr>::new(per_ip)?),
 //!             PeerIp::from_extension(|i: &ConnectInfo<SocketAddr>| i.0)))
 //!         .build()?;
 //!     let layer = RateLimitLayer::builder(policy).build()?;

@@ -30,8 +30,8 @@
 //!
 //! let clock = ManualClock::new();
 //! let (per_user, per_ip) = (Quota::per_minute(10)?, Quota::per_minute(3)?);
-//! let users = Arc::new(TokenBucket::<String, _>::with_clock(per_user, clock.clone()));
-//! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone()));
+//! let users = Arc::new(TokenBucket::<String, _>::with_clock(per_user, clock.clone())?);
+//! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone())?);
 //! let policy: Policy<Request> = Policy::builder()
 //!     .check(Check::from_limiter("per-user", users, |r: &Request| Some(r.user.clone())))
 //!     // On trial: asked, counted and logged, never refusing.

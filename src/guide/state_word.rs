@@ -28,7 +28,7 @@
 //! use turnstile::{ManualClock, Quota, TokenBucket};
 //!
 //! let clock = ManualClock::new();
-//! let limiter = TokenBucket::<u64, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+//! let limiter = TokenBucket::<u64, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone())?;
 //! for (ms, allowed) in [(0, true), (1500, true), (2000, true), (2999, false), (3000, true)] {
 //!     clock.set(Duration::from_millis(ms));
 //!     assert_eq!(limiter.try_acquire(&1), allowed, "at {ms} ms");
@@ -84,9 +84,10 @@
 //! while a copy of it takes its place (a relocation, [`crate::evict`]), and it is why
 //! the 1 ns token bucket and the GCRA stop at 292 years rather than the clock's 584.
 //!
-//! `SlidingWindowCounter` and `Gcra` check their bound at construction (`new`,
-//! `with_clock`, `Builder::build` return `Result<_, QuotaError>`, refusing with
-//! [`QuotaError::Unsupported`]). The counter's bound is what one word holds: two exact
+//! `SlidingWindowCounter` and `Gcra` check their bound at construction, refusing with
+//! [`QuotaError::Unsupported`]; every limiter's constructors (`new`, `with_clock`,
+//! `Builder::build`) return `Result<_, QuotaError>` alike, so that code reads the same
+//! whichever algorithm it builds, and the three that hold every quota never refuse. The counter's bound is what one word holds: two exact
 //! counts of up to C each, beside a window index that reaches every window of the
 //! clock's range. The Redis limiters count in microseconds and hold fewer quotas:
 //! see [`crate::redis`]'s units and limits.

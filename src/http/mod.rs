@@ -13,8 +13,8 @@
 //!
 //! let per_user = Quota::per_minute(100)?;
 //! let per_ip = Quota::per_minute(300)?;
-//! let users = Arc::new(TokenBucket::<String>::new(per_user));
-//! let ips = Arc::new(TokenBucket::<IpAddr>::new(per_ip));
+//! let users = Arc::new(TokenBucket::<String>::new(per_user)?);
+//! let ips = Arc::new(TokenBucket::<IpAddr>::new(per_ip)?);
 //! let policy = Policy::builder()
 //!     .check(Check::new("per-user", users, Limit::steady(per_user),
 //!         HeaderKey::new(http::HeaderName::from_static("x-api-key"))))

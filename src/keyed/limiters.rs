@@ -1,10 +1,10 @@
 //! The product faces: one keyed limiter type per algorithm, each [`KeyedLimiter`] with
 //! that algorithm's rules, and one way to build any of them (`new`, `with_clock`,
-//! [`Builder::build`]) for every rule made from a quota ([`FromQuota`]).
+//! [`Builder::build`], each returning `Result<_, QuotaError>`) for every rule made from
+//! a quota ([`FromQuota`]).
 
 use super::KeyedLimiter;
-use crate::Quota;
-use crate::algorithm::{Algorithm, Built, FromQuota, Refusal};
+use crate::algorithm::{Algorithm, FromQuota};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, QuantaClock};
 use crate::fixed_window::FixedWindowRules;
@@ -13,6 +13,7 @@ use crate::per_key::PerKey;
 use crate::sliding_log::SlidingLogRules;
 use crate::sliding_window::SlidingWindowRules;
 use crate::token_bucket::TokenBucketRules;
+use crate::{Quota, QuotaError};
 use std::hash::{BuildHasher, Hash};
 
 /// A keyed token bucket: each key may burst up to the quota's capacity and gains one
@@ -40,7 +41,7 @@ use std::hash::{BuildHasher, Hash};
 /// ```
 /// use turnstile::{Quota, TokenBucket};
 ///
-/// let limiter = TokenBucket::<String>::new(Quota::per_second(2)?);
+/// let limiter = TokenBucket::<String>::new(Quota::per_second(2)?)?;
 /// assert!(limiter.try_acquire("alice"));
 /// assert!(limiter.try_acquire("alice"));
 /// assert!(!limiter.try_acquire("alice")); // burst of 2 spent
@@ -89,7 +90,7 @@ pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let limiter = FixedWindow::<u64, _>::with_clock(Quota::per_minute(100)?, clock.clone());
+/// let limiter = FixedWindow::<u64, _>::with_clock(Quota::per_minute(100)?, clock.clone())?;
 /// clock.set(Duration::from_secs(59));
 /// assert!(limiter.acquire(&1, 100).is_allowed()); // the last second of window 0
 /// clock.set(Duration::from_secs(60));
@@ -275,7 +276,7 @@ pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let limiter = SlidingLog::<u64, _>::with_clock(Quota::per_minute(100)?, clock.clone());
+/// let limiter = SlidingLog::<u64, _>::with_clock(Quota::per_minute(100)?, clock.clone())?;
 /// clock.set(Duration::from_secs(59));
 /// assert!(limiter.acquire(&1, 100).is_allowed());
 /// clock.set(Duration::from_secs(118));
@@ -295,27 +296,27 @@ pub type PerKeySlidingLog<K, C = QuantaClock, S = DefaultHasher> =
 
 impl<A, K> KeyedLimiter<A, K>
 where
-    A: Algorithm<K> + Algorithm<()> + FromQuota + 'static,
+    A: Algorithm<K> + FromQuota + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     /// A limiter applying `quota` to every key, on the default clock and hasher.
     ///
-    /// Returns the limiter itself for [`TokenBucket`], [`FixedWindow`] and
-    /// [`SlidingLog`], which hold every quota, and a `Result` for [`Gcra`] and
-    /// [`SlidingWindowCounter`].
+    /// Every algorithm's constructor returns a `Result`, so that code written for one
+    /// algorithm reads the same for another; [`TokenBucket`], [`FixedWindow`] and
+    /// [`SlidingLog`] hold every quota and never refuse one.
     ///
     /// # Errors
     /// [`QuotaError::Unsupported`](crate::QuotaError::Unsupported) from [`Gcra`] when
     /// `capacity × refill_every` exceeds 2^62 ns, and from [`SlidingWindowCounter`]
     /// when the quota's counts do not fit its state word (see each type).
-    pub fn new(quota: Quota) -> Built<A, Self> {
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
         Self::builder(quota).build()
     }
 }
 
 impl<A, K, C> KeyedLimiter<A, K, C>
 where
-    A: Algorithm<K> + Algorithm<()> + FromQuota + 'static,
+    A: Algorithm<K> + FromQuota + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
 {
@@ -323,14 +324,14 @@ where
     ///
     /// # Errors
     /// As [`new`](KeyedLimiter::new).
-    pub fn with_clock(quota: Quota, clock: C) -> Built<A, Self> {
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
         Builder::<KeyedLimiter<A, K>, C>::with_clock(quota, clock).build()
     }
 }
 
 impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
 where
-    A: Algorithm<K> + Algorithm<()> + FromQuota + 'static,
+    A: Algorithm<K> + FromQuota + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
@@ -341,9 +342,8 @@ where
     /// # Errors
     /// As [`KeyedLimiter::new`], for the limiter's quota and for an
     /// [`Overflow::Shared`](crate::Overflow::Shared) quota.
-    pub fn build(self) -> Built<A, KeyedLimiter<A, K, C, S>> {
-        let made =
-            A::from_quota(&self.quota).and_then(|rules| self.build_running(rules, A::from_quota));
-        A::Error::built(made)
+    pub fn build(self) -> Result<KeyedLimiter<A, K, C, S>, QuotaError> {
+        let rules = A::from_quota(&self.quota)?;
+        self.build_running(rules, A::from_quota)
     }
 }

@@ -111,7 +111,7 @@ impl<A: Algorithm<K>, K: Hash + Eq + Clone> KeyedLimiter<A, K> {
 
 impl<A, K, C, S> Builder<KeyedLimiter<A, K>, C, S>
 where
-    A: Algorithm<K, State = crate::sync::AtomicU64>,
+    A: Algorithm<K>,
     S: BuildHasher,
 {
     /// Keeps the keys' state words in the word store instead of the ring of papaya
@@ -123,9 +123,9 @@ where
     /// while it holds one (descheduled, or inside the key's `Eq`, `Hash` or `Clone`)
     /// keeps every insertion into that segment waiting — on the ring no request waits
     /// for such a thread (`tests/stall.rs`). Lookups of stored keys take no lock on
-    /// either store. Per-key limiters built from this builder
-    /// ([`build_per_key`](Builder::build_per_key)) keep the ring: their states are not
-    /// single words.
+    /// either store. Only single words live in the word store: a
+    /// [`SlidingLog`](crate::SlidingLog), and per-key limiters built from this builder
+    /// ([`build_per_key`](Builder::build_per_key)), keep the ring whatever this says.
     pub fn word_store(mut self) -> Self {
         self.store = crate::store::StoreKind::Words;
         self
@@ -418,7 +418,7 @@ where
     }
 
     /// `acquire(key, 1).is_allowed()`, with `acquire`'s hot path (one lookup, one step
-    /// on the state found) asking the algorithm only whether ([`Algorithm::admit`]).
+    /// on the state found) asking the algorithm only whether ([`Rules::admit`]).
     /// Everything else is `acquire`'s own slow path, at the same reading: a new key
     /// (`acquire_new`, whose overflow answer at the key cap is the same), a key in the
     /// old generation (relocated, then asked in full), a blocked state

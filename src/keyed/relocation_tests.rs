@@ -3,7 +3,7 @@
 //! for every thread that meets it, and no request changes it again.
 
 use crate::Quota;
-use crate::algorithm::{Algorithm, Blocked, Retirement};
+use crate::algorithm::{Blocked, Retirement, Rules};
 use crate::fixed_window::FixedWindowRules;
 use crate::gcra::GcraRules;
 use crate::sliding_window::SlidingWindowRules;
@@ -42,29 +42,29 @@ fn check<W: WordAlgorithm>(rules: &W, history: &[(u64, u32)], now: u64, cost: u3
         assert_ne!(word | RELOCATED, MOVED);
     }
     assert_eq!(
-        Algorithm::<()>::acquire(rules, &stored, now, cost),
+        Rules::<()>::acquire(rules, &stored, now, cost),
         Err(Blocked::Relocated)
     );
     assert_eq!(
-        Algorithm::<()>::admit(rules, &stored, now, cost),
+        Rules::<()>::admit(rules, &stored, now, cost),
         Err(Blocked::Relocated)
     );
     assert_eq!(
-        Algorithm::<()>::refund(rules, &stored, now, cost),
+        Rules::<()>::refund(rules, &stored, now, cost),
         Err(Blocked::Relocated)
     );
     assert_eq!(
-        Algorithm::<()>::available(rules, &stored, now),
+        Rules::<()>::available(rules, &stored, now),
         Err(Blocked::Relocated)
     );
     assert_eq!(
-        Algorithm::<()>::retire_if_forgettable(rules, &stored, u64::MAX),
+        Rules::<()>::retire_if_forgettable(rules, &stored, u64::MAX),
         Retirement::Relocated
     );
-    assert!(!Algorithm::<()>::is_retired(rules, &stored));
+    assert!(!Rules::<()>::is_retired(rules, &stored));
     assert_eq!(stored.load(Ordering::Relaxed), word | RELOCATED, "changed");
     // A second relocation, by the same thread or another, finishes the first.
-    let copy = Algorithm::<()>::relocate(rules, &stored).expect("relocated once");
+    let copy = Rules::<()>::relocate(rules, &stored).expect("relocated once");
     assert_eq!(copy.load(Ordering::Relaxed), word);
 }
 

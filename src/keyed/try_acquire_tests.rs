@@ -1,5 +1,5 @@
 //! A keyed limiter's `try_acquire` takes its own hot path (the algorithm asked only
-//! whether, [`Algorithm::admit`](crate::algorithm::Algorithm::admit)) and falls back
+//! whether, [`Rules::admit`](crate::algorithm::Rules::admit)) and falls back
 //! to `acquire`'s slow path for everything else: checked here against
 //! `acquire(key, 1).is_allowed()` on twin limiters — built alike on one manual clock,
 //! driven by the same script, one answering by `try_acquire`, the other by `acquire` —
@@ -148,9 +148,9 @@ proptest! {
     /// Every algorithm with one quota, with or without a key cap.
     #[test]
     fn try_acquire_answers_as_acquire_one(setup in any_setup(), script in any_script()) {
-        twins_agree(|clock| builder::<TokenBucketRules>(&setup, clock).build(), fixed, &script);
-        twins_agree(|clock| builder::<FixedWindowRules>(&setup, clock).build(), fixed, &script);
-        twins_agree(|clock| builder::<SlidingLogRules>(&setup, clock).build(), fixed, &script);
+        twins_agree(|clock| builder::<TokenBucketRules>(&setup, clock).build().unwrap(), fixed, &script);
+        twins_agree(|clock| builder::<FixedWindowRules>(&setup, clock).build().unwrap(), fixed, &script);
+        twins_agree(|clock| builder::<SlidingLogRules>(&setup, clock).build().unwrap(), fixed, &script);
         // Every quota here fits the GCRA's and the sliding window counter's words.
         twins_agree(
             |clock| builder::<GcraRules>(&setup, clock).build().unwrap(),
@@ -245,7 +245,7 @@ fn a_new_key_at_the_cap_is_answered_by_the_overflow_policy() {
         cap: Some((2, Overflow::Deny)),
     };
     let answers = twins_agree(
-        |clock| builder::<TokenBucketRules>(&deny, clock).build(),
+        |clock| builder::<TokenBucketRules>(&deny, clock).build().unwrap(),
         fixed,
         &script,
     );
@@ -255,7 +255,7 @@ fn a_new_key_at_the_cap_is_answered_by_the_overflow_policy() {
         cap: Some((2, Overflow::Shared(quota))),
     };
     let answers = twins_agree(
-        |clock| builder::<TokenBucketRules>(&shared, clock).build(),
+        |clock| builder::<TokenBucketRules>(&shared, clock).build().unwrap(),
         fixed,
         &script,
     );

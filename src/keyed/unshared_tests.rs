@@ -1,8 +1,8 @@
 //! A new key's first request is stepped without a compare-and-set
-//! ([`Algorithm::acquire_unshared`]): checked here, above every single-word algorithm,
+//! ([`Rules::acquire_unshared`]): checked here, above every single-word algorithm,
 //! against the compare-and-set loop the keyed limiter takes on a stored key.
 
-use crate::algorithm::{Algorithm, Blocked};
+use crate::algorithm::{Blocked, Rules};
 use crate::fixed_window::FixedWindowRules;
 use crate::gcra::GcraRules;
 use crate::sliding_window::SlidingWindowRules;
@@ -22,9 +22,9 @@ fn both<W: WordAlgorithm>(
     cost: u32,
 ) -> [(Result<Decision, Blocked>, u64); 2] {
     let mut unshared = AtomicU64::new(word);
-    let answer = Algorithm::<()>::acquire_unshared(rules, &mut unshared, now, cost);
+    let answer = Rules::<()>::acquire_unshared(rules, &mut unshared, now, cost);
     let shared = AtomicU64::new(word);
-    let shared_answer = Algorithm::<()>::acquire(rules, &shared, now, cost);
+    let shared_answer = Rules::<()>::acquire(rules, &shared, now, cost);
     [
         (answer, unshared.load(Ordering::Relaxed)),
         (shared_answer, shared.load(Ordering::Relaxed)),

@@ -3,7 +3,7 @@
 
 use super::key::KeyExtractor;
 use super::limit::{KnownLimit, Limit};
-use crate::{Decision, KeyRef, RateLimiter, SharedDecision};
+use crate::{Decision, DynRateLimiter, KeyRef, RateLimiter, SharedDecision};
 use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
@@ -31,8 +31,11 @@ pub enum MissingKey<K> {
 /// A check is built with [`Check::new`], adjusted with [`cost`](Check::cost) and
 /// [`on_missing_key`](Check::on_missing_key), and added to a policy with
 /// [`PolicyBuilder::check`](super::PolicyBuilder::check). The limiter is shared
-/// (`Arc`): one per-IP limiter can sit in the policies of many routes.
-pub struct Check<L, K, E> {
+/// (`Arc`): one per-IP limiter can sit in the policies of many routes. It may be a
+/// trait object, `Arc<dyn DynRateLimiter<K, Q>>` ([`DynRateLimiter`]), for a limiter
+/// chosen at run time; `Q` is then a form the extractor's key borrows as (`str` for an
+/// extractor that finds a `String`).
+pub struct Check<L: ?Sized, K, E> {
     pub(super) name: String,
     pub(super) limiter: Arc<L>,
     pub(super) limit: Limit,
@@ -51,10 +54,7 @@ pub struct Check<L, K, E> {
     pub(super) _key: PhantomData<fn(K)>,
 }
 
-impl<L, K, E> Check<L, K, E>
-where
-    L: RateLimiter<K>,
-{
+impl<L: ?Sized, K, E> Check<L, K, E> {
     /// A check named `name` (the policy name in the RateLimit header fields: ASCII
     /// letters, digits and `-_.:/`, at most 64 bytes — checked when the policy is
     /// built), costing 1 per request, refusing requests without a key.
@@ -77,7 +77,7 @@ where
 }
 
 /// The check's configuration (name, limit, cost, mode), not its limiter or extractor.
-impl<L, K, E> fmt::Debug for Check<L, K, E> {
+impl<L: ?Sized, K, E> fmt::Debug for Check<L, K, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Check")
             .field("name", &self.name)
@@ -88,7 +88,7 @@ impl<L, K, E> fmt::Debug for Check<L, K, E> {
     }
 }
 
-impl<L, K, E> Check<L, K, E> {
+impl<L: ?Sized, K, E> Check<L, K, E> {
     /// A check on `limiter`, costing 1, refusing requests without a key.
     pub(super) fn with_limiter(name: String, limiter: Arc<L>, limit: Limit, extractor: E) -> Self {
         Self {
@@ -174,8 +174,9 @@ macro_rules! check_settings {
 
 pub(super) use check_settings;
 
-/// A check with its types erased, so that checks on different limiters and key types
-/// share one list.
+/// A check with its types erased, so that checks on different limiters, key types and
+/// extractors share one list. (The limiter alone is erased by [`DynRateLimiter`], which
+/// is also how a check asks its limiter; this erases the extractor and the key with it.)
 pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     /// The check's name, advertised limit and cost.
     fn describe(&self) -> (&str, Limit, u32);
@@ -236,6 +237,23 @@ pub(super) trait Evaluate<R: ?Sized>: Send + Sync {
     fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool);
 }
 
+/// The [`Evaluate`] methods of a check on an in-process limiter, the same whether the
+/// limiter's type is known or a trait object.
+macro_rules! in_process {
+    ($q:ty) => {
+        check_settings!();
+
+        fn limiter_address(&self) -> usize {
+            Arc::as_ptr(&self.limiter).cast::<()>() as usize
+        }
+
+        fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+            self.acquire_then_in_process::<R, $q>(request, rest);
+        }
+    };
+}
+
+/// A check on a limiter whose type is known: asked by static calls.
 impl<R, L, K, E> Evaluate<R> for Check<L, K, E>
 where
     R: ?Sized,
@@ -244,16 +262,40 @@ where
     E: KeyExtractor<R>,
     E::Key: KeyRef<K>,
 {
-    check_settings!();
+    in_process!(E::Key);
+}
 
-    fn limiter_address(&self) -> usize {
-        Arc::as_ptr(&self.limiter).cast::<()>() as usize
-    }
+/// A check on a limiter chosen at run time, `Arc<dyn DynRateLimiter<K, Q>>`: asked by
+/// one dynamic call each time, with the extractor's key borrowed as `Q` (a closure
+/// that finds a `String` asks a `dyn DynRateLimiter<String, str>` with a `&str`).
+impl<R, K, Q, E> Evaluate<R> for Check<dyn DynRateLimiter<K, Q>, K, E>
+where
+    R: ?Sized,
+    K: Borrow<Q> + Send + Sync,
+    Q: ?Sized + KeyRef<K>,
+    E: KeyExtractor<R>,
+    E::Key: Borrow<Q>,
+{
+    in_process!(Q);
+}
 
-    fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
-        let found = self
-            .extractor
-            .with_key(request, |key| self.acquire_for_key(key, &mut *rest));
+impl<L: ?Sized, K, E> Check<L, K, E> {
+    /// [`Evaluate::acquire_then`] for an in-process limiter asked with keys borrowed as
+    /// `Q` (the extractor's own key type, for a limiter whose type is known). Always
+    /// inlined: it is the body of each impl's `acquire_then`, the policy's hot path.
+    #[inline(always)]
+    fn acquire_then_in_process<R, Q>(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool)
+    where
+        R: ?Sized,
+        Q: ?Sized + KeyRef<K>,
+        L: DynRateLimiter<K, Q>,
+        K: Borrow<Q>,
+        E: KeyExtractor<R>,
+        E::Key: Borrow<Q>,
+    {
+        let found = self.extractor.with_key(request, |key| {
+            self.acquire_for_key(key.borrow(), &mut *rest)
+        });
         if found.is_some() {
             return;
         }
@@ -278,7 +320,7 @@ where
     }
 }
 
-impl<L, K, E> Check<L, K, E> {
+impl<L: ?Sized, K, E> Check<L, K, E> {
     /// The check's reports, registered now if this is its first decision; `None`
     /// outside a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -291,15 +333,12 @@ impl<L, K, E> Check<L, K, E> {
     }
 }
 
-impl<L, K, E> Check<L, K, E>
-where
-    L: RateLimiter<K>,
-{
+impl<L: ?Sized, K, E> Check<L, K, E> {
     /// [`acquire_then`](Evaluate::acquire_then) once the key is found: takes the cost from
     /// `key`, then gives it back if `rest` answers that the request does not go ahead.
     fn acquire_for_key<Q>(&self, key: &Q, rest: &mut dyn FnMut(Taken) -> bool)
     where
-        K: Borrow<Q>,
+        L: DynRateLimiter<K, Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let decision = self.limiter.acquire(key, self.cost);

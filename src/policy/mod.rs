@@ -11,11 +11,11 @@
 //! let clock = ManualClock::new(); // a service uses the default clock
 //! let transfers = Quota::per_minute(10)?;
 //! let per_ip = Quota::per_minute(300)?;
-//! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone()));
+//! let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_ip, clock.clone())?);
 //! let policy: Policy<Request> = Policy::builder()
 //!     .check(Check::from_limiter(
 //!         "transfer",
-//!         Arc::new(TokenBucket::<String, _>::with_clock(transfers, clock.clone())),
+//!         Arc::new(TokenBucket::<String, _>::with_clock(transfers, clock.clone())?),
 //!         |r: &Request| Some(r.user.clone()),
 //!     ))
 //!     // The limit (for the RateLimit header fields) is read off the limiter; a
@@ -165,7 +165,7 @@ pub use limit::{KnownLimit, Limit};
 pub use shared::{Shared, SharedFuture, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
-use crate::{KeyRef, RateLimiter};
+use crate::{DynRateLimiter, KeyRef, RateLimiter};
 use check::{Evaluate, Fetch, Fetched, Sharing};
 use std::borrow::Borrow;
 use std::fmt;
@@ -458,6 +458,21 @@ where
     E::Key: KeyRef<K>,
 {
     fn from(check: Check<L, K, E>) -> Self {
+        PolicyCheck(Box::new(check))
+    }
+}
+
+/// A check on a limiter chosen at run time ([`DynRateLimiter`]), asked with the
+/// extractor's key borrowed as `Q`.
+impl<R, K, Q, E> From<Check<dyn DynRateLimiter<K, Q>, K, E>> for PolicyCheck<R>
+where
+    R: ?Sized,
+    K: Borrow<Q> + Send + Sync + 'static,
+    Q: ?Sized + KeyRef<K> + 'static,
+    E: KeyExtractor<R> + 'static,
+    E::Key: Borrow<Q>,
+{
+    fn from(check: Check<dyn DynRateLimiter<K, Q>, K, E>) -> Self {
         PolicyCheck(Box::new(check))
     }
 }

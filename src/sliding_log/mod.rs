@@ -4,7 +4,7 @@ mod log;
 
 use crate::Decision;
 use crate::Quota;
-use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement};
+use crate::algorithm::{Blocked, Movable, Renewal, Retirement, Rules};
 use crate::sync::Unpoisoned;
 pub use log::SlidingLogRules;
 use log::{Log, Status};
@@ -22,7 +22,7 @@ fn live(log: &mut MutexGuard<'_, Log>) -> Result<(), Blocked> {
 
 /// Each key's log under its own lock; the lock makes freezing a log and changing it
 /// mutually exclusive, as the compare-and-set does for a word.
-impl<K> Algorithm<K> for SlidingLogRules {
+impl<K> Rules<K> for SlidingLogRules {
     type State = Mutex<Log>;
     type Resolved = ();
 
@@ -108,7 +108,7 @@ impl<K> Algorithm<K> for SlidingLogRules {
     }
 }
 
-impl Reconfigurable for SlidingLogRules {
+impl Movable for SlidingLogRules {
     type Frozen = Log;
 
     fn for_quota(quota: &Quota) -> Self {
@@ -140,7 +140,7 @@ impl Reconfigurable for SlidingLogRules {
 
 #[cfg(all(test, not(turnstile_loom)))]
 mod tests {
-    use super::{Algorithm, Blocked, Log, Retirement, SlidingLogRules};
+    use super::{Blocked, Log, Retirement, Rules, SlidingLogRules};
     use crate::Quota;
     use std::sync::Mutex;
 
@@ -155,46 +155,46 @@ mod tests {
     #[test]
     fn a_relocated_log_is_copied_whole_and_refuses_requests() {
         let rules = rules();
-        let log = Algorithm::<()>::create(&rules, &());
+        let log = Rules::<()>::create(&rules, &());
         for at in [0, 100 * MS] {
             assert!(
-                Algorithm::<()>::acquire(&rules, &log, at, 1)
+                Rules::<()>::acquire(&rules, &log, at, 1)
                     .unwrap()
                     .is_allowed()
             );
         }
-        let copy: Mutex<Log> = Algorithm::<()>::relocate(&rules, &log).unwrap();
+        let copy: Mutex<Log> = Rules::<()>::relocate(&rules, &log).unwrap();
         assert_eq!(
-            Algorithm::<()>::acquire(&rules, &log, 200 * MS, 1),
+            Rules::<()>::acquire(&rules, &log, 200 * MS, 1),
             Err(Blocked::Relocated)
         );
         assert_eq!(
-            Algorithm::<()>::refund(&rules, &log, 200 * MS, 1),
+            Rules::<()>::refund(&rules, &log, 200 * MS, 1),
             Err(Blocked::Relocated)
         );
         assert_eq!(
-            Algorithm::<()>::retire_if_forgettable(&rules, &log, u64::MAX),
+            Rules::<()>::retire_if_forgettable(&rules, &log, u64::MAX),
             Retirement::Relocated
         );
         // A second relocation, by a helper, gets the same entries.
-        let again: Mutex<Log> = Algorithm::<()>::relocate(&rules, &log).unwrap();
+        let again: Mutex<Log> = Rules::<()>::relocate(&rules, &log).unwrap();
         for copy in [&copy, &again] {
-            assert_eq!(Algorithm::<()>::available(&rules, copy, 200 * MS), Ok(1));
+            assert_eq!(Rules::<()>::available(&rules, copy, 200 * MS), Ok(1));
             // The oldest entry has left the window (a little over 1 s) by 1.05 s.
-            assert_eq!(Algorithm::<()>::available(&rules, copy, 1050 * MS), Ok(2));
+            assert_eq!(Rules::<()>::available(&rules, copy, 1050 * MS), Ok(2));
         }
     }
 
     #[test]
     fn a_retired_log_is_not_relocated() {
         let rules = rules();
-        let log = Algorithm::<()>::create(&rules, &());
+        let log = Rules::<()>::create(&rules, &());
         assert_eq!(
-            Algorithm::<()>::retire_if_forgettable(&rules, &log, 0),
+            Rules::<()>::retire_if_forgettable(&rules, &log, 0),
             Retirement::Retired
         );
         assert!(matches!(
-            Algorithm::<()>::relocate(&rules, &log),
+            Rules::<()>::relocate(&rules, &log),
             Err(Blocked::Retired)
         ));
     }

@@ -6,7 +6,7 @@
 //! use turnstile::wait::{until_ready, Wait};
 //! use turnstile::{Quota, TokenBucket};
 //!
-//! let limiter = TokenBucket::<String>::new(Quota::per_second(10)?);
+//! let limiter = TokenBucket::<String>::new(Quota::per_second(10)?)?;
 //! let wait = Wait::up_to(Duration::from_secs(2)).jitter(Duration::from_millis(20));
 //! match until_ready(&limiter, "alice", 1, &wait).await {
 //!     Ok(_allowed) => { /* go ahead */ }

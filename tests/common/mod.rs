@@ -63,7 +63,7 @@ pub fn all_limiters(
     GlobalLock<u32, ManualClock>,
 ) {
     (
-        TokenBucket::with_clock(quota, clock.clone()),
+        TokenBucket::with_clock(quota, clock.clone()).unwrap(),
         MutexPerKey::with_clock(quota, clock.clone()),
         GlobalLock::with_clock(quota, clock.clone()),
     )

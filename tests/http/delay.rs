@@ -143,7 +143,9 @@ impl turnstile::policy::SharedLimiter for Remote {
 async fn a_route_awaiting_a_shared_check_is_delayed_by_its_exact_wait_too() {
     let clock = TokioClock::new();
     let quota = Quota::new(1, Duration::from_millis(500)).unwrap();
-    let store = std::sync::Arc::new(Remote(turnstile::TokenBucket::with_clock(quota, clock)));
+    let store = std::sync::Arc::new(Remote(
+        turnstile::TokenBucket::with_clock(quota, clock).unwrap(),
+    ));
     let key = turnstile::http::HeaderKey::new(crate::server::API_KEY);
     let check = turnstile::policy::Check::shared(
         "per-user",

@@ -139,7 +139,8 @@ async fn a_full_key_table_is_503_with_a_retry_after() {
         .clock(clock.clone())
         .max_keys(1, Overflow::Deny)
         .manual_eviction()
-        .build();
+        .build()
+        .unwrap();
     let check = Check::new(
         "per-user",
         std::sync::Arc::new(users),

@@ -20,7 +20,8 @@ async fn server(header: ProxyHeader) -> SocketAddr {
         .trust("127.0.0.1".parse().unwrap())
         .trust("10.0.0.0/8".parse().unwrap());
     let limiter =
-        TokenBucket::<IpAddr, _>::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new());
+        TokenBucket::<IpAddr, _>::with_clock(Quota::per_minute(1).unwrap(), ManualClock::new())
+            .unwrap();
     let policy = Policy::builder()
         .check(Check::from_limiter("per-client", Arc::new(limiter), client))
         .build()

@@ -119,7 +119,7 @@ pub fn bucket<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock + Clone + '
     quota: Quota,
     clock: &C,
 ) -> Arc<TokenBucket<K, C>> {
-    Arc::new(TokenBucket::with_clock(quota, clock.clone()))
+    Arc::new(TokenBucket::with_clock(quota, clock.clone()).unwrap())
 }
 
 /// A check on the `x-api-key` header.

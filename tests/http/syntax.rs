@@ -160,7 +160,8 @@ async fn every_kind_of_response_sends_valid_fields() {
             .clock(clock.clone())
             .max_keys(1, Overflow::Deny)
             .manual_eviction()
-            .build(),
+            .build()
+            .unwrap(),
     );
     let capped = Policy::builder()
         .check(Check::new(

@@ -16,7 +16,7 @@ fn blocking_checks_make_the_in_process_decisions() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let quota = Quota::new(3, Duration::from_millis(100)).unwrap();
-    let local = TokenBucket::<String, ManualClock>::with_clock(quota, clock.clone());
+    let local = TokenBucket::<String, ManualClock>::with_clock(quota, clock.clone()).unwrap();
     let redis = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
         .prefix(fresh_prefix("blocking"))
         .timeout(Duration::from_secs(5))

@@ -71,7 +71,7 @@ async fn five_limiters_on_one_redis_admit_the_capacity_once_between_them() {
     // The problem it solves: five in-process limiters admit five times the capacity.
     let in_process: u32 = (0..SERVERS)
         .map(|_| {
-            let limiter = TokenBucket::<String>::new(quota);
+            let limiter = TokenBucket::<String>::new(quota).unwrap();
             (0..TASKS_PER_SERVER * TRIES_PER_TASK)
                 .map(|_| u32::from(limiter.try_acquire("the-one-client")))
                 .sum::<u32>()

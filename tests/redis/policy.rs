@@ -96,7 +96,7 @@ async fn a_refused_request_leaves_the_redis_key_and_the_in_process_key_as_it_fou
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let users = closed_bucket(&server, per_day(3), &clock).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()).unwrap());
     let policy = two_checks(&users, &ips);
     assert!(policy.is_shared());
 
@@ -139,10 +139,13 @@ async fn the_wait_is_the_longest_of_the_redis_and_the_in_process_checks() {
         FailurePolicy::Closed,
         &clock,
     );
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
-        Quota::new(1, Duration::from_secs(3)).unwrap(),
-        clock.clone(),
-    ));
+    let ips = Arc::new(
+        TokenBucket::<u32, _>::with_clock(
+            Quota::new(1, Duration::from_secs(3)).unwrap(),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
     let policy = two_checks(&users, &ips);
     assert!(policy.acquire_async(&request("bob", 1)).await.is_allowed());
     clock.set(Duration::from_secs(1));
@@ -238,7 +241,7 @@ async fn a_leased_take_that_another_check_refuses_goes_back_to_the_lease() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let tenants = warm_lease(&server, &clock, 10).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()).unwrap());
     let policy = leased_then_per_ip(&tenants, &ips);
     let held = tenants.held("t");
     let fetches = tenants.counts().fetches;
@@ -264,7 +267,7 @@ async fn a_leased_key_without_a_lease_is_refunded_in_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let tenants = warm_lease(&server, &clock, 0).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()).unwrap());
     let policy = leased_then_per_ip(&tenants, &ips);
     assert!(policy.acquire_async(&request("x", 1)).await.is_allowed());
     // A key seen once has no lease entry: its check took its cost from Redis, and the
@@ -286,10 +289,7 @@ async fn a_policy_served_from_a_lease_allocates_nothing_and_waits_for_nothing() 
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let tenants = warm_lease(&server, &clock, 700).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
-        per_day(300),
-        clock.clone(),
-    ));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(300), clock.clone()).unwrap());
     let policy = leased_then_per_ip(&tenants, &ips);
     let alice = request("t", 1);
     assert!(policy.acquire_now(&alice).unwrap().is_allowed());
@@ -328,7 +328,7 @@ async fn a_check_answered_by_its_failure_policy_is_an_outcome_of_its_own() {
     };
     let open = build(FailurePolicy::Open);
     let closed = build(FailurePolicy::Closed);
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(5), clock.clone()));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(5), clock.clone()).unwrap());
     server.kill();
 
     // Open: allowed, and the fallback shows; the in-process check took its token.
@@ -352,7 +352,7 @@ async fn a_check_answered_by_its_failure_policy_is_an_outcome_of_its_own() {
     assert_eq!((open.failures().allowed, closed.failures().denied), (1, 1));
 
     // A denial with a wait outranks a fallback: the client learns when to come back.
-    let spent = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()));
+    let spent = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(1), clock.clone()).unwrap());
     assert!(spent.try_acquire(&2));
     let verdict = two_checks(&closed, &spent)
         .acquire_async(&request("a", 2))
@@ -366,7 +366,7 @@ async fn asked_without_waiting_a_redis_check_is_answered_by_its_failure_policy()
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let users = closed_bucket(&server, per_day(3), &clock).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(2), clock.clone()).unwrap());
     let policy = two_checks(&users, &ips);
     assert!(policy.acquire_now(&request("c", 1)).is_none());
     let verdict = policy.acquire(&request("c", 1));
@@ -459,10 +459,7 @@ async fn admitted_concurrently(
 async fn contend(server: &RedisServer, per_ip: u32) -> (u32, u32, u32) {
     let clock = ManualClock::new();
     let users = closed_bucket(server, per_day(100), &clock).await;
-    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(
-        per_day(per_ip),
-        clock.clone(),
-    ));
+    let ips = Arc::new(TokenBucket::<u32, _>::with_clock(per_day(per_ip), clock.clone()).unwrap());
     let admitted = admitted_concurrently(Arc::new(two_checks(&users, &ips)), 8, 40, 4).await;
     let left = users.peek("hot").await.unwrap();
     let taken_in_process = (0..4).map(|ip| per_ip - ips.peek(&ip)).sum();

@@ -78,7 +78,7 @@ fn at_micro_resolution(decision: Decision) -> Decision {
 /// Runs `steps` against both limiters on one manual clock; every answer must agree.
 async fn agree(conn: ConnectionManager, quota: Quota, steps: &[Step]) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
-    let local = TokenBucket::<String, ManualClock>::with_clock(quota, clock.clone());
+    let local = TokenBucket::<String, ManualClock>::with_clock(quota, clock.clone()).unwrap();
     let redis = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
         .prefix(fresh_prefix("tb-diff"))
         .timeout(Duration::from_secs(5))
