@@ -139,8 +139,8 @@ pub use direct::{
     DirectFixedWindow, DirectGcra, DirectLimiter, DirectSlidingWindowCounter, DirectTokenBucket,
 };
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-pub use evict::BackgroundSweeper;
-pub use evict::{KeyStats, Overflow};
+pub use evict::sweeper::BackgroundSweeper;
+pub use evict::{cap::Overflow, stats::KeyStats};
 pub use keyed::{
     FixedWindow, Gcra, KeyedLimiter, PerKeyFixedWindow, PerKeySlidingLog, PerKeyTokenBucket,
     SlidingLog, SlidingWindowCounter, TokenBucket,

@@ -1,6 +1,6 @@
-//! The limiter's own sweeper thread: started only when first needed (a drain to open,
-//! a sweep due, or, on the opt-in word store, its tables filling past the size from
-//! which it grows them ahead of requests), named, never started under
+//! The limiter's own sweeper thread: started only when first needed (a rotation's old
+//! map to settle, a sweep due, or, on the opt-in word store, its tables filling past
+//! the size from which it grows them ahead of requests), named, never started under
 //! `manual_eviction()`, and gone once the limiter is dropped.
 //! (One test in its own binary, so no other test's limiters start threads meanwhile.)
 
@@ -64,20 +64,20 @@ fn the_sweeper_thread_comes_when_needed_and_goes_with_its_limiter() {
     assert_eq!(sweeper_threads(), 0, "no key could be forgotten yet");
 
     // Past it, the next insertions rotate the generations (a request's own cheap
-    // step): the old one ages for a margin, and still no thread is needed.
+    // step), and the one that closes the rotation's claims asks the thread to finish
+    // a resize the old map may have been left in, while it ages: the thread starts.
     clock.advance(Duration::from_secs(2));
     for key in 30_000..35_000 {
         assert!(many.try_acquire(&key));
     }
-    assert_eq!(sweeper_threads(), 0, "the old generation ages first");
+    // The thread names itself as it starts: wait for that.
+    wait_for_threads(1, "no sweeper thread started at the first rotation");
 
-    // Aged, the next insertions find its drain due: the thread's to open.
+    // Aged, the next insertions find its drain due: the same thread's to open.
     clock.advance(Duration::from_secs(2));
     for key in 35_000..40_000 {
         assert!(many.try_acquire(&key));
     }
-    // The thread names itself as it starts: wait for that.
-    wait_for_threads(1, "no sweeper thread started");
     assert_eq!(
         sweeper_threads(),
         1,

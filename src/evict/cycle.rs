@@ -111,6 +111,11 @@ where
             Stage::Claims => {
                 if ring.close_claims() {
                     schedule.set_stage(Stage::Aging);
+                    if role == Role::Request {
+                        // The old map may have been left mid-resize: the thread's to
+                        // finish while it ages (below).
+                        return Left::ForTheThread;
+                    }
                 } else if role == Role::Request {
                     // Not a request's to wait for: the thread's, which yields until
                     // they are done (if no request came after this one, nothing else
@@ -122,6 +127,13 @@ where
                 }
             }
             Stage::Aging => {
+                if role == Role::Thread {
+                    // A resize the old map was left in, finished while it ages (a copy
+                    // of the map at worst), rather than when its drain opens, where a
+                    // starved thread held every share off until it was done (2 request
+                    // threads on 2 cores: up to 1.7 margins of new keys meanwhile).
+                    ring.finish_old_resize();
+                }
                 let now = now();
                 let rotated = schedule.rotated_at();
                 // A clock that stepped back is not waited for: the watermark keeps its
@@ -150,11 +162,11 @@ where
                     yield_now();
                     continue;
                 }
-                // Opening the drain may finish a resize of the old map (papaya's pass
-                // does, waiting for other threads' parts of the copy) and steps over
-                // the entries before each region: the thread's work (a request asks
-                // for it, starting the thread if it is not yet), unless there is none
-                // to do it, or it has not for an eighth of a margin.
+                // Opening the drain finishes a resize of the old map that the thread
+                // did not finish while it aged (papaya's pass does, waiting for other
+                // threads' parts of the copy): the thread's work (a request asks for
+                // it, starting the thread if it is not yet), unless there is none to
+                // do it, or it has not for an eighth of a margin.
                 let overdue = now()
                     >= schedule
                         .drain_at()

@@ -53,11 +53,16 @@
 //! 3. **age** — for one margin (skipped by `evict_idle` and when the cap asked for
 //!    room), so that a state that already carried no information at the rotation, and
 //!    was not touched since, is forgettable when the old map drains (keys that are
-//!    touched move to the young map at their next request);
+//!    touched move to the young map at their next request); meanwhile the sweeper
+//!    thread finishes a resize the old map was left in (papaya grows a table through
+//!    the writes that follow, and none follow now), so that the drain opens without a
+//!    copy to make first;
 //! 4. **raise the watermark** to `now - margin` and wait out the insertions begun
 //!    before (the protocol above);
-//! 5. **drain** the old map, in regions that threads take in turn: each state retired
-//!    and removed if forgettable, else relocated into the young map and removed. Once
+//! 5. **drain** the old map, in regions that threads take in turn (each region a
+//!    class of its entries, walked by its own pass over the whole map, so that
+//!    opening a drain places nothing): each state retired and removed if
+//!    forgettable, else relocated into the young map and removed. Once
 //!    every region is done and the old map is empty, the schedule's holder ends the
 //!    drain (only it changes the view), and the next rotation may come; entries left
 //!    (a key moving to a new quota as the pass went by) take another pass.
@@ -90,13 +95,15 @@
 //!   a region (at most `cycle::MAX_SHARE` entries in one). So the old map empties as
 //!   fast as the young one fills, whatever the thread gets of the CPU (two request
 //!   threads on two cores leave it little);
-//! - opening a drain (papaya's pass, which may finish a resize the old map was in,
-//!   helping other threads' parts of its copy; and placing the regions, a step over
-//!   the old map's entries) is the thread's, unless the limiter has none (its start
-//!   failed, or a drain panicked and ended it) or the thread has not opened it an
-//!   eighth of a margin after it became due; then the insertion that finds it due
-//!   takes it: the one request's work that is not bounded by a few entries, the
-//!   price of a bound on memory when the thread gets no CPU at all.
+//! - closing a rotation's claims wakes the thread (starting it on first use) to
+//!   finish the old map's resize while it ages;
+//! - opening a drain (papaya's pass, which finishes a resize the old map is still in,
+//!   helping other threads' parts of its copy) is the thread's, unless the limiter
+//!   has none (its start failed, or a drain panicked and ended it) or the thread has
+//!   not opened it an eighth of a margin after it became due; then the insertion that
+//!   finds it due takes it: the one request's work that is not bounded by a few
+//!   entries (when the thread never finished the resize), the price of a bound on
+//!   memory when the thread gets no CPU at all.
 //!
 //! # The word store's sweeps
 //! The opt-in word store (`Builder::word_store`, `store/words/`) forgets in place: a
@@ -121,18 +128,20 @@
 //! What a forgotten key costs, and the memory a stream of new keys leaves behind, are
 //! measured in `results/` (`benches/memory.rs`).
 
-mod cap;
+// The public types of these modules are named once, at the crate root (`lib.rs`).
+pub(crate) mod cap;
 mod cycle;
 mod schedule;
+pub(crate) mod stats;
 mod sweep;
 pub(crate) mod sweeper;
 mod watermark;
 
-pub use cap::Overflow;
-pub(crate) use cap::SharedAllowance;
+pub(crate) use cap::{Overflow, SharedAllowance};
 pub use schedule::MIN_SWEEP_KEYS;
+pub(crate) use stats::KeyStats;
 #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
-pub use sweeper::BackgroundSweeper;
+pub(crate) use sweeper::BackgroundSweeper;
 pub(crate) use sweeper::Sweeper;
 pub(crate) use watermark::Watermark;
 
@@ -143,19 +152,6 @@ use cycle::{Left, Role};
 use schedule::{Schedule, Stage};
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
-
-/// A keyed limiter's memory at a glance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyStats {
-    /// Keys with state now.
-    pub keys: usize,
-    /// Keys forgotten so far.
-    pub evicted: u64,
-    /// New keys answered by the [`Overflow`] policy because the store held `max_keys`
-    /// keys (forgettable ones among them, perhaps: the cap asks for room and answers
-    /// at once).
-    pub overflowed: u64,
-}
 
 /// Insertions look at the store's size about once in this many (a per-thread random
 /// draw).

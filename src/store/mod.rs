@@ -272,6 +272,12 @@ pub(crate) trait Map<K, V, S>: Passes + Sized + Send + Sync {
     /// while: for the sweeper thread, not a request.
     fn pass(map: std::sync::Arc<Self>) -> Self::Pass;
 
+    /// Finishes a resize the map is in, if any (papaya grows a table incrementally, by
+    /// the writes that follow, and a map no longer written to keeps a resize begun):
+    /// the copy [`pass`](Map::pass) would otherwise make first. Nothing on a map
+    /// that does not grow in steps.
+    fn finish_resize(&self) {}
+
     /// Visits up to `budget` more entries of the pass; `false` once it has visited
     /// them all.
     fn advance(pass: &mut Self::Pass, budget: usize, visit: impl FnMut(&K, &V)) -> bool;

@@ -155,6 +155,13 @@ where
         pass::Pass::new(map)
     }
 
+    fn finish_resize(&self) {
+        // papaya's iteration begins by completing a resize in progress; on this
+        // thread's own guard, so the outgrown table goes into its batch (see
+        // `pass::Pass::new`).
+        let _finished = self.map.pin().iter();
+    }
+
     fn advance(pass: &mut Self::Pass, budget: usize, visit: impl FnMut(&K, &V)) -> bool {
         pass.advance(budget, visit)
     }

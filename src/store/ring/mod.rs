@@ -463,6 +463,16 @@ where
         self.maps[view.young()].len() + old
     }
 
+    /// Finishes a resize the old map was left in when it stopped being young, so that
+    /// opening its drain later has no copy to make first (see [`Map::finish_resize`]):
+    /// for the sweeper thread, while the old map ages.
+    pub(crate) fn finish_old_resize(&self) {
+        let view = self.view();
+        if view.old_holds_keys() {
+            self.maps[view.old()].finish_resize();
+        }
+    }
+
     /// Keys in the young map.
     pub(crate) fn young_len(&self) -> usize {
         self.maps[self.view().young()].len()
