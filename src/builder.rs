@@ -137,11 +137,10 @@ impl<L, C, S> Builder<L, C, S> {
     /// how far concurrency can exceed it). At the cap, a new key is answered at once
     /// by `overflow`; with automatic forgetting it first asks the sweeper thread for
     /// room (at most once per margin), and new keys are stored again once it has made
-    /// some. The default store holds the keys of at least about the last three
-    /// margins in normal operation (the young map, the old one, and keys moving
-    /// between them), more when request threads leave the sweeper thread little CPU,
-    /// so a cap below three margins' worth of active keys is reached without an
-    /// attack (`results/memory-stream.md`).
+    /// some. The default store holds the keys of about the last two to three margins
+    /// in normal operation (the young map, the old one, and keys moving between
+    /// them), so a cap below three margins' worth of active keys can be reached
+    /// without an attack (`results/memory-stream.md`).
     pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
         self.eviction.max_keys = Some((max_keys, overflow));
         self

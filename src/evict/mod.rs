@@ -67,10 +67,10 @@
 //!    drain (only it changes the view), and the next rotation may come; entries left
 //!    (a key moving to a new quota as the pass went by) take another pass.
 //!
-//! Forgetting a key so costs one visit in a pass over the old map (no lookup of it, no
-//! removal from the young one), and the keys held are those of about the last three
-//! margins, more when the request threads leave the sweeper thread little CPU
-//! (`results/memory-stream.md`): memory follows the keys that carried information
+//! Forgetting a key so costs its visit in a pass over the old map (no lookup of it, no
+//! removal from the young one; each region's pass steps over the other regions'
+//! entries), and the keys held are those of about the last two to three margins, at
+//! one request thread or two (`results/memory-stream.md`): memory follows the keys that carried information
 //! lately, whatever the stream of new keys. A clock that steps back is not waited for;
 //! one that stands still ages nothing (no key it has seen taken from can become
 //! forgettable). The ring's steps are model-checked in `loom-tests/tests/ring.rs`
