@@ -60,15 +60,16 @@ pub(crate) fn thread_slot(slots: usize) -> usize {
 
 /// This thread's next turn among `slots`: its slot ([`thread_slot`]) moved on by one at
 /// each call, so that a thread's successive calls go round every slot, and threads'
-/// rounds start apart. Under loom always 0, as `thread_slot`.
+/// rounds start apart. Under the checkers always 0: a count kept across executions
+/// would make them differ (and under shuttle every thread is one OS thread).
 #[inline]
 pub(crate) fn next_turn(slots: usize) -> usize {
-    #[cfg(turnstile_loom)]
+    #[cfg(any(turnstile_loom, turnstile_shuttle))]
     {
         let _ = slots;
         0
     }
-    #[cfg(not(turnstile_loom))]
+    #[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
     {
         thread_local! {
             static TURN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };

@@ -8,7 +8,8 @@
 //! Each scenario stalls one thread ("the staller") at its n-th call of one of the
 //! three, for every n its request makes, and meanwhile asks another thread for
 //! requests. Every key hashes alike (one hash for all), so that every key shares the
-//! staller's probe chain, and on the word store its segment. The other thread's
+//! staller's probe chain, and on the word store its segment (but in the last
+//! scenario, where keys are spread so that the map grows). The other thread's
 //! requests must all be answered while the staller is still stalled; a thread that
 //! waits is caught by a deadline (a hang detector, not a timing assertion: the
 //! staller stays stalled until the check is over, so a waiting thread never answers
@@ -337,15 +338,14 @@ fn a_stall_while_the_map_grows_keeps_nobody_waiting() {
         thread::spawn(move || {
             GATE.with(|g| *g.borrow_mut() = Some(gate));
             // New keys until one's insertion copies a neighbour: the map grows.
-            for key in STORED.. {
+            for key in STORED..100 * STORED {
                 ASKING.with(|asking| asking.set(Some(key)));
                 assert!(limiter.try_acquire(&Key(key)));
-                if let Some(neighbour) = STALLED_ON.with(Cell::get) {
-                    return (key, neighbour);
+                if STALLED_ON.with(Cell::get).is_some() {
+                    return;
                 }
-                assert!(key < 100 * STORED, "the map never grew");
             }
-            unreachable!()
+            panic!("the map never grew")
         })
     };
     stalled
@@ -372,11 +372,7 @@ fn a_stall_while_the_map_grows_keeps_nobody_waiting() {
     let outcome = answered.recv_timeout(Duration::from_secs(30));
     gate.open();
     other.join().unwrap();
-    let (asked, neighbour) = staller.join().unwrap();
-    assert!(
-        neighbour < asked,
-        "stalled on a key stored before: {neighbour}"
-    );
+    staller.join().unwrap();
     assert_eq!(
         outcome.expect("another thread waited for the stalled copy"),
         2 * STORED + 2 * STORED,

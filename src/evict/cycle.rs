@@ -12,9 +12,10 @@ use crate::store::ring::Drained;
 use crate::sync::yield_now;
 use std::hash::{BuildHasher, Hash};
 
-/// Entries of the old generation the sweeper thread drains in one hold of the drain
-/// (a few microseconds): a thread the OS deschedules while it holds the drain keeps
-/// every request's share from it meanwhile, so the holds are short.
+/// Entries of its region's class the sweeper thread drains in one hold of a region
+/// (about eight times as many entries walked, the other classes' stepped over; a few
+/// microseconds): a thread the OS deschedules while it holds a region keeps every
+/// share from that region meanwhile, so the holds are short.
 const CHUNK: usize = 32;
 
 /// Entries of the old generation a new key's insertion drains while a drain is under
@@ -27,9 +28,9 @@ pub(crate) const SHARE: usize = 4;
 /// region left was held by another thread (near a drain's end, two or three threads
 /// meet on the last regions, and a sweeper thread preempted inside its chunk holds
 /// one for a time slice) are owed, and paid with the next share that gets a region,
-/// up to this many entries in all: a bounded step for one request (a few
-/// microseconds of removals), so that skipped shares do not leave the drain to the
-/// thread.
+/// up to this many entries of its region's class in all (about eight times as many
+/// walked): a bounded step for one request (a few microseconds of removals), so that
+/// skipped shares do not leave the drain to the thread.
 pub(crate) const MAX_SHARE: usize = 8 * SHARE;
 
 /// Who takes the cycle's steps, and how far they may go.
@@ -113,7 +114,7 @@ where
                     schedule.set_stage(Stage::Aging);
                     if role == Role::Request {
                         // The old map may have been left mid-resize: the thread's to
-                        // finish while it ages (below).
+                        // finish while it ages (`Eviction::work`).
                         return Left::ForTheThread;
                     }
                 } else if role == Role::Request {
@@ -127,13 +128,6 @@ where
                 }
             }
             Stage::Aging => {
-                if role == Role::Thread {
-                    // A resize the old map was left in, finished while it ages (a copy
-                    // of the map at worst), rather than when its drain opens, where a
-                    // starved thread held every share off until it was done (2 request
-                    // threads on 2 cores: up to 1.7 margins of new keys meanwhile).
-                    ring.finish_old_resize();
-                }
                 let now = now();
                 let rotated = schedule.rotated_at();
                 // A clock that stepped back is not waited for: the watermark keeps its

@@ -401,13 +401,29 @@ impl Eviction {
                 let at = now();
                 cycle::advance(self, keys, || at, Role::Thread, &mut 0)
             };
-            if advance() == Left::Draining {
-                cycle::drain_out(self, keys, breathe, || self.sweeper.stopping());
-                // The drain ended (or another pass opened, for entries left): then
-                // the thread comes back for that pass on its next wake-up, asked now.
-                if advance() == Left::Draining {
-                    self.sweeper.request();
+            match advance() {
+                Left::Draining => {
+                    cycle::drain_out(self, keys, breathe, || self.sweeper.stopping());
+                    // The drain ended (or another pass opened, for entries left): then
+                    // the thread comes back for that pass on its next wake-up, asked
+                    // now.
+                    if advance() == Left::Draining {
+                        self.sweeper.request();
+                    }
                 }
+                Left::Waiting if self.schedule.stage() == Stage::Aging => {
+                    // A resize the old map was left in, finished while it ages (a
+                    // copy of the map at worst), rather than when its drain opens,
+                    // where a starved thread held every share off until it was done
+                    // (2 request threads on 2 cores: up to 1.7 margins of new keys
+                    // meanwhile). Without the schedule: nothing writes the old map
+                    // once its claims are closed, and requests may take the cycle's
+                    // steps meanwhile.
+                    if let Some(ring) = keys.store.ring() {
+                        ring.finish_old_resize();
+                    }
+                }
+                Left::Waiting | Left::ForTheThread => {}
             }
         }
         if self.sweeper.stopping() {

@@ -61,7 +61,9 @@
 //! **The ring** (the default) keeps requests from waiting on each other: a lookup and a
 //! new key's insertion take no lock, and a share of the drain only *tries* the locks of
 //! the drain's regions, skipping its share when all are held (`tests/stall.rs` stalls a
-//! request inside the key's `Hash`, `Eq` and `Clone` and shows no other request waits).
+//! request inside the key's `Hash`, `Eq` and `Clone`, also while the map grows, and
+//! shows that no other request's check, peek, refund or new key waits; it runs no
+//! drain).
 //! The exceptions: the sliding log's per-key lock; a key being moved to a new quota
 //! (per-key limiters), which its next request waits out; inside papaya, a write to an
 //! entry that a resize is copying; and the one request that opens a drain the thread

@@ -42,7 +42,7 @@ use std::sync::Arc;
 /// joined when the limiter is dropped) and new keys' insertions share the
 /// forgetting: each new key drains a bounded share of a drain under way, and no
 /// request waits for the thread (when there is no thread, or it is overdue, one
-/// request opens a drain, a step over the old map). So
+/// request opens a drain, finishing a resize the old map may still be in). So
 /// building one needs keys, hashers and clocks that can be shared with that thread:
 /// `Send + Sync + 'static` (every key type in std and the usual hashers are). Keys
 /// are also `Clone`, as governor's are: a new key's entry owns a copy, and a key

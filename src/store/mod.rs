@@ -231,7 +231,8 @@ pub(crate) trait Passes {
 /// - **stable values**: a value is never moved, replaced or freed while an `f` that
 ///   received it runs — even if its entry is removed meanwhile — so a thread that
 ///   found a value may still use it; protocols that forget or relocate keys account
-///   for that (see `crate::evict` and `ring/`).
+///   for that (see `crate::evict` and `ring/`). A value stays at one address for as
+///   long as it is stored (the ring's drain tells entries apart by it).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one step.
 /// - **passes**: a [`Pass`](Passes::Pass) visits each entry present throughout it once,

@@ -227,7 +227,8 @@ where
         let Some(core) = core.upgrade() else {
             return false;
         };
-        core.leases.sweep(|lease, slow| core.removable(lease, slow));
+        core.leases
+            .sweep_if_due(|lease, slow| core.removable(lease, slow));
         true
     })
 }

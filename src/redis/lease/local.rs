@@ -90,6 +90,8 @@ pub(super) struct Leases {
     keys: AtomicU64,
     /// Sweep when an insertion takes the count above this.
     sweep_above: AtomicU64,
+    /// A sweep is running: at most one at a time, whoever runs it.
+    sweeping: AtomicBool,
     /// The thread that sweeps (shared with the limiter's handles, which stop it when
     /// the last of them is dropped).
     sweeper: Arc<Sweeper>,
@@ -98,6 +100,10 @@ pub(super) struct Leases {
 /// The fewest entries a sweep is worth walking the map for.
 const MIN_SWEEP: u64 = 1024;
 
+/// How far behind the sweeper thread may fall before requests sweep themselves: the
+/// map holding this many times the keys at which a sweep became due.
+const BEHIND: u64 = 4;
+
 impl Leases {
     /// An empty map whose sweeps `sweeper` runs.
     pub(super) fn new(sweeper: Arc<Sweeper>) -> Self {
@@ -105,6 +111,7 @@ impl Leases {
             map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
             keys: AtomicU64::new(0),
             sweep_above: AtomicU64::new(MIN_SWEEP),
+            sweeping: AtomicBool::new(false),
             sweeper,
         }
     }
@@ -121,8 +128,11 @@ impl Leases {
     }
 
     /// `key`'s entry, made if it has none. A new entry may make a sweep due: the
-    /// sweeper thread is asked for it, and only when there is no thread to ask does
-    /// this request sweep, deciding each entry with `sweep`.
+    /// sweeper thread is asked for it. This request sweeps itself (deciding each entry
+    /// with `sweep`, unless a sweep is running) only when there is no thread to ask,
+    /// or when the thread has fallen so far behind that the map holds
+    /// [`BEHIND`] times the keys a sweep was due at: so the map stays bounded
+    /// whatever CPU the thread gets.
     pub(super) fn entry(
         &self,
         key: &[u8],
@@ -144,29 +154,47 @@ impl Leases {
             // Relaxed: a count for deciding when to sweep; it guards no memory.
             let keys = self.keys.fetch_add(1, Ordering::Relaxed) + 1;
             // Relaxed: as above.
-            if keys > self.sweep_above.load(Ordering::Relaxed) && !self.sweeper.request() {
+            let due = self.sweep_above.load(Ordering::Relaxed);
+            if keys > due && (!self.sweeper.request() || keys > due.saturating_mul(BEHIND)) {
                 self.sweep(sweep);
             }
         }
         lease
     }
 
+    /// The sweeper thread's sweep: only if one is still due when the thread comes to
+    /// it (the requests that asked for it while the last one ran ask again, and the
+    /// last one may have made room for them already).
+    pub(super) fn sweep_if_due(&self, removable: impl FnMut(&KeyLease, &Slow) -> bool) {
+        // Relaxed: as in `entry`.
+        if self.keys.load(Ordering::Relaxed) > self.sweep_above.load(Ordering::Relaxed) {
+            self.sweep(removable);
+        }
+    }
+
     /// Removes the entries `removable` says are idle, after marking each retired under
-    /// its lock (so a fetch that started on it meanwhile looks the key up again).
-    /// Sweeping when the map has doubled since the last sweep keeps the work per
-    /// insertion constant and the map within about twice the live keys. Once the
-    /// limiter is being dropped, the rest of the map is kept: its memory goes with it.
+    /// its lock (so a fetch that started on it meanwhile looks the key up again); does
+    /// nothing while another sweep runs. Sweeping when the map has doubled since the
+    /// last sweep keeps the work per insertion constant and the map within about twice
+    /// the live keys while the thread keeps up ([`BEHIND`] times when it does not).
+    /// Once the limiter is being dropped, the rest of the map is kept: its memory goes
+    /// with it.
     pub(super) fn sweep(&self, mut removable: impl FnMut(&KeyLease, &Slow) -> bool) {
+        // Acquire: the last sweep's count and threshold (below) are seen before this
+        // one begins; the swap makes sweeps one at a time.
+        if self.sweeping.swap(true, Ordering::Acquire) {
+            return;
+        }
         let mut removed = 0u64;
         self.map.pin().retain(|_, lease| {
-            if self.sweeper.stopping() {
-                return true;
-            }
             let mut slow = lease.slow();
             // papaya may ask again about an entry it failed to remove (one a resize
             // was copying): retired once, counted once, and removed.
             if slow.retired {
                 return false;
+            }
+            if self.sweeper.stopping() {
+                return true;
             }
             // Relaxed: the lock orders this read after any fetch that locked the entry
             // before, and a fetch that locks it later sees `retired`.
@@ -182,6 +210,8 @@ impl Leases {
         // Relaxed: as in `entry`.
         self.sweep_above
             .store((2 * keys).max(MIN_SWEEP), Ordering::Relaxed);
+        // Release: pairs with the next sweep's Acquire swap.
+        self.sweeping.store(false, Ordering::Release);
     }
 
     /// Entries in the map.

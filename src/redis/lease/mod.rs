@@ -142,9 +142,13 @@
 //! over go, so the map holds the keys that came back within about one lifetime, and
 //! keys whose remembered denial still runs (as long as `capacity × interval`). The
 //! sweep runs on the limiter's own thread, named `turnstile-lease`, started when the
-//! first sweep is due and ended when the last clone of the limiter is dropped; the
-//! request whose new entry made the sweep due only asks for it (it sweeps itself
-//! only if the OS refused the thread, or a sweep panicked and ended it). A
+//! first sweep is due and ended when the last clone of the limiter is dropped (that
+//! drop waits for a sweep under way to reach its next entry); the request whose new
+//! entry made the sweep due only asks for it. A request sweeps itself (unless a sweep
+//! is running) only if there is no thread to ask (the OS refused one, or a sweep
+//! panicked and ended it), or if the map has grown to four times the keys at which a
+//! sweep became due (the thread falling behind): so the map stays bounded whatever
+//! CPU the thread gets. A
 //! check on a key with a live lease reads the clock, looks the key up and takes from
 //! its word: no allocation, no lock (tested in `tests/redis/lease.rs`). Starting a
 //! fetch ahead allocates (a task, the key). Decisions made locally are not reported

@@ -139,22 +139,23 @@ const REGIONS: usize = 8;
 const REGIONS: usize = 2;
 
 /// The region of the entry whose state is at `state`: from the state's address, which
-/// a map's entry keeps for its life (papaya boxes entries and never moves them), so
-/// every pass of a drain sees the entry in the same region, and no key is hashed
-/// again.
-#[cfg(not(turnstile_loom))]
+/// an entry keeps while it is in the map (the map contract, `store/mod.rs`: papaya
+/// boxes entries and never moves them), so every pass of a drain sees the entry in
+/// the same region, and no key is hashed again.
+#[cfg(not(any(turnstile_loom, turnstile_shuttle)))]
 #[inline]
 fn region_of<K, V>(_: &K, state: &V) -> usize {
+    const _: () = assert!(REGIONS.is_power_of_two());
     // Fibonacci hashing of the address (its low bits are the allocation's alignment):
-    // the product's high half spreads consecutive allocations over the regions.
+    // the product's top bits spread neighbouring allocations over the regions.
     let address = std::ptr::from_ref(state).addr() as u64;
-    (address.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % REGIONS
+    (address.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - REGIONS.trailing_zeros())) as usize
 }
 
-/// Under loom, from the key's hash by a fixed hasher: an address differs from one
-/// execution of a model to the next, and loom needs every execution to take the
-/// same path given the same schedule.
-#[cfg(turnstile_loom)]
+/// Under the checkers, from the key's hash by a fixed hasher: an address differs from
+/// one execution of a model to the next, and loom needs every execution to take the
+/// same path given the same schedule (shuttle, to replay a failing one).
+#[cfg(any(turnstile_loom, turnstile_shuttle))]
 fn region_of<K: Hash, V>(key: &K, _: &V) -> usize {
     use std::hash::Hasher;
     let mut hasher = std::hash::DefaultHasher::new();
@@ -582,18 +583,18 @@ where
     }
 
     /// Takes up to `budget` more steps of the drain begun with
-    /// [`open_drain`](Self::open_drain) (about `budget` entries of the region's class,
-    /// at most `budget` × [`REGIONS`] entries walked): each state of the old map that
-    /// `judge` retires is removed, every other relocated into the young map and removed (a
-    /// relocation found begun is finished), and a state being moved to a new quota is
-    /// left behind. In the next region in this thread's turn ([`next_turn`]) that no
-    /// other thread holds; if every region left is held, with `wait` (the sweeper
-    /// thread, `evict_idle`) in the first of them, once its holder's steps end, and
-    /// without (a request's share), none: `busy`.
-    ///
-    /// [`next_turn`]: crate::sync::next_turn Once every region is done, the schedule's
-    /// holder ends the drain ([`finish_drain`](Self::finish_drain)) or, with entries
-    /// left, opens another pass. No drain under way: nothing done.
+    /// [`open_drain`](Self::open_drain) (`budget` × [`REGIONS`] entries walked, about
+    /// `budget` of them in the region's class; papaya's iterator also steps over empty
+    /// and removed slots, which it does not count): each state of the region's class
+    /// that `judge` retires is removed, every other relocated into the young map and
+    /// removed (a relocation found begun is finished), and a state being moved to a
+    /// new quota is left behind. In the next region in this thread's turn
+    /// ([`next_turn`](crate::sync::next_turn)) that no other thread holds; if every
+    /// region left is held, with `wait` (the sweeper thread, `evict_idle`) in the
+    /// first of them, once its holder's steps end, and without (a request's share),
+    /// none: `busy`. Once every region is done, the schedule's holder ends the drain
+    /// ([`finish_drain`](Self::finish_drain)) or, with entries left, opens another
+    /// pass. No drain under way: nothing done.
     pub(crate) fn drain(
         &self,
         budget: usize,
