@@ -110,8 +110,10 @@ impl fmt::Debug for Quota {
     }
 }
 
-/// Why a [`Quota`] was refused.
+/// Why a [`Quota`] was refused (by [`Quota::new`], or by a limiter whose state cannot
+/// hold it). Non-exhaustive: a new algorithm may bring a new reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QuotaError {
     /// The capacity (or `n` of a `per_*` constructor) is zero: nothing could ever pass.
     ZeroCapacity,
