@@ -53,6 +53,17 @@ struct Gate {
 }
 
 impl Gate {
+    /// A closed gate, and what tells the checker a thread stalled at it.
+    fn closed() -> (Arc<Gate>, mpsc::Receiver<()>) {
+        let (stalled_tx, stalled) = mpsc::sync_channel(1);
+        let gate = Arc::new(Gate {
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            stalled: stalled_tx,
+        });
+        (gate, stalled)
+    }
+
     fn wait(&self) {
         let _ = self.stalled.try_send(());
         let mut open = self.open.lock().unwrap();
@@ -196,12 +207,7 @@ enum Outcome {
 /// and the staller's own key.
 fn stall(word_store: bool, request: Request, call: Call, at: usize, deadline: Duration) -> Outcome {
     let limiter = limiter(word_store);
-    let (stalled_tx, stalled) = mpsc::sync_channel(1);
-    let gate = Arc::new(Gate {
-        open: Mutex::new(false),
-        opened: Condvar::new(),
-        stalled: stalled_tx,
-    });
+    let (gate, stalled) = Gate::closed();
     let staller = {
         let (limiter, gate) = (Arc::clone(&limiter), Arc::clone(&gate));
         thread::spawn(move || {
@@ -327,12 +333,7 @@ fn a_stall_while_the_map_grows_keeps_nobody_waiting() {
     for key in 0..STORED {
         assert!(limiter.try_acquire(&Key(key)));
     }
-    let (stalled_tx, stalled) = mpsc::sync_channel(1);
-    let gate = Arc::new(Gate {
-        open: Mutex::new(false),
-        opened: Condvar::new(),
-        stalled: stalled_tx,
-    });
+    let (gate, stalled) = Gate::closed();
     let staller = {
         let (limiter, gate) = (Arc::clone(&limiter), Arc::clone(&gate));
         thread::spawn(move || {
