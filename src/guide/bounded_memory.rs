@@ -73,14 +73,18 @@
 //! included.
 //!
 //! **The word store** ([`Builder::word_store`](crate::Builder::word_store), for the
-//! four single-word algorithms) is the opt-in for memory-bound services with heavy
-//! churn: keys and words side by side in 1,024 segments, each a table of its own, no
-//! allocation per key — fewer heap bytes per key than papaya's entries, faster
-//! insertion (a new key in fewer instructions) and cheaper forgetting per key
-//! (`results/ANALYSIS.md`, "Memory" and "The stores", which say which store each
-//! figure was measured on). Its price: an insertion, a removal or a step of a growth
-//! takes its segment's lock, so a thread stalled while it holds one keeps that segment's
-//! insertions waiting (`tests/stall.rs` shows it).
+//! four single-word algorithms) is the opt-in for memory-bound services: keys and
+//! words side by side in 1,024 segments, each a table of its own, no allocation per
+//! key — fewer heap bytes per key than papaya's entries, faster insertion (a new key
+//! in fewer instructions) and cheaper forgetting per key (`results/ANALYSIS.md`,
+//! "Memory" and "The stores", which say which store each figure was measured on). Its
+//! prices: an insertion, a removal or a step of a growth takes its segment's lock, so a
+//! thread stalled while it holds one keeps that segment's insertions waiting
+//! (`tests/stall.rs` shows it); and its forgetting is its sweeper thread's alone, with
+//! no share taken by new keys, so where the request threads leave that thread little of
+//! the CPU (two request threads on two cores), a fast stream of new keys outgrows it —
+//! the ring stays bounded there and the word store does not
+//! (`results/memory-stream.md`).
 //!
 //! # The hard cap
 //! For hostile churn (ids rotating faster than buckets refill):
