@@ -182,6 +182,9 @@ pub mod mutants {
         /// Forgetting removes forgettable states without retiring them first, so a
         /// request still holding one can take from it after it is gone.
         RemoveWithoutRetiring,
+        /// A new key's share of a word store's sweep judges words as of its own
+        /// request's reading, not the instant its pass raised the watermark to.
+        ShareAtItsOwnReading,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

@@ -106,16 +106,46 @@
 //!   memory when the thread gets no CPU at all.
 //!
 //! # The word store's sweeps
-//! The opt-in word store (`Builder::word_store`, `store/words/`) forgets in place: a
-//! sweep raises the watermark, waits out the insertions, and passes over the
-//! segments, retiring and removing each forgettable word (`sweep.rs`). A sweep is due
-//! when the store holds twice the keys the last one kept (at least [`MIN_SWEEP_KEYS`]),
-//! once one could forget something: not before a margin has passed since the
-//! earliest instant at which a kept key becomes forgettable, nor since the last sweep
-//! began, whichever is first. An insertion that finds one due asks the sweeper thread;
-//! if there is no thread to ask, it sweeps itself, unless a sweep is running. The word
-//! store's segments and their growth are its own (`store/words/`).
+//! The opt-in word store (`Builder::word_store`, `store/words/`) forgets in place, by
+//! passes over its segments (`sweep.rs`). A pass is due when the store holds twice
+//! the keys the last one kept (at least [`MIN_SWEEP_KEYS`]), once one could forget
+//! something: not before a margin has passed since the earliest instant at which a
+//! kept key becomes forgettable, nor since the last pass began, whichever is first.
+//! Who does the work:
 //!
+//! - **opening** — the watermark raised to `now - margin` and the insertion handshake
+//!   flipped, then, once the insertions begun before are done, the pass published
+//!   with that instant: a few atomic operations, with no resize to finish first (the
+//!   ring's reason to leave its opening to the thread), so a sampled insertion that
+//!   finds a pass due takes these steps itself if the schedule is free (it only
+//!   tries), looking again at a later sampled insertion while the insertions are not
+//!   done, and asks the thread, which waits them out where a request would not;
+//! - **the pass** — while one is open, every new key's insertion takes a share (two
+//!   groups of a segment, up to 16 keys, in the first of up to four segments from a
+//!   shared hint that no one holds and the pass has not finished: `try_lock` only,
+//!   never a wait), and the sweeper thread walks every segment the shares have not
+//!   finished, from the last, eight groups per hold of a segment's lock, pausing
+//!   between holds (it holds the schedule only to open and close, not while it
+//!   walks). Each segment's place in the pass is kept under its lock, and whoever
+//!   judges its last group counts what it kept in the pass, once. So a stream of new
+//!   keys pays for its own forgetting whatever the thread gets of the CPU (two request
+//!   threads on two cores leave it little);
+//! - **closing** — once every segment is finished, whoever holds the schedule next (a
+//!   sampled insertion, or the thread after its walk) closes the pass and schedules
+//!   the next from what it kept.
+//!
+//! A pass forgets as of the instant it was opened with, which the thread's walk
+//! moves up every 256 keys it judges (raising the watermark and waiting out the
+//! insertions first, when the schedule is free), so a long pass also forgets keys
+//! that went idle while it ran. `evict_idle`, and a request at the cap with no
+//! thread, finish the pass under way and walk a whole new one themselves. Without a
+//! thread (its start failed), new keys' shares sweep every pass. The word store's
+//! segments and their growth are its own (`store/words/`). Shares and the walk are
+//! run whole under shuttle (`shuttle-tests/tests/word_sweeps.rs`: two threads' shares
+//! and the thread's walk against a request whose reading lags, with a mutant whose
+//! shares judge as of their own reading, which the model catches); that each segment
+//! is counted once per pass, a growth mid-pass included, is the store's unit tests'.
+
 //! # The key cap
 //! The bound that holds whatever the thread does, on either store, is `max_keys`: at
 //! the cap a new key is answered at once by the [`Overflow`] policy, never stored and
@@ -146,7 +176,7 @@ pub(crate) use sweeper::Sweeper;
 pub(crate) use watermark::Watermark;
 
 use crate::algorithm::Algorithm;
-use crate::store::KeyedStore;
+use crate::store::{KeyedStore, Pass};
 use crate::sync::{AtomicU64, Ordering};
 use cycle::{Left, Role};
 use schedule::{Schedule, Stage};
@@ -249,6 +279,8 @@ pub(crate) struct Eviction {
     pub(crate) max_keys: usize,
     watermark: Watermark,
     schedule: Schedule,
+    /// The word store's pass of forgetting, open or last closed.
+    pass: Pass,
     tally: Tally,
     /// The limiter's own sweeper thread.
     pub(crate) sweeper: Sweeper,
@@ -265,6 +297,7 @@ impl Eviction {
             max_keys: settings.max_keys.map_or(usize::MAX, |(n, _)| n),
             watermark: Watermark::new(),
             schedule: Schedule::new(margin, expected_keys),
+            pass: Pass::new(),
             tally: Tally {
                 evicted: AtomicU64::new(0),
                 overflowed: AtomicU64::new(0),
@@ -288,8 +321,9 @@ impl Eviction {
         )
     }
 
-    /// After a new key's insertion at `now`: a share of the drain under way, and on
-    /// about one in [`SIZE_SAMPLE`] the cycle's cheap steps (see the module docs).
+    /// After a new key's insertion at `now`: a share of the drain (the word store: the
+    /// pass) under way, and on about one in [`SIZE_SAMPLE`] the cycle's (the word
+    /// store's schedule's) cheap steps (see the module docs).
     #[inline]
     pub(crate) fn after_insertion<K, A, S>(&self, keys: &Keys<'_, K, A, S>, now: u64)
     where
@@ -299,22 +333,33 @@ impl Eviction {
         S: BuildHasher + Clone + Send + Sync + 'static,
     {
         if self.schedule.stage() == Stage::Draining {
-            self.share(keys);
+            self.share(keys, now);
         }
         if sampled() {
             self.upkeep(keys, now);
         }
     }
 
-    /// A new key's share of the drain under way.
+    /// A new key's share of the drain (the word store: the pass) under way.
     #[cold]
-    fn share<K, A, S>(&self, keys: &Keys<'_, K, A, S>)
+    fn share<K, A, S>(&self, keys: &Keys<'_, K, A, S>, now: u64)
     where
         A: Algorithm<K>,
         K: Hash + Eq + Clone + Send + Sync + 'static,
         A::State: 'static,
         S: BuildHasher + Clone + Send + Sync + 'static,
     {
+        if keys.store.words().is_some() {
+            if !self.pass.is_open() {
+                return;
+            }
+            // Not under loom, whose stand-in for the word store takes no share (the
+            // shuttle tests check the real one's).
+            #[cfg(not(turnstile_loom))]
+            sweep::share(self, keys, now);
+            let _ = now;
+            return;
+        }
         thread_local! {
             /// Entries this thread's skipped shares owe (see `cycle::MAX_SHARE`), paid
             /// to whichever drain it next gets a region of.
@@ -347,12 +392,19 @@ impl Eviction {
                 // drained).
                 self.sweeper.request_preparation();
             }
-            if self.schedule.sweep_due(keys.store.len(), now) && !self.sweeper.request() {
-                // No thread to ask (the OS refused one): sweep here, unless a sweep
-                // is running.
-                if let Some(_held) = self.schedule.try_lock() {
-                    sweep::sweep(self, keys, || now, || {});
+            // The schedule's cheap steps (a pass opened, once its insertions are
+            // done, or closed), and the thread asked for its walk (or, when it has
+            // none, new keys' shares sweep the whole pass).
+            let Some(_held) = self.schedule.try_lock() else {
+                // Its holder may have looked before this key made a pass due: the
+                // thread is asked, so that the pass is not left for a later look.
+                if self.schedule.sweep_due(keys.store.len(), now) {
+                    self.sweeper.request();
                 }
+                return;
+            };
+            if sweep::advance(self, keys, now, Role::Request) != Left::Waiting {
+                self.sweeper.request();
             }
             return;
         }
@@ -383,11 +435,24 @@ impl Eviction {
         let started = std::time::Instant::now();
         let before = self.tally().0;
         if keys.store.words().is_some() {
-            let _held = self.schedule.lock();
-            // Due by size, or asked for by a request at the cap.
-            if self.schedule.sweep_due(keys.store.len(), now()) || self.schedule.room_wanted() {
-                sweep::sweep(self, keys, &now, breathe);
-                self.schedule.room_made();
+            // The schedule held for its steps only, not for the walk: requests close
+            // a pass their shares finished, and open the next, meanwhile.
+            let left = {
+                let _held = self.schedule.lock();
+                sweep::advance(self, keys, now(), Role::Thread)
+            };
+            if left == Left::Draining {
+                let mut breathe = breathe;
+                sweep::walk(self, keys, &now, false, || {
+                    breathe();
+                    !self.sweeper.stopping()
+                });
+                let _held = self.schedule.lock();
+                // The pass closed, and the next opened if it is due already: then the
+                // thread comes back for its walk, asked now.
+                if sweep::advance(self, keys, now(), Role::Thread) == Left::Draining {
+                    self.sweeper.request();
+                }
             }
         } else {
             // The schedule held for its steps only, not for the drain, which has its
@@ -450,7 +515,6 @@ impl Eviction {
         if keys.store.words().is_some() {
             if let Some(_held) = self.schedule.try_lock() {
                 sweep::sweep(self, keys, || now, || {});
-                self.schedule.room_made();
             }
             return;
         }
@@ -471,7 +535,7 @@ impl Eviction {
 
     /// Forgets every key whose state has carried no information for the margin, now;
     /// returns how many. Waits for a cycle or sweep under way, and for the insertions
-    /// it must. `pause` as for the word store's `retain`.
+    /// it must. `pause` as for the word store's `sweep_walk`.
     pub(crate) fn evict_idle<K, A, S>(
         &self,
         keys: &Keys<'_, K, A, S>,

@@ -15,7 +15,9 @@ pub const MIN_SWEEP_KEYS: usize = 1024;
 #[cfg(turnstile_shuttle)]
 pub const MIN_SWEEP_KEYS: usize = 2;
 
-/// Where the ring's cycle stands.
+/// Where the ring's cycle stands; on the word store, `Idle` (no pass open),
+/// `Settling` (the watermark raised for a pass, its insertions not yet done) and
+/// `Draining` (a pass open) only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Stage {
@@ -51,9 +53,11 @@ pub(crate) struct Schedule {
     lock: Mutex<()>,
     /// The ring's [`Stage`].
     stage: AtomicU8,
-    /// When the last rotation happened (ns since the epoch).
+    /// When the last rotation happened (ns since the epoch); on the word store, when
+    /// the pass being opened began.
     rotated_at: AtomicU64,
-    /// The instant the drain under way forgets as of, and when it was due to open.
+    /// The instant the drain under way forgets as of, and when it was due to open; on
+    /// the word store, the instant the pass being opened forgets as of.
     drain_at: AtomicU64,
     /// The word store: its size at which a sweep is due.
     next_sweep: AtomicU64,

@@ -78,13 +78,14 @@
 //! key — fewer heap bytes per key than papaya's entries, faster insertion (a new key
 //! in fewer instructions) and cheaper forgetting per key (`results/ANALYSIS.md`,
 //! "Memory" and "The stores", which say which store each figure was measured on). Its
-//! prices: an insertion, a removal or a step of a growth takes its segment's lock, so a
-//! thread stalled while it holds one keeps that segment's insertions waiting
-//! (`tests/stall.rs` shows it); and its forgetting is its sweeper thread's alone, with
-//! no share taken by new keys, so where the request threads leave that thread little of
-//! the CPU (two request threads on two cores), a fast stream of new keys outgrows it —
-//! the ring stays bounded there and the word store does not
-//! (`results/memory-stream.md`).
+//! price: an insertion, a removal, a step of a growth or a share of a sweep takes its
+//! segment's lock, so a thread stalled while it holds one keeps that segment's
+//! insertions waiting (`tests/stall.rs` shows it). Its forgetting is shared as the
+//! ring's is: while a sweep is under way, each new key's insertion sweeps a few groups
+//! of a segment no other thread holds (it only tries the lock, so a share never
+//! waits), and the sweeper thread the rest, so a fast stream of new keys pays for its
+//! own forgetting however little of the CPU the thread gets (two request threads on
+//! two cores: `results/memory-stream.md`).
 //!
 //! # The hard cap
 //! For hostile churn (ids rotating faster than buckets refill):

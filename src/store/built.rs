@@ -271,6 +271,7 @@ mod words_of {
     use crate::KeyRef;
     use crate::algorithm::Stored;
     use crate::store::InPlace;
+    use crate::store::{Judged, Pass};
     use crate::sync::AtomicU64;
     use std::borrow::Borrow;
     use std::hash::{BuildHasher, Hash};
@@ -333,10 +334,6 @@ mod words_of {
             self.words.remove_if(key, |word| pred(V::of_word(word)))
         }
 
-        fn retain(&self, mut keep: impl FnMut(&V) -> bool, pause: impl FnMut()) {
-            self.words.retain(|word| keep(V::of_word(word)), pause)
-        }
-
         fn swap(&self, key: K, current: &V, new: V) -> bool {
             // `current` is a word of this store (`V::WORD`): compared by address.
             let current = std::ptr::from_ref(current).cast::<AtomicU64>();
@@ -354,6 +351,25 @@ mod words_of {
 
         fn prepare(&self, stop: impl Fn() -> bool) {
             self.words.prepare(stop)
+        }
+
+        fn sweep_parts(&self) -> usize {
+            self.words.sweep_parts()
+        }
+
+        fn sweep_share(&self, pass: &Pass, mut judge: impl FnMut(&V, u64) -> Judged) {
+            self.words
+                .sweep_share(pass, |word, at| judge(V::of_word(word), at))
+        }
+
+        fn sweep_walk(
+            &self,
+            pass: &Pass,
+            mut judge: impl FnMut(&V, u64) -> Judged,
+            breathe: impl FnMut() -> bool,
+        ) -> bool {
+            self.words
+                .sweep_walk(pass, |word, at| judge(V::of_word(word), at), breathe)
         }
     }
 }

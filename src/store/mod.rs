@@ -37,12 +37,14 @@ pub(crate) mod insertions;
 mod loom;
 #[cfg(not(turnstile_loom))]
 mod papaya;
+mod pass;
 pub(crate) mod ring;
 mod striped;
 #[cfg(not(turnstile_loom))]
 mod words;
 
 pub(crate) use built::KeyedStore;
+pub(crate) use pass::{Judged, Pass};
 /// The map of this build (papaya, or loom's stand-in), for the baselines.
 #[cfg(all(not(turnstile_loom), feature = "baselines"))]
 pub(crate) type BuildMap<K, V, S> = papaya::PapayaMap<K, V, S>;
@@ -103,12 +105,14 @@ pub(crate) trait Relocation<V> {
 ///   that (see `evict/`).
 /// - **swap**: `swap(key, current, new)` stores `new` as the key's value if the value
 ///   stored is `current` itself (the same value, by address), in one step.
-/// - **retain**: `retain(keep)` calls `keep` for each entry present throughout the
-///   pass, possibly more than once for one entry, and removes the entries it rejects
-///   — not necessarily at the last call; entries inserted or removed during the pass
-///   may or may not be seen.
+/// - **sweeps in parts**: a pass ([`Pass`]) is taken in parts, by `sweep_share`
+///   (bounded, never waiting) and `sweep_walk`; each part is finished, and counted in
+///   the pass, exactly once per pass. Together they call `judge` for each entry
+///   present throughout the pass, possibly more than once for one entry, and remove
+///   the entries it answers `Removed` — not necessarily at the last call; entries
+///   inserted or removed during the pass may or may not be seen.
 /// - Closures may see a value that is replaced or removed before the call returns.
-///   None may call the store. On the word store, `pred`, `keep`, `first`, a loser's
+///   None may call the store. On the word store, `pred`, `judge`, `first`, a loser's
 ///   `f` and the `f` of `get_locked` may run under a segment's lock. `value` runs before anything is locked or reserved. The
 ///   loom store runs every closure unlocked, on snapshots, which permits more
 ///   interleavings, not fewer.
@@ -151,13 +155,6 @@ pub(crate) trait InPlace<K, V, S> {
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
 
-    /// Removes every entry whose value `keep` rejects. Calls `pause` now and then at a
-    /// point where it holds no lock of the store (the word store: before each segment,
-    /// between its holds of a segment's lock, 64 removals each, and between the steps
-    /// of a drain or a preparation it finishes), so that the sweeper thread can give up
-    /// its CPU where no request waits on it (`evict/sweeper.rs`, `TurnTimer`).
-    fn retain(&self, keep: impl FnMut(&V) -> bool, pause: impl FnMut());
-
     /// Stores `new` as `key`'s value if its value is `current` itself; whether it did.
     fn swap(&self, key: K, current: &V, new: V) -> bool;
 
@@ -177,13 +174,34 @@ pub(crate) trait InPlace<K, V, S> {
     /// store's locks (so the sweeper thread may yield its CPU there,
     /// `evict/sweeper.rs`), and
     /// ends early once it says so (the limiter is being dropped, or a sweep is
-    /// waiting), the next call going on from there (the word store's `retain` also
-    /// finishes a preparation cut short, on whichever thread sweeps). For the sweeper
+    /// waiting), the next call going on from there (the word store's `sweep_walk` also
+    /// finishes a preparation cut short, on whichever thread walks). For the sweeper
     /// thread (none under loom); safe while requests run.
     #[cfg_attr(turnstile_loom, allow(dead_code))]
     fn prepare(&self, stop: impl Fn() -> bool) {
         let _ = stop;
     }
+
+    /// Parts of a sweep in parts ([`Pass`], `evict/sweep.rs`): the
+    /// word store's segments.
+    fn sweep_parts(&self) -> usize;
+
+    /// A new key's share of the open pass: `judge` (as of the pass's instant, read
+    /// under the part's lock) on a bounded number of entries of a part no one else
+    /// holds, those it answers `Removed` removed; a part finished is counted in the
+    /// pass. Never waits for a lock (it may do nothing). Not called under loom.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
+    fn sweep_share(&self, pass: &Pass, judge: impl FnMut(&V, u64) -> Judged);
+
+    /// Every part of the open pass not yet finished, finished, waiting for their
+    /// locks: `judge` as in [`sweep_share`](Self::sweep_share), `breathe` between holds,
+    /// holding no lock of the store (its `false`: stop). Whether it walked to the end.
+    fn sweep_walk(
+        &self,
+        pass: &Pass,
+        judge: impl FnMut(&V, u64) -> Judged,
+        breathe: impl FnMut() -> bool,
+    ) -> bool;
 }
 
 /// The relocation of an algorithm's states ([`Relocation`] for the ring), as the

@@ -6,8 +6,9 @@
 //! unlocked, then stores it in one locked step if the key is still absent — so it can
 //! lose a race, as papaya's can — and a loser looks the key up again, unlocked, and
 //! may find it gone. A removal re-checks under the lock that it removes the value its
-//! predicate saw, and asks again otherwise; `retain` calls `keep` twice for every entry
-//! and follows the second answer (the contract lets it ask more than once); a swap
+//! predicate saw, and asks again otherwise; a sweep's walk (one part: the whole map)
+//! calls `judge` twice for every entry and follows the second answer (the contract
+//! lets it ask more than once), and takes no share; a swap
 //! hides the key from lock-free lookups for a moment,
 //! as the word store's lookups can miss a key being replaced. Values are `Arc`s, so
 //! one is never moved or freed while a closure holds it, as papaya's guards keep
@@ -16,6 +17,7 @@
 
 use crate::KeyRef;
 use crate::store::InPlace;
+use crate::store::{Judged, Pass};
 use crate::sync::{Arc, Mutex, MutexGuard, yield_now};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -34,6 +36,8 @@ struct Entries<K, V, S> {
     /// Addresses of successors a `swap` has stored but not finished with: a lock-free
     /// `get` misses their keys until it has, as the word store's lookup can.
     hidden: Vec<usize>,
+    /// The pass of forgetting the map was last swept in (`sweep_walk`).
+    swept: u64,
 }
 
 impl<K, V, S> LoomWords<K, V, S>
@@ -88,6 +92,7 @@ where
             map: Mutex::new(Entries {
                 map,
                 hidden: Vec::new(),
+                swept: 0,
             }),
         }
     }
@@ -154,20 +159,6 @@ where
         }
     }
 
-    fn retain(&self, mut keep: impl FnMut(&V) -> bool, _pause: impl FnMut()) {
-        let values: Vec<Arc<V>> = self.locked().map.values().cloned().collect();
-        let rejected: Vec<Arc<V>> = values
-            .into_iter()
-            .filter(|v| {
-                let _first = keep(v);
-                !keep(v)
-            })
-            .collect();
-        self.locked()
-            .map
-            .retain(|_, v| !rejected.iter().any(|r| Arc::ptr_eq(r, v)));
-    }
-
     fn swap(&self, key: K, current: &V, new: V) -> bool {
         let mut entries = self.locked();
         let found = (entries.map.get(&key)).is_some_and(|v| std::ptr::eq(&**v, current));
@@ -188,5 +179,57 @@ where
 
     fn len(&self) -> usize {
         self.locked().map.len()
+    }
+
+    /// One part: the whole map.
+    fn sweep_parts(&self) -> usize {
+        1
+    }
+
+    /// None: loom's models take no share (`crate::evict`'s `share` is not called
+    /// under loom); the shuttle tests check the word store's.
+    fn sweep_share(&self, _pass: &Pass, _judge: impl FnMut(&V, u64) -> Judged) {}
+
+    /// The one part, walked: `judge` twice on a snapshot of each entry,
+    /// unlocked, the second answer followed; the part counted once per pass.
+    fn sweep_walk(
+        &self,
+        pass: &Pass,
+        mut judge: impl FnMut(&V, u64) -> Judged,
+        _breathe: impl FnMut() -> bool,
+    ) -> bool {
+        let Some(generation) = pass.open_generation() else {
+            return true;
+        };
+        let values: Vec<Arc<V>> = {
+            let entries = self.locked();
+            if entries.swept == generation {
+                return true;
+            }
+            entries.map.values().cloned().collect()
+        };
+        let at = pass.at();
+        let (mut kept, mut kept_until) = (0, u64::MAX);
+        let rejected: Vec<Arc<V>> = values
+            .into_iter()
+            .filter(|v| {
+                let _first = judge(v, at);
+                match judge(v, at) {
+                    Judged::Kept(until) => {
+                        kept += 1;
+                        kept_until = kept_until.min(until);
+                        false
+                    }
+                    Judged::Removed => true,
+                }
+            })
+            .collect();
+        let mut entries = self.locked();
+        entries
+            .map
+            .retain(|_, v| !rejected.iter().any(|r| Arc::ptr_eq(r, v)));
+        entries.swept = generation;
+        pass.part_done(kept, kept_until);
+        true
     }
 }

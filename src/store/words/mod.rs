@@ -35,12 +35,21 @@
 //! never fills before the drain ends.
 //!
 //! # Sweeps
-//! A sweep (`retain`) first ends any drain left behind in a segment, a step per hold
-//! of its lock; then asks about the segment's keys holding no lock, and removes those
-//! rejected [`REMOVED_AT_ONCE`] per hold, pausing between holds, with one update of
-//! the key count per hold. So a sweep holds a segment no longer than a drain's step
-//! does, however many of its keys it forgets.
-//!
+//! A sweep is a pass over the segments (`crate::evict::Pass`), taken in parts under
+//! the segments' locks: each new key's insertion, while a pass is open, takes a share
+//! (`sweep_share`: up to [`SHARE_GROUPS`] groups of the first segment from `hint` on
+//! that no one holds and the pass has not finished, a `try_lock` each, at most
+//! [`SHARE_TRIES`] tried, never a wait), and the sweeper thread walks every segment
+//! the shares have not finished (`sweep_walk`, from the last, [`WALKED_AT_ONCE`]
+//! groups per hold of a segment's lock, pausing between holds). A segment's place in
+//! the pass (`Used::pass`, `cursor`) is kept under its lock, so a group is judged
+//! once per pass whoever takes it: a drain left behind moved first, a group a step,
+//! then the table's groups in order, the forgettable words removed at once; whoever
+//! judges the segment's last group counts it in the pass, once (a growth meanwhile
+//! starts the segment again on its new table, its count with it). So no request
+//! holds a segment longer than a drain's step does, and a sweep holds one no longer
+//! than a preparation's step.
+
 //! # The freeze
 //! A request that found a key in the draining table may be about to compare-and-set
 //! its word while a move copies it. So a move swaps each word it copies to
@@ -64,6 +73,7 @@ mod table;
 use super::InPlace;
 use super::striped::Striped as KeyCount;
 use crate::KeyRef;
+use crate::store::{Judged, Pass};
 use crate::word::RETIRED;
 use sdd::{AtomicShared, Guard, Shared, Tag};
 use std::borrow::Borrow;
@@ -74,7 +84,12 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Orderin
 use table::{Found, Table};
 
 /// Segments per store, chosen by the hash's top [`SEGMENT_BITS`] bits.
+#[cfg(not(turnstile_shuttle))]
 const SEGMENT_BITS: u32 = 10;
+/// Segments per store: four under `--cfg turnstile_shuttle`, so that a shuttle test's
+/// handful of keys meets a sweep's shares and its walk in the same segments.
+#[cfg(turnstile_shuttle)]
+const SEGMENT_BITS: u32 = 2;
 /// Segments per store.
 pub(crate) const SEGMENTS: usize = 1 << SEGMENT_BITS;
 
@@ -104,6 +119,10 @@ pub(crate) struct WordStore<K, S> {
     /// the end: the next sweep finishes it, so that what a sweep cut short does not
     /// wait for sampled insertions to ask again.
     unfinished: AtomicBool,
+    /// Where new keys' shares of a sweep look for a segment (modulo [`SEGMENTS`]):
+    /// moved past each segment a share finishes, so that shares spread over the
+    /// segments left rather than meet on one.
+    hint: AtomicUsize,
 }
 
 /// The share of its room, in eighths, past which a segment's table is due to be
@@ -136,10 +155,20 @@ const MOVED_AT_ONCE: usize = 8;
 /// the time slices of request threads; and one load of a shared line per 64
 /// insertions into a draining segment.
 const STALLED_AFTER: u32 = 64;
-/// Rejected keys a sweep removes per hold of a segment's lock: a removal is one tag
-/// store (a cache miss, in a large table), so a hold lasts about as long as a drain's
-/// step of [`MOVED_AT_ONCE`] groups, however many keys a sweep forgets in a segment.
-const REMOVED_AT_ONCE: usize = 64;
+/// Groups of a segment a new key's share of a sweep judges (up to 16 keys, each a load
+/// of its word and for a forgettable one a compare-and-set and a tag store: about a
+/// drain's step of one group): a stream of new keys needs one key forgotten per key
+/// inserted, and a sweep, due at twice the keys the last one kept, visits about two
+/// keys per key it forgets, so two groups (8 to 14 keys at the tables' load) keep
+/// ahead of the stream whatever the sweeper thread gets of the CPU.
+const SHARE_GROUPS: usize = 2;
+/// Segments a share tries (a `try_lock` each, never a wait) before it gives up: a
+/// segment held (by an insertion, another share or the sweeper thread) or finished is
+/// passed over for the next.
+const SHARE_TRIES: usize = 4;
+/// Groups the sweeper thread's walk judges per hold of a segment's lock: about a
+/// preparation's hold of [`MOVED_AT_ONCE`] groups.
+const WALKED_AT_ONCE: usize = 8;
 
 struct Segment<K> {
     /// The table new keys go to; null until the segment's first key.
@@ -171,6 +200,17 @@ struct Used {
     /// Whether `progress` had not moved between the last two looks: insertions then
     /// drain the segment themselves, a group each.
     abandoned: bool,
+    /// The pass of forgetting (its generation, `crate::evict::Pass`) the four fields
+    /// below are for.
+    pass: u64,
+    /// Whether the segment is finished in that pass, and counted in it.
+    swept: bool,
+    /// Groups of `table` judged in that pass.
+    cursor: usize,
+    /// Keys those groups kept.
+    kept: usize,
+    /// The earliest instant at which one of them could be forgotten.
+    kept_until: u64,
 }
 
 /// A key found under its segment's lock: in which table, and its slot.
@@ -189,10 +229,24 @@ struct Placed<'g> {
 /// retired (whole outgrown tables, and with them their keys' destructors), which must
 /// not happen while a segment is held.
 fn lock<K>(segment: &Segment<K>) -> Held<'_> {
-    let held = Held(segment.lock.lock().unpoisoned());
+    held(segment.lock.lock().unpoisoned())
+}
+
+/// Locks a segment if no one holds it (as [`lock`]), for a share of a sweep, which
+/// never waits.
+fn try_lock<K>(segment: &Segment<K>) -> Option<Held<'_>> {
+    match segment.lock.try_lock() {
+        Ok(used) => Some(held(used)),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(held(poisoned.into_inner())),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// A segment's lock, now held (counted in tests).
+fn held(used: MutexGuard<'_, Used>) -> Held<'_> {
     #[cfg(test)]
     tests::LOCKS_HELD.with(|held| held.set(held.get() + 1));
-    held
+    Held(used)
 }
 
 /// A segment's lock, held: what `Used` it guards. In tests it also counts the segment
@@ -364,6 +418,13 @@ where
         debug_assert!(used.next.is_none(), "a growth while a drain is under way");
         // Acquire: as in `Segment::tables`; held as a `Shared`, to publish as draining.
         let old = segment.table.get_shared(Ordering::Acquire, guard);
+        if !used.swept {
+            // A sweep's pass through the segment starts again on the new table, once
+            // the old one has drained into it (what it kept so far is counted again).
+            used.cursor = 0;
+            used.kept = 0;
+            used.kept_until = u64::MAX;
+        }
         if let Some(old) = old {
             used.next = Some(0);
             used.draining = used.keys;
@@ -440,6 +501,74 @@ where
         // frees it once no lookup holds it.
         let (gone, _) = segment.draining.swap((None, Tag::None), Ordering::Release);
         drop(gone);
+    }
+
+    /// Up to `budget` groups of the open pass `generation` in the segment, judged as
+    /// of the pass's instant (read here, under the lock): a drain left behind moved
+    /// first, a group a step, then the table's groups judged from where the pass left
+    /// them, those `judge` rejects removed. The segment is counted in `pass` once, by
+    /// whoever judges its last group. Whether the segment is finished in the pass. The
+    /// caller holds the segment's lock (`used`).
+    #[allow(clippy::too_many_arguments)]
+    fn sweep_groups(
+        &self,
+        segment: &Segment<K>,
+        used: &mut Used,
+        guard: &Guard,
+        pass: &Pass,
+        generation: u64,
+        budget: &mut usize,
+        judge: &mut impl FnMut(&AtomicU64, u64) -> Judged,
+    ) -> bool {
+        if used.pass != generation {
+            used.pass = generation;
+            used.swept = false;
+            used.cursor = 0;
+            used.kept = 0;
+            used.kept_until = u64::MAX;
+        }
+        if used.swept {
+            return true;
+        }
+        while *budget > 0 && used.next.is_some() {
+            self.move_group(segment, used, guard);
+            *budget -= 1;
+        }
+        if used.next.is_some() {
+            return false;
+        }
+        let at = pass.at();
+        let table = segment.tables(guard).0;
+        let groups = table.map_or(0, Table::groups);
+        let mut removed = 0;
+        if let Some(table) = table {
+            while *budget > 0 && used.cursor < groups {
+                for (position, _, word) in table.group_entries(used.cursor) {
+                    match judge(word, at) {
+                        Judged::Kept(until) => {
+                            used.kept += 1;
+                            used.kept_until = used.kept_until.min(until);
+                        }
+                        Judged::Removed => {
+                            table.remove(position);
+                            removed += 1;
+                        }
+                    }
+                }
+                used.cursor += 1;
+                *budget -= 1;
+            }
+        }
+        if removed > 0 {
+            used.keys -= removed;
+            self.count(-(removed as isize));
+        }
+        if used.cursor < groups {
+            return false;
+        }
+        used.swept = true;
+        pass.part_done(used.kept, used.kept_until);
+        true
     }
 
     #[inline]
@@ -564,6 +693,7 @@ where
             thread_drains: AtomicBool::new(false),
             progress: AtomicUsize::new(0),
             unfinished: AtomicBool::new(false),
+            hint: AtomicUsize::new(0),
         }
     }
 
@@ -649,107 +779,6 @@ where
                 true
             }
             _ => false,
-        }
-    }
-
-    fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool, mut pause: impl FnMut()) {
-        let mut rejected = Vec::new();
-        for segment in self.segments.iter() {
-            self.advance();
-            pause();
-            // A drain left behind (insertions into the segment stopped) ends here, a
-            // group at a time, so that the draining table's memory goes.
-            loop {
-                let guard = Guard::new();
-                let mut used = lock(segment);
-                if used.next.is_none() {
-                    break;
-                }
-                self.move_group(segment, &mut used, &guard);
-                drop(used);
-                drop(guard);
-                pause();
-            }
-            // Asked without the lock, removed under it: a segment held while its keys
-            // are asked about would stall every request for it whenever the OS
-            // preempted the sweeper thread (results/ANALYSIS.md, "The word store").
-            // A key moved meanwhile (a drain's step) is asked about in
-            // both tables; it is removed from neither if the move froze it first,
-            // since its slot in the draining table is no longer full, and its copy
-            // was asked about as itself. The tables are held by their reference
-            // counts, not by a guard, which would be held through the pauses below
-            // and hold back every free meanwhile; held, neither can be freed and
-            // another allocated at its address, which the removals' check of the
-            // table would take for it.
-            let (table, draining) = {
-                let guard = Guard::new();
-                // Acquire, both: as in `Segment::tables`, in its order.
-                let table = segment.table.get_shared(Ordering::Acquire, &guard);
-                let draining = segment.draining.get_shared(Ordering::Acquire, &guard);
-                (table, draining)
-            };
-            for (is_draining, table) in [(true, &draining), (false, &table)] {
-                let Some(table) = table else { continue };
-                rejected.extend(
-                    table
-                        .entries()
-                        .filter(|(_, _, word)| !keep(word))
-                        .map(|(position, _, _)| (is_draining, position)),
-                );
-            }
-            // Removed [`REMOVED_AT_ONCE`] at a time, each batch in a hold of its own
-            // with a pause between, so that no request waits on the segment for more
-            // than one batch (nor, with `pause` yielding, for a preempted sweeper in
-            // the middle of a long one); the key count updated once per hold.
-            for (hold, batch) in rejected.chunks(REMOVED_AT_ONCE).enumerate() {
-                if hold > 0 {
-                    pause();
-                }
-                let guard = Guard::new();
-                let mut used = lock(segment);
-                let now = segment.tables(&guard);
-                let mut removed = 0;
-                // Tables replaced since (a growth): their keys are asked again at the
-                // next sweep. Slots are never reused in a table, so a position still
-                // full holds the key and word that were rejected.
-                for &(is_draining, position) in batch {
-                    let (seen, current) = if is_draining {
-                        (draining.as_deref(), now.1)
-                    } else {
-                        (table.as_deref(), now.0)
-                    };
-                    let (Some(seen), Some(current)) = (seen, current) else {
-                        continue;
-                    };
-                    if std::ptr::eq(seen, current) && current.is_full(position) {
-                        current.remove(position);
-                        if is_draining {
-                            used.draining -= 1;
-                        } else {
-                            used.keys -= 1;
-                        }
-                        removed += 1;
-                    }
-                }
-                drop(used);
-                drop(guard);
-                if removed > 0 {
-                    self.count(-removed);
-                }
-            }
-            rejected.clear();
-        }
-        // Relaxed: a hint (see the field); set only by `prepare`.
-        if self.unfinished.load(Ordering::Relaxed) {
-            // A preparation this sweep (or another) cut short: finished now, pausing
-            // between its steps as the sweep does, rather than when sampled insertions
-            // next ask for one.
-            // (`stop` is `Fn`: the `FnMut` pause is borrowed for each call.)
-            let pause = std::cell::RefCell::new(pause);
-            self.prepare(|| {
-                (pause.borrow_mut())();
-                false
-            });
         }
     }
 
@@ -844,6 +873,101 @@ where
         // Relaxed: as above. Ran to the end: nothing left for a sweep to finish.
         self.unfinished.store(false, Ordering::Relaxed);
     }
+
+    fn sweep_parts(&self) -> usize {
+        SEGMENTS
+    }
+
+    /// Up to [`SHARE_GROUPS`] groups of the open pass, in the segments from `hint` on
+    /// that are not held (a `try_lock` each, at most [`SHARE_TRIES`]) nor finished.
+    fn sweep_share(&self, pass: &Pass, mut judge: impl FnMut(&AtomicU64, u64) -> Judged) {
+        let mut budget = SHARE_GROUPS;
+        // Relaxed: a hint; which segment a share takes is never wrong, only slower.
+        let start = self.hint.load(Ordering::Relaxed);
+        for offset in 0..SHARE_TRIES {
+            let index = start.wrapping_add(offset);
+            let segment = &self.segments[index % SEGMENTS];
+            // The guard first, then the lock (see `lock`).
+            let guard = Guard::new();
+            let Some(mut used) = try_lock(segment) else {
+                continue;
+            };
+            // Under the lock: a pass that closed since the caller looked is not
+            // swept, and the generation read is the one the segment is counted in.
+            let Some(generation) = pass.open_generation() else {
+                return;
+            };
+            let finished = self.sweep_groups(
+                segment,
+                &mut used,
+                &guard,
+                pass,
+                generation,
+                &mut budget,
+                &mut judge,
+            );
+            drop(used);
+            drop(guard);
+            if !finished {
+                return;
+            }
+            // Relaxed: as above.
+            self.hint
+                .fetch_max(index.wrapping_add(1), Ordering::Relaxed);
+            if budget == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Every segment, from the last (shares begin at `hint`, which wraps from the
+    /// first), [`WALKED_AT_ONCE`] groups per hold of its lock, `breathe` after each
+    /// hold; then a preparation a sweep cut short, finished.
+    fn sweep_walk(
+        &self,
+        pass: &Pass,
+        mut judge: impl FnMut(&AtomicU64, u64) -> Judged,
+        mut breathe: impl FnMut() -> bool,
+    ) -> bool {
+        for segment in self.segments.iter().rev() {
+            loop {
+                self.advance();
+                let guard = Guard::new();
+                let mut used = lock(segment);
+                let Some(generation) = pass.open_generation() else {
+                    // Closed: the shares finished it.
+                    return true;
+                };
+                let mut budget = WALKED_AT_ONCE;
+                let finished = self.sweep_groups(
+                    segment,
+                    &mut used,
+                    &guard,
+                    pass,
+                    generation,
+                    &mut budget,
+                    &mut judge,
+                );
+                drop(used);
+                drop(guard);
+                if !breathe() {
+                    return false;
+                }
+                if finished {
+                    break;
+                }
+            }
+        }
+        // Relaxed: a hint (see the field); set only by `prepare`.
+        if self.unfinished.load(Ordering::Relaxed) {
+            // A preparation a sweep (or another) cut short: finished now, breathing
+            // between its steps as the walk does, rather than when sampled insertions
+            // next ask for one. (`stop` is `Fn`: the `FnMut` is borrowed for each call.)
+            let breathe = std::cell::RefCell::new(breathe);
+            self.prepare(|| !(breathe.borrow_mut())());
+        }
+        true
+    }
 }
 
 /// Whether `table`, the segment's, is to be grown ahead by the sweeper thread: large
@@ -898,12 +1022,53 @@ where
 #[cfg(test)]
 mod tests {
     use super::{InPlace, SEGMENTS, WordStore};
+    use crate::store::{Judged, Pass};
     use crate::sync::{AtomicU64, Ordering};
     use crate::word::RETIRED;
     use std::cell::Cell;
     use std::sync::Arc;
 
     type Words<K> = WordStore<K, foldhash::fast::RandomState>;
+
+    thread_local! {
+        /// Passes this thread's tests opened so far (a store's segments remember the
+        /// last pass they were finished in, by its number).
+        static PASSES: Cell<u64> = const { Cell::new(1) };
+    }
+
+    /// A pass over a store's segments, open, forgetting as of 0.
+    fn pass() -> Pass {
+        let number = PASSES.with(|passes| passes.replace(passes.get() + 1));
+        Pass::opened(number, 0, SEGMENTS)
+    }
+
+    impl<K, S> WordStore<K, S>
+    where
+        K: std::hash::Hash + Eq + Clone + 'static,
+        S: std::hash::BuildHasher + Clone + 'static,
+    {
+        /// A whole sweep, walked: removes every key whose word `keep` rejects,
+        /// `pause` between holds of a segment's lock.
+        fn retain(&self, mut keep: impl FnMut(&AtomicU64) -> bool, mut pause: impl FnMut()) {
+            let pass = pass();
+            let walked = self.sweep_walk(
+                &pass,
+                |word, _| {
+                    if keep(word) {
+                        Judged::Kept(u64::MAX)
+                    } else {
+                        Judged::Removed
+                    }
+                },
+                || {
+                    pause();
+                    true
+                },
+            );
+            assert!(walked);
+            assert!(pass.close_if_done().is_some(), "a walk finishes its pass");
+        }
+    }
 
     thread_local! {
         /// Segment locks this thread holds (kept by `lock` and `Held`).
@@ -1331,13 +1496,13 @@ mod tests {
         assert_eq!(LOCKS_HELD.with(Cell::get), 0);
     }
 
-    /// A sweep that forgets thousands of keys in one segment removes them
-    /// [`REMOVED_AT_ONCE`](super::REMOVED_AT_ONCE) per hold of the segment's lock,
+    /// A sweep that forgets thousands of keys in one segment removes them at most
+    /// [`WALKED_AT_ONCE`](super::WALKED_AT_ONCE) groups per hold of the segment's lock,
     /// pausing between holds, and updates the key count once per hold: seen from the
-    /// pauses, the count never falls by more than a batch between two of them.
+    /// pauses, the count never falls by more than a hold's groups between two of them.
     #[test]
     fn a_sweep_removes_a_bounded_batch_per_hold() {
-        use super::REMOVED_AT_ONCE;
+        use super::WALKED_AT_ONCE;
         let keys: u64 = if cfg!(miri) { 300 } else { 3_000 };
         let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
         for key in 0..keys {
@@ -1355,21 +1520,137 @@ mod tests {
         let updates = KEY_COUNT_UPDATES.with(Cell::get) - before;
         seen.push(store.len());
         assert_eq!(store.len(), keys as usize - rejected);
-        let largest = seen.windows(2).map(|w| w[0] - w[1]).max().unwrap_or(0);
+        let falls: Vec<usize> = seen.windows(2).map(|w| w[0] - w[1]).collect();
+        let largest = falls.iter().copied().max().unwrap_or(0);
         assert!(
-            largest <= REMOVED_AT_ONCE,
+            largest <= WALKED_AT_ONCE * 8,
             "{largest} keys removed between two pauses"
         );
-        // Every rejected key is in segment 0, removed in full batches but the last.
+        assert!(
+            falls.iter().filter(|&&fall| fall > 0).count() > 1,
+            "several holds"
+        );
         assert_eq!(
             updates,
-            rejected.div_ceil(REMOVED_AT_ONCE),
+            falls.iter().filter(|&&fall| fall > 0).count(),
             "one update per hold"
         );
         for key in 0..keys {
             let word = store.get(&key, |word| word.load(Ordering::Relaxed));
             assert_eq!(word.is_some(), key % 4 == 0, "key {key}");
         }
+    }
+
+    /// Keys over every segment, judged by a pass taken in shares and then walked:
+    /// each key is judged once, those rejected are removed, and the pass counts
+    /// exactly the keys kept and the earliest instant one of them could go, each
+    /// segment once, whoever finished it.
+    #[test]
+    fn shares_and_a_walk_count_each_segment_once() {
+        let store = Words::with_hasher(Default::default(), 0);
+        let keys = if cfg!(miri) { 300 } else { 20_000 };
+        for key in 0..keys {
+            // Kept until `key + 100`, or forgettable (word 0).
+            insert(&store, key, if key % 3 == 0 { 0 } else { key + 100 });
+        }
+        let pass = pass();
+        let judged = Cell::new(0);
+        let judge = |word: &AtomicU64, _at: u64| {
+            judged.set(judged.get() + 1);
+            match word.load(Ordering::Relaxed) {
+                0 => Judged::Removed,
+                until => Judged::Kept(until),
+            }
+        };
+        for _ in 0..100 {
+            store.sweep_share(&pass, judge);
+        }
+        assert!(pass.close_if_done().is_none(), "segments left to the walk");
+        let shared = judged.get();
+        assert!(shared > 0, "the shares judged keys");
+        // A walk stopped after a few holds, then one to the end.
+        let mut holds = 0;
+        assert!(!store.sweep_walk(&pass, judge, || {
+            holds += 1;
+            holds < 5
+        }));
+        assert!(store.sweep_walk(&pass, judge, || true));
+        // Shares of a finished pass judge nothing.
+        store.sweep_share(&pass, judge);
+        let closed = pass.close_if_done().expect("every segment finished");
+        let kept = (0..keys).filter(|key| key % 3 != 0).count();
+        assert_eq!(judged.get(), keys as usize, "each key judged once");
+        assert_eq!(closed.kept, kept);
+        assert_eq!(closed.kept_until, 101);
+        assert_eq!(store.len(), kept);
+        for key in 0..keys {
+            assert_eq!(word(&store, &key).is_some(), key % 3 != 0, "key {key}");
+        }
+    }
+
+    /// A share judges at most [`SHARE_GROUPS`](super::SHARE_GROUPS) groups, and none of
+    /// a segment another thread holds: it never waits for a lock.
+    #[test]
+    fn a_share_is_bounded_and_never_waits() {
+        use super::SHARE_GROUPS;
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        for key in 0..1_000 {
+            insert_one(&store, key);
+        }
+        let pass = pass();
+        let judged = Cell::new(0);
+        let judge = |_: &AtomicU64, _| {
+            judged.set(judged.get() + 1);
+            Judged::Kept(u64::MAX)
+        };
+        {
+            // Held here (a std mutex's `try_lock` on its holder's thread fails).
+            let _held = super::lock(&store.segments[0]);
+            store.sweep_share(&pass, judge);
+            assert_eq!(judged.get(), 0, "a held segment is passed over");
+        }
+        // Shares passed over it (to the empty segments after it); they come back to
+        // it once the hint wraps around.
+        for _ in 0..=SEGMENTS {
+            store.sweep_share(&pass, judge);
+            assert!(judged.get() <= SHARE_GROUPS * 8, "{} judged", judged.get());
+            if judged.get() > 0 {
+                return;
+            }
+        }
+        panic!("no share came back to the segment");
+    }
+
+    /// A segment that grows while a pass is part-way through it is judged again on its
+    /// new table, and counted once, with what that table holds.
+    #[test]
+    #[cfg_attr(miri, ignore = "grows a table of thousands of keys")]
+    fn a_growth_mid_pass_counts_the_segment_once() {
+        let store = WordStore::<u64, OneSegment>::with_hasher(OneSegment, 0);
+        let mut next = 0;
+        while next < 2_000 {
+            insert_one(&store, next);
+            next += 1;
+        }
+        let pass = pass();
+        let judge = |_: &AtomicU64, _| Judged::Kept(7);
+        store.sweep_share(&pass, judge);
+        let groups = |store: &WordStore<u64, OneSegment>| {
+            let guard = sdd::Guard::new();
+            store.segments[0]
+                .tables(&guard)
+                .0
+                .map(|table| table.groups())
+        };
+        let before = groups(&store);
+        while groups(&store) == before {
+            insert_one(&store, next);
+            next += 1;
+        }
+        assert!(store.sweep_walk(&pass, judge, || true));
+        let closed = pass.close_if_done().expect("finished");
+        assert_eq!(closed.kept, next as usize, "every key counted once");
+        assert_eq!(closed.kept_until, 7);
     }
 
     /// Groups left to move in segment 0's drain, if one is under way.

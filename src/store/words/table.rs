@@ -452,13 +452,6 @@ impl<K> Table<K> {
         tags.store(removed, Ordering::Release);
     }
 
-    /// Whether the slot at `position` is full. The caller holds the segment's lock.
-    pub(super) fn is_full(&self, position: usize) -> bool {
-        // Relaxed: only the lock's holder writes tags.
-        let tags = self.tags[position / GROUP].load(Ordering::Relaxed);
-        byte(tags, position % GROUP) & 0x80 != 0
-    }
-
     /// Groups in the table.
     pub(super) fn groups(&self) -> usize {
         self.tags.len()
@@ -466,6 +459,7 @@ impl<K> Table<K> {
 
     /// Every full slot: its position, key and word. Takes no lock; a slot filled or
     /// removed meanwhile may or may not be seen.
+    #[cfg(test)]
     pub(super) fn entries(&self) -> impl Iterator<Item = (usize, &K, &AtomicU64)> {
         (0..self.groups()).flat_map(|at| self.group_entries(at))
     }
