@@ -119,6 +119,14 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
         }
     }
 
+    /// Settles a request that took `estimate` at what it actually cost: the difference
+    /// given back, or charged even beyond what the limiter has left (see
+    /// [`RateLimiter::settle`]).
+    pub fn settle(&self, estimate: u32, actual: u32) -> crate::Settlement {
+        let _ = (estimate, actual);
+        todo!("settle-api scaffold: the direct settle")
+    }
+
     /// Asks for one unit: `acquire(1).is_allowed()`, and the same step, asked only
     /// whether (the algorithm's `admit`) — without the parts of a [`Decision`] nobody
     /// reads (the token bucket and GCRA decide without dividing, and compute no
@@ -198,6 +206,14 @@ impl<A: Algorithm<()>, C: Clock> RateLimiter<()> for DirectLimiter<A, C> {
         Q: ?Sized + KeyRef<()>,
     {
         DirectLimiter::refund(self, cost)
+    }
+
+    fn settle<Q>(&self, _: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::settle(self, estimate, actual)
     }
 }
 

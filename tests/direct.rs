@@ -57,6 +57,14 @@ impl<D: RateLimiter<()>> RateLimiter<u32> for OnePerKey<D> {
     {
         self.of(key).refund(&(), cost)
     }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> turnstile::Settlement
+    where
+        u32: Borrow<Q>,
+        Q: ?Sized + KeyRef<u32>,
+    {
+        self.of(key).settle(&(), estimate, actual)
+    }
 }
 
 /// Small quotas every algorithm holds.

@@ -121,4 +121,13 @@ where
             *word = self.rules.refund(*word, now, cost);
         });
     }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let _ = (key, estimate, actual);
+        todo!("settle-api scaffold: the baseline's settle")
+    }
 }

@@ -297,6 +297,17 @@ where
         self.core.refund(key, cost)
     }
 
+    /// Settles a request that took `estimate` for `key` at what it actually cost:
+    /// the difference given back, or charged even beyond what the key has left (see
+    /// [`RateLimiter::settle`]).
+    pub fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        self.core.settle(key, estimate, actual)
+    }
+
     /// Number of keys that have state.
     pub fn len(&self) -> usize {
         self.core.states.len()
@@ -513,6 +524,15 @@ where
                 Some(Err(blocked)) => self.unblock(key, blocked, now),
             }
         }
+    }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let _ = (key, estimate, actual);
+        todo!("settle-api scaffold: the keyed settle")
     }
 
     /// `f` on `key`'s state, for a caller that takes no state to mean something (see
@@ -784,5 +804,13 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         KeyedLimiter::refund(self, key, cost)
+    }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        KeyedLimiter::settle(self, key, estimate, actual)
     }
 }
