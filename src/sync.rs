@@ -182,6 +182,12 @@ pub mod mutants {
         /// Forgetting removes forgettable states without retiring them first, so a
         /// request still holding one can take from it after it is gone.
         RemoveWithoutRetiring,
+        /// A sweep takes a key in debt for one it may forget (its check ignores the
+        /// debt), so the debt is lost with the key.
+        RetireIgnoringDebt,
+        /// Moving a key to a new quota leaves its debt behind: the successor starts
+        /// with nothing left, owing nothing.
+        MoveForgivesDebt,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

@@ -24,7 +24,7 @@ use crate::store::ring::{Missed, View};
 use crate::store::{KeyedStore, Relocator};
 use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
-use crate::{Decision, KeyRef, Quota, RateLimiter};
+use crate::{Decision, KeyRef, Quota, RateLimiter, Settlement};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
@@ -526,13 +526,105 @@ where
         }
     }
 
-    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    /// Settles a request that took `estimate` for `key` at what it `actual`ly cost
+    /// (see [`RateLimiter::settle`]): one step on the key's state (one compare-and-set
+    /// for a word), looked up as a refund looks when it gives back, and as a request
+    /// looks when it charges. A refund finds a key with no state full, with nothing
+    /// to give back; a charge makes the key's state as a first request does
+    /// (`settle_new`) and charges it from full.
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> Settlement
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let _ = (key, estimate, actual);
-        todo!("settle-api scaffold: the keyed settle")
+        if actual == estimate {
+            // Settled at the estimate: the reservation stands as it was taken.
+            return Settlement::default();
+        }
+        let now = self.epoch.elapsed();
+        let step = |state: &A::State| {
+            self.algorithm
+                .settle(state, self.eviction.reading(now), estimate, actual)
+        };
+        if actual < estimate {
+            loop {
+                match self.settled(key, step) {
+                    Some(Ok(settlement)) => return settlement,
+                    // No state, or a retired one, was full: nothing to give back.
+                    None | Some(Err(Blocked::Retired)) => return Settlement::default(),
+                    Some(Err(blocked)) => self.unblock(key, blocked, now),
+                }
+            }
+        }
+        let relocator = Relocator::of(&self.algorithm);
+        let mut missed = match self.states.look(key, step, &relocator) {
+            Ok(settlement) => return settlement,
+            Err(missed) => missed,
+        };
+        // As `acquire_slow`: a new key, or a blocked state cleared and looked again
+        // for, until the charge lands.
+        loop {
+            let next = match missed {
+                Missed::Absent(view) => self
+                    .settle_new(view, key, now, estimate, actual)
+                    .map_err(Missed::Blocked),
+                Missed::Blocked(blocked) => {
+                    self.unblock(key, blocked, now);
+                    self.states.look(key, step, &relocator)
+                }
+            };
+            match next {
+                Ok(settlement) => return settlement,
+                Err(again) => missed = again,
+            }
+        }
+    }
+
+    /// A charge on a key with no state (as of `view`): its state made and stored with
+    /// the charge applied, as `acquire_new` stores a new key's with its first request
+    /// (at the watermark read once the insertion is registered). At the key cap, a key
+    /// the store does not hold has nowhere to owe: the charge is forgiven, and the
+    /// settlement says so.
+    #[cold]
+    fn settle_new<Q>(
+        &self,
+        view: View,
+        key: &Q,
+        now: u64,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, Blocked>
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let step = |state: &A::State| {
+            self.algorithm
+                .settle(state, self.eviction.reading(now), estimate, actual)
+        };
+        let max_keys = self.eviction.max_keys;
+        if max_keys != usize::MAX && self.states.len() >= max_keys {
+            if !active(Mutant::TrustFirstMiss)
+                && let Some(found) = self.states.get_locked(key, step)
+            {
+                return found;
+            }
+            return Ok(Settlement::none(estimate, actual));
+        }
+        let create = |key: &K| self.algorithm.create(key);
+        // The state is no other thread's yet: the same step, its compare-and-set
+        // uncontended.
+        let first = |state: &mut A::State| step(state);
+        let found = self.states.insert_new(
+            view,
+            key,
+            create,
+            first,
+            step,
+            &Relocator::of(&self.algorithm),
+        );
+        self.after_insertion(now);
+        found
     }
 
     /// `f` on `key`'s state, for a caller that takes no state to mean something (see
