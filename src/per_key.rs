@@ -142,7 +142,7 @@ impl<A: Reconfigurable> Entry<A> {
             // A key in debt (it has nothing left) owes the same units under the new
             // quota, up to its debt cap: a move never wipes a debt out.
             let debt = old.frozen_debt(frozen, at);
-            if debt > 0 && !active(Mutant::MoveForgivesDebt) {
+            if debt > 0 {
                 let _ = rules.settle(&state, at, 0, debt);
             }
         }

@@ -185,9 +185,6 @@ pub mod mutants {
         /// A sweep takes a key in debt for one it may forget (its check ignores the
         /// debt), so the debt is lost with the key.
         RetireIgnoringDebt,
-        /// Moving a key to a new quota leaves its debt behind: the successor starts
-        /// with nothing left, owing nothing.
-        MoveForgivesDebt,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]
