@@ -272,8 +272,8 @@ impl WordAlgorithm for SlidingWindowRules {
     }
 
     /// `extra` admissions counted in the current window at `now` whatever the estimate
-    /// has left, the current count up to the limit and the debt cap (see the type's
-    /// documentation): the word to store, and how many were counted.
+    /// has left, the weighted estimate up to the limit and the debt cap (see the
+    /// type's documentation): the word to store, and how many were counted.
     #[inline]
     fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32) {
         let at = self.at(word, now);
@@ -284,7 +284,10 @@ impl WordAlgorithm for SlidingWindowRules {
             0 => self.most,
             _ => self.most.min((1 << self.count_bits) - 2),
         };
-        let charged = u64::from(extra).min(most.saturating_sub(at.current));
+        // Up to `most` counted, the weighted previous count included: so the debt
+        // (what is counted past the limit) is at most the debt cap, and the current
+        // count, never above what is counted, at most `most`.
+        let charged = u64::from(extra).min(most.saturating_sub(self.counted(&at)));
         if charged == 0 {
             (word, 0)
         } else {

@@ -198,6 +198,29 @@ fn a_charge_on_a_key_with_no_state_creates_it_and_charges_from_full() {
     assert_eq!(limiter.len(), 1);
 }
 
+/// At the key cap a new key has no state to owe in: its charge is forgiven, and
+/// the settlement says so; a key the store holds is charged as ever.
+#[test]
+fn at_the_key_cap_a_charge_on_a_new_key_is_reported_forgiven() {
+    let limiter = TokenBucket::<u8>::builder(ten_per_second())
+        .clock(ManualClock::new())
+        .manual_eviction()
+        .max_keys(1, turnstile::Overflow::Deny)
+        .build()
+        .unwrap();
+    assert!(limiter.acquire(&1, 1).is_allowed());
+    assert_eq!(
+        limiter.settle(&2, 0, 4),
+        Settlement {
+            refunded: 0,
+            charged: 0,
+            forgiven: 4
+        }
+    );
+    assert_eq!(limiter.settle(&1, 1, 5).charged, 4);
+    assert_eq!(limiter.peek(&1), 5);
+}
+
 #[test]
 fn a_key_in_debt_is_never_forgotten_until_it_has_repaid() {
     let clock = ManualClock::new();

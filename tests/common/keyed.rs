@@ -759,10 +759,10 @@ impl KeyModel for Log {
 /// the weighted comparison one exact rational inequality, and a denial's wait found by
 /// trying each later grid point in turn.
 ///
-/// A settle's charge is recorded as admissions at its reading, the reading's window
-/// holding at most `most`: twice the limit where the word has room for counts twice
-/// as wide, else what a count as wide as the limit holds short of all-ones (and with
-/// a previous window's count, never the all-ones value itself).
+/// A settle's charge is recorded as admissions at its reading, the weighted count
+/// (rounded up) reaching at most `most`: twice the limit where the word has room for
+/// counts twice as wide, else what a count as wide as the limit holds short of
+/// all-ones (and with a previous window's count, never the all-ones value itself).
 #[derive(Clone, Debug)]
 pub struct Counter {
     limit: u128,
@@ -906,7 +906,10 @@ impl KeyModel for Counter {
         } else {
             self.most.min(self.all_ones - 1)
         };
-        let charged = u128::from(extra).min(most.saturating_sub(self.in_window(w)));
+        // The weighted count, rounded up, and the current window's: at most `most`.
+        let q = (t - w * self.window()) / self.interval;
+        let counted = (previous * (self.limit - q)).div_ceil(self.limit) + self.in_window(w);
+        let charged = u128::from(extra).min(most.saturating_sub(counted));
         if charged > 0 {
             self.admitted.push((t, charged));
         }
