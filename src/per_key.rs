@@ -33,7 +33,7 @@
 //!    never more than its limit.
 //!
 //!    **A key in debt** (a settle charged it beyond what it had:
-//!    [`Settlement`](crate::Settlement)) has nothing left, and owes the same
+//!    [`Settlement`]) has nothing left, and owes the same
 //!    units under the new quota — tokens, requests — charged at that instant, capped
 //!    at the new quota's debt cap (one capacity): a move never gives a key in debt an
 //!    allowance it has not repaid, and repays nothing itself. It repays at the new

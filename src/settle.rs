@@ -71,7 +71,7 @@ pub struct Settlement {
 impl Settlement {
     /// A settle that gave `refunded` back.
     #[inline]
-    pub(crate) const fn gave_back(refunded: u32) -> Self {
+    pub(crate) const fn of_refund(refunded: u32) -> Self {
         Self {
             refunded,
             charged: 0,
@@ -81,7 +81,7 @@ impl Settlement {
 
     /// A settle that asked to charge `extra` and charged `charged` of it.
     #[inline]
-    pub(crate) const fn charged(extra: u32, charged: u32) -> Self {
+    pub(crate) const fn of_charge(extra: u32, charged: u32) -> Self {
         Self {
             refunded: 0,
             charged,
@@ -92,7 +92,7 @@ impl Settlement {
     /// A settle on a key with no state: nothing to give back, and a charge of `extra`
     /// that could not be stored (`forgiven`), for callers that cannot create it.
     #[inline]
-    pub(crate) const fn none(estimate: u32, actual: u32) -> Self {
+    pub(crate) const fn unstored(estimate: u32, actual: u32) -> Self {
         Self {
             refunded: 0,
             charged: 0,
@@ -116,13 +116,13 @@ pub(crate) fn settle_by<S>(
     match actual.cmp(&estimate) {
         std::cmp::Ordering::Less => {
             let (state, refunded) = give_back(estimate - actual);
-            (state, Settlement::gave_back(refunded))
+            (state, Settlement::of_refund(refunded))
         }
         std::cmp::Ordering::Equal => (unchanged, Settlement::default()),
         std::cmp::Ordering::Greater => {
             let extra = actual - estimate;
             let (state, charged) = charge(extra);
-            (state, Settlement::charged(extra, charged))
+            (state, Settlement::of_charge(extra, charged))
         }
     }
 }

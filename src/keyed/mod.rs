@@ -609,7 +609,7 @@ where
             {
                 return found;
             }
-            return Ok(Settlement::none(estimate, actual));
+            return Ok(Settlement::unstored(estimate, actual));
         }
         let create = |key: &K| self.algorithm.create(key);
         // The state is no other thread's yet: the same step, its compare-and-set

@@ -60,11 +60,11 @@ impl<K> Rules<K> for SlidingLogRules {
         let mut log = log.lock().unpoisoned();
         live(&mut log)?;
         Ok(if actual < estimate {
-            Settlement::gave_back(log.refund(self, now, estimate - actual))
+            Settlement::of_refund(log.refund(self, now, estimate - actual))
         } else {
             // A charge of 0 (settled at the estimate) records nothing.
             let extra = actual - estimate;
-            Settlement::charged(extra, log.charge(self, now, extra))
+            Settlement::of_charge(extra, log.charge(self, now, extra))
         })
     }
 
