@@ -88,17 +88,6 @@ impl Settlement {
             forgiven: extra - charged,
         }
     }
-
-    /// A settle on a key with no state: nothing to give back, and a charge of `extra`
-    /// that could not be stored (`forgiven`), for callers that cannot create it.
-    #[inline]
-    pub(crate) const fn unstored(estimate: u32, actual: u32) -> Self {
-        Self {
-            refunded: 0,
-            charged: 0,
-            forgiven: actual.saturating_sub(estimate),
-        }
-    }
 }
 
 /// Settles `estimate` at `actual` by one of two steps: `give_back(estimate −

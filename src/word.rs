@@ -364,6 +364,7 @@ impl<W: WordAlgorithm, K> Rules<K> for W {
 
     /// One compare-and-set, as every step on a word: a settle racing a request or a
     /// sweep either lands on the value it was computed from or is computed again.
+    #[inline]
     fn settle(
         &self,
         word: &AtomicU64,

@@ -547,18 +547,25 @@ where
                 .settle(state, self.eviction.reading(now), estimate, actual)
         };
         if actual < estimate {
+            // Only what was given back leaves the step: a `u32` where a whole
+            // `Settlement` would go through memory (a refund's settle measured 314
+            // instructions that way, against a refund's 251).
+            let give_back = |state: &A::State| step(state).map(|settled| settled.refunded);
             loop {
-                match self.settled(key, step) {
-                    Some(Ok(settlement)) => return settlement,
+                match self.settled(key, give_back) {
+                    Some(Ok(refunded)) => return Settlement::of_refund(refunded),
                     // No state, or a retired one, was full: nothing to give back.
                     None | Some(Err(Blocked::Retired)) => return Settlement::default(),
                     Some(Err(blocked)) => self.unblock(key, blocked, now),
                 }
             }
         }
+        // As above, only what was charged leaves the step.
+        let extra = actual - estimate;
+        let charge = |state: &A::State| step(state).map(|settled| settled.charged);
         let relocator = Relocator::of(&self.algorithm);
-        let mut missed = match self.states.look(key, step, &relocator) {
-            Ok(settlement) => return settlement,
+        let mut missed = match self.states.look(key, charge, &relocator) {
+            Ok(charged) => return Settlement::of_charge(extra, charged),
             Err(missed) => missed,
         };
         // As `acquire_slow`: a new key, or a blocked state cleared and looked again
@@ -566,61 +573,57 @@ where
         loop {
             let next = match missed {
                 Missed::Absent(view) => self
-                    .settle_new(view, key, now, estimate, actual)
+                    .settle_new(view, key, now, charge)
                     .map_err(Missed::Blocked),
                 Missed::Blocked(blocked) => {
                     self.unblock(key, blocked, now);
-                    self.states.look(key, step, &relocator)
+                    self.states.look(key, charge, &relocator)
                 }
             };
             match next {
-                Ok(settlement) => return settlement,
+                Ok(charged) => return Settlement::of_charge(extra, charged),
                 Err(again) => missed = again,
             }
         }
     }
 
     /// A charge on a key with no state (as of `view`): its state made and stored with
-    /// the charge applied, as `acquire_new` stores a new key's with its first request
-    /// (at the watermark read once the insertion is registered). At the key cap, a key
-    /// the store does not hold has nowhere to owe: the charge is forgiven, and the
-    /// settlement says so.
+    /// the charge (`charge`, which says how much it charged) applied, as
+    /// `acquire_new` stores a new key's with its first request (at the watermark read
+    /// once the insertion is registered). At the key cap, a key the store does not
+    /// hold has nowhere to owe: nothing is charged, and the settlement says the
+    /// whole charge was forgiven.
     #[cold]
     fn settle_new<Q>(
         &self,
         view: View,
         key: &Q,
         now: u64,
-        estimate: u32,
-        actual: u32,
-    ) -> Result<Settlement, Blocked>
+        charge: impl Fn(&A::State) -> Result<u32, Blocked> + Copy,
+    ) -> Result<u32, Blocked>
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let step = |state: &A::State| {
-            self.algorithm
-                .settle(state, self.eviction.reading(now), estimate, actual)
-        };
         let max_keys = self.eviction.max_keys;
         if max_keys != usize::MAX && self.states.len() >= max_keys {
             if !active(Mutant::TrustFirstMiss)
-                && let Some(found) = self.states.get_locked(key, step)
+                && let Some(found) = self.states.get_locked(key, charge)
             {
                 return found;
             }
-            return Ok(Settlement::unstored(estimate, actual));
+            return Ok(0);
         }
         let create = |key: &K| self.algorithm.create(key);
         // The state is no other thread's yet: the same step, its compare-and-set
         // uncontended.
-        let first = |state: &mut A::State| step(state);
+        let first = |state: &mut A::State| charge(state);
         let found = self.states.insert_new(
             view,
             key,
             create,
             first,
-            step,
+            charge,
             &Relocator::of(&self.algorithm),
         );
         self.after_insertion(now);
