@@ -7,6 +7,8 @@ mod reconfigure;
 #[cfg(all(test, not(turnstile_loom)))]
 mod relocation_tests;
 #[cfg(all(test, not(turnstile_loom)))]
+mod settle_tests;
+#[cfg(all(test, not(turnstile_loom)))]
 mod try_acquire_tests;
 #[cfg(all(test, not(turnstile_loom)))]
 mod unshared_tests;
