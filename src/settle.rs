@@ -45,7 +45,9 @@
 /// twice as wide (quotas near the largest it accepts) owes at most what its count
 /// field holds beyond the limit (possibly nothing), and a GCRA whose full refill
 /// exceeds 2^61 ns owes at most what keeps its arrival time within 2^62 ns of the
-/// reading.
+/// reading. The cap is not configurable: a larger one would take from every layout's
+/// range (the clock's end, a window index's bits) for every key, and a caller that
+/// wants less charged settles at less.
 ///
 /// # Giving back, and keys with no state
 /// A settle below the estimate is a refund, capped as a refund is: a key never holds
