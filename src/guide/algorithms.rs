@@ -22,7 +22,7 @@
 //! | [`Gcra`] | the same with **continuous** refill: tokens spaced exactly I apart | in any span [a, b], at most C + ⌊(b − a) / I⌋ | one `AtomicU64` | lock-free, no allocation |
 //! | [`FixedWindow`] | at most C per calendar window, aligned to the limiter's epoch | **2C at two readings 1 ns apart** across a boundary (100 in the last second of a minute, 100 in the first of the next) | one `AtomicU64` | lock-free, no allocation |
 //! | [`SlidingWindowCounter`] | about C in any window: the previous window's count weighted by its overlap | in any span d ≤ W, at most C + ⌊(d − 1) / I⌋ (up to 2C − 1 over a whole window); may also deny what the exact log admits | one `AtomicU64` | lock-free, no allocation |
-//! | [`SlidingLog`] | at most C in **any** window, exactly | none | a `Mutex`, and up to C timestamps | the key's own lock; allocates while the key's ring grows |
+//! | [`SlidingLog`] | at most C in **any** window, exactly | none | a `Mutex`, and up to C timestamps (2C while it owes: see *Reserve, then settle*) | the key's own lock; allocates while the key's ring grows |
 //!
 //! **When to pick which.** "Burst plus rate": `TokenBucket` (fastest, exact,
 //! forgettable when full), or `Gcra` for tokens spaced exactly one interval after the
@@ -35,10 +35,11 @@
 //! **Memory per key**: a single-word algorithm's state is its 8-byte word, held with
 //! the key in a papaya entry (or, with the word store, beside the key in its table); a
 //! sliding-log key holds a `Mutex` and a ring of timestamps, and adds 8 bytes per
-//! timestamp slot as its ring grows (4 slots first, doubling, never beyond C). The
-//! measured bytes per key of each store, against governor's, and what the ring's three
-//! maps hold: `results/ANALYSIS.md`, "Memory". The word store, and presizing papaya
-//! with `expected_keys`, are in [`bounded_memory`](super::bounded_memory).
+//! timestamp slot as its ring grows (4 slots first, doubling, never beyond C; 2C for
+//! a key a settle charged into debt). The measured bytes per key of each store,
+//! against governor's, and what the ring's three maps hold: `results/ANALYSIS.md`,
+//! "Memory". The word store, and presizing papaya with `expected_keys`, are in
+//! [`bounded_memory`](super::bounded_memory).
 //!
 //! # Fixed window
 //! ```text

@@ -321,6 +321,35 @@ mod tests {
         assert_eq!(log.available(&rules, 320 * MS), 2);
     }
 
+    /// A charge records entries at its reading, past the limit up to twice it (the
+    /// debt cap), growing the ring to at most twice the limit; they count for one
+    /// window from the reading, and a refund drops the oldest live entries first.
+    #[test]
+    fn a_charge_is_entries_at_its_reading_for_one_window() {
+        let rules = three_per_300ms();
+        let mut log = Log::new();
+        assert!(log.acquire(&rules, 10 * MS, 2).is_allowed());
+        assert_eq!(
+            log.charge(&rules, 50 * MS, 10),
+            4,
+            "2 + 4 = twice the limit"
+        );
+        assert_eq!(log.len, 6);
+        assert!(log.allocated() <= 6);
+        assert_eq!(
+            (log.available(&rules, 50 * MS), log.debt(&rules, 50 * MS)),
+            (0, 3)
+        );
+        // The oldest two leave at 310 ms; the charged four at 350 ms.
+        let d = log.acquire(&rules, 100 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(250)));
+        assert_eq!(log.debt(&rules, 310 * MS), 1);
+        assert_eq!(log.available(&rules, 350 * MS), 3);
+        // Given back: the oldest live first, the debt repaid before anything.
+        assert_eq!(log.refund(&rules, 60 * MS, 2), 2);
+        assert_eq!(log.debt(&rules, 60 * MS), 1);
+    }
+
     #[test]
     fn a_reading_older_than_the_newest_entry_counts_as_no_time_elapsed() {
         let rules = three_per_300ms();
