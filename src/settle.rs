@@ -54,7 +54,8 @@
 /// more than its capacity, and [`Settlement::refunded`] is what it actually got
 /// back (a debt is repaid first). A keyed limiter's key with no state (never seen,
 /// or forgotten: full) has nothing to give back; a charge on it creates its state
-/// and charges it from full. A key in debt is never forgotten (it carries
+/// and charges it from full (at its `max_keys` cap, a limiter that cannot store a
+/// new key charges nothing, and reports the whole charge forgiven). A key in debt is never forgotten (it carries
 /// information), and a key moved to a new quota carries its debt, in units, into
 /// the new quota (capped at the new quota's debt cap; see [`crate::per_key`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
