@@ -8,7 +8,7 @@
 
 #[cfg(not(turnstile_loom))]
 use crate::sync::AtomicU64;
-use crate::{Decision, Quota, QuotaError};
+use crate::{Decision, Quota, QuotaError, Settlement};
 
 /// Why a request could not be applied to the state it found. Each is transient: the
 /// keyed limiter resolves it and looks the key up again.
@@ -117,6 +117,20 @@ pub trait Rules<K>: Send + Sync {
     /// Gives `cost` back at `now`, never beyond what a key holds.
     fn refund(&self, state: &Self::State, now: u64, cost: u32) -> Result<(), Blocked>;
 
+    /// Settles a request that took `estimate` at what it `actual`ly cost, at `now`, in
+    /// one step on the state (one compare-and-set for a word): the difference given
+    /// back (never beyond what the key holds; [`Settlement::refunded`] is what it got
+    /// back) or charged beyond what the key has left, up to the debt cap (what passes
+    /// it is [`Settlement::forgiven`]). See [`Settlement`] for what debt means in
+    /// each algorithm.
+    fn settle(
+        &self,
+        state: &Self::State,
+        now: u64,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, Blocked>;
+
     /// What a key with no state has at `now`; `key` makes the owned key, if needed.
     fn fresh_available(&self, key: impl FnOnce() -> K, now: u64) -> u32;
 
@@ -178,6 +192,11 @@ pub trait Movable: Rules<()> + PartialEq + Clone + Sized + 'static {
 
     /// What the frozen state had left at `now`.
     fn frozen_available(&self, frozen: &Self::Frozen, now: u64) -> u32;
+
+    /// What the frozen state owed at `now`, in units (tokens, requests): the debt a
+    /// move carries into the new quota, so that no move gives a key in debt an
+    /// allowance it has not repaid.
+    fn frozen_debt(&self, frozen: &Self::Frozen, now: u64) -> u32;
 
     /// Undoes [`freeze`](Self::freeze): `state` holds `frozen` again and requests may
     /// change it. Only the thread that froze it may thaw it.

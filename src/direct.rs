@@ -119,6 +119,27 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
         }
     }
 
+    /// Settles a request that took `estimate` at what it actually cost: the difference
+    /// given back, or charged even beyond what the limiter has left (see
+    /// [`RateLimiter::settle`]).
+    ///
+    /// One compare-and-set on the limiter's word: a refund never gives back beyond
+    /// what the limiter can hold, and a charge beyond what it has left makes it owe,
+    /// up to one capacity (what passes it is [`Settlement::forgiven`](crate::Settlement::forgiven)).
+    /// While it owes, every request is denied, `retry_after` counting the debt.
+    pub fn settle(&self, estimate: u32, actual: u32) -> crate::Settlement {
+        if actual == estimate {
+            return crate::Settlement::default();
+        }
+        let now = self.epoch.elapsed();
+        loop {
+            match self.algorithm.settle(&self.state.0, now, estimate, actual) {
+                Ok(settlement) => return settlement,
+                Err(blocked) => unblocked(blocked),
+            }
+        }
+    }
+
     /// Asks for one unit: `acquire(1).is_allowed()`, and the same step, asked only
     /// whether (the algorithm's `admit`) — without the parts of a [`Decision`] nobody
     /// reads (the token bucket and GCRA decide without dividing, and compute no
@@ -198,6 +219,14 @@ impl<A: Algorithm<()>, C: Clock> RateLimiter<()> for DirectLimiter<A, C> {
         Q: ?Sized + KeyRef<()>,
     {
         DirectLimiter::refund(self, cost)
+    }
+
+    fn settle<Q>(&self, _: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        (): Borrow<Q>,
+        Q: ?Sized + KeyRef<()>,
+    {
+        DirectLimiter::settle(self, estimate, actual)
     }
 }
 

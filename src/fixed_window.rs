@@ -20,10 +20,16 @@ use std::time::Duration;
 /// +-----------------------------+-----------------------+
 /// ```
 ///
-/// - *count* (the low `c` bits, `c = bits(limit + 2)`): requests admitted in that
-///   window, `0..=limit`. The field leaves its two highest values free, so no state is
-///   one of the two words just below [`RELOCATED`](crate::word::RELOCATED) that the
-///   markers are the relocated forms of.
+/// - *count* (the low `c` bits, `c = bits(2 × limit + 2)`): requests admitted in that
+///   window, `0..=limit`, and up to `2 × limit` for a key in debt (a settle charged
+///   it beyond the limit: [`Settlement`](crate::Settlement); the debt cap is one
+///   limit). The field leaves its two highest values free, so no state is one of
+///   the two words just below [`RELOCATED`](crate::word::RELOCATED) that the markers
+///   are the relocated forms of.
+///
+///   A debt is repaid as the limit refills, once a window: the count past the limit
+///   when the key's window ends is the next window's starting count (at most one
+///   limit, so it is gone a window later).
 /// - *window index* (the next `63 - c` bits): the window of the key's last admitted
 ///   request, counted since the limiter's epoch. The top bit is never set: it marks a
 ///   relocated word ([`crate::word`]).
@@ -32,8 +38,8 @@ use std::time::Duration;
 /// nanosecond clock can reach (`u64::MAX / window`), so nothing wraps in the clock's
 /// 584 years. Only intervals of a few nanoseconds (where a window is hardly longer
 /// than its count) leave the index fewer bits than that; readings are then taken no
-/// further than the last window the index holds, at least 2⁶¹ × the interval after
-/// the epoch (73 years at 1 ns): exact until then, and after it the last window never
+/// further than the last window the index holds, at least 2⁶⁰ × the interval after
+/// the epoch (36 years at 1 ns): exact until then, and after it the last window never
 /// ends. Nothing wraps either way.
 ///
 /// A word whose window has passed carries no information (a new window starts at
@@ -41,6 +47,8 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FixedWindowRules {
     limit: u64,
+    /// The most a key can owe, in requests: one limit.
+    debt_cap: u64,
     window: Window,
     count_bits: u32,
     /// The last window a reading is taken to: the clock's last, or the last the index
@@ -58,11 +66,13 @@ impl FixedWindowRules {
     pub fn new(quota: &Quota) -> Self {
         let limit = u64::from(quota.capacity());
         let window = Window::of(quota);
-        let count_bits = bits(limit + 2);
-        // `count_bits ≤ 33`, so the index keeps at least 30 bits below the top one.
+        let debt_cap = limit;
+        let count_bits = bits(limit + debt_cap + 2);
+        // `count_bits ≤ 34`, so the index keeps at least 29 bits below the top one.
         let widest_index = (1 << (u64::BITS - 1 - count_bits)) - 1;
         Self {
             limit,
+            debt_cap,
             window,
             count_bits,
             last_index: window.last_index().min(widest_index),
@@ -87,9 +97,10 @@ impl FixedWindowRules {
         index.min(self.last_index)
     }
 
-    /// The key's window and count as seen at `now`: a later window starts empty; a
-    /// reading older than the key's window (another core's clock slightly behind)
-    /// counts as no time elapsed, so it sees the key's window.
+    /// The key's window and count as seen at `now`: a later window starts empty, or,
+    /// the window right after the key's, with the key's debt ([`carried`]); a reading
+    /// older than the key's window (another core's clock slightly behind) counts as
+    /// no time elapsed, so it sees the key's window.
     #[inline]
     pub fn at(&self, word: u64, now: u64) -> (u64, u64) {
         let (index, count) = self.unpack(word);
@@ -99,7 +110,7 @@ impl FixedWindowRules {
         if current > index {
             let current = self.clamp(current);
             if current > index {
-                return (current, 0);
+                return (current, carried(count, self.limit, current - index));
             }
         }
         (index, count)
@@ -115,6 +126,12 @@ impl WordAlgorithm for FixedWindowRules {
         0
     }
 
+    /// The count past the limit in the reading's window.
+    fn debt(&self, word: u64, now: u64) -> u32 {
+        // At most the debt cap, one limit: a `u32`.
+        self.at(word, now).1.saturating_sub(self.limit) as u32
+    }
+
     /// One request for `cost` at `now`: the word to store and the decision.
     ///
     /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
@@ -122,7 +139,8 @@ impl WordAlgorithm for FixedWindowRules {
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
         let (index, count) = self.at(word, now);
-        let remaining = self.limit - count;
+        // A key in debt counts past the limit: nothing remains.
+        let remaining = self.limit.saturating_sub(count);
         let cost = u64::from(cost);
         if cost > self.limit {
             let decision = Decision::ExceedsCapacity {
@@ -134,7 +152,7 @@ impl WordAlgorithm for FixedWindowRules {
         if cost > remaining {
             let decision = Decision::Denied {
                 remaining: remaining as u32,
-                retry_after: wait(self, index, now),
+                retry_after: wait(self, index, count, cost, now),
             };
             return (word, decision);
         }
@@ -150,44 +168,82 @@ impl WordAlgorithm for FixedWindowRules {
     /// Requests `word` can still admit at `now`, without taking any.
     #[inline]
     fn available(&self, word: u64, now: u64) -> u32 {
-        (self.limit - self.at(word, now).1) as u32
+        self.limit.saturating_sub(self.at(word, now).1) as u32
     }
 
     /// `cost` admissions given back in the key's window as seen at `now` (at most what
-    /// it counts): the word to store. Admissions of a window that has passed are gone
-    /// with it, so there is nothing left to give back.
+    /// it counts, a debt repaid first): the word to store, and how many were given
+    /// back. Admissions of a window that has passed are gone with it, so there is
+    /// nothing left to give back but a debt carried into the reading's window.
     #[inline]
-    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+    fn give_back(&self, word: u64, now: u64, cost: u32) -> (u64, u32) {
         let (index, count) = self.at(word, now);
         let left = count.saturating_sub(u64::from(cost));
         if left == count {
-            word
+            (word, 0)
         } else {
-            self.pack(index, left)
+            // At most `cost`: a `u32`.
+            (self.pack(index, left), (count - left) as u32)
+        }
+    }
+
+    /// `extra` admissions counted at `now` whatever the window has left, up to the
+    /// limit and the debt cap: the word to store, and how many were counted.
+    #[inline]
+    fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32) {
+        let (index, count) = self.at(word, now);
+        let room = (self.limit + self.debt_cap).saturating_sub(count);
+        let charged = u64::from(extra).min(room);
+        if charged == 0 {
+            (word, 0)
+        } else {
+            // At most `2 × limit`, which the count field holds. At most `extra`.
+            (self.pack(index, count + charged), charged as u32)
         }
     }
 
     /// From the start of the first window with nothing counted (the word's own, if
-    /// its count is zero, else the next; if the index field reaches it): at every
-    /// later reading the count is zero in that reading's window, as for a new key.
+    /// its count is zero, else the next, or the one after if the count carries a debt
+    /// into the next; if the index field reaches it): at every later reading the
+    /// count is zero in that reading's window, as for a new key.
     fn forgettable_from(&self, word: u64) -> Option<u64> {
         let (index, count) = self.unpack(word);
-        let first_empty = index + u64::from(count > 0);
+        let first_empty = index + u64::from(count > 0) + u64::from(count > self.limit);
         // A window the field reaches starts within the clock's range.
         (first_empty <= self.last_index).then(|| self.window.start(first_empty) as u64)
     }
 }
 
-/// Exact time from `now` until the window after `index` starts: it starts empty, and
-/// a denied cost is at most the limit. Out of line, to keep the admitting path short.
+/// What a window `later` windows after one that counted `count` starts with: the
+/// count past the limit, repaid at the limit a window (every window refills it). A
+/// count of at most twice the limit (the debt cap) is gone two windows on. Without
+/// debt, nothing.
+#[inline(always)]
+const fn carried(count: u64, limit: u64, later: u64) -> u64 {
+    if count > limit && later == 1 {
+        count - limit
+    } else {
+        0
+    }
+}
+
+/// Exact time from `now` until a denied `cost` (at most the limit) fits: at the start
+/// of the window after `index`, which starts with the key's debt, if any; if the debt
+/// and the cost do not fit together, the window after that, which starts empty. Out
+/// of line, to keep the admitting path short.
 #[inline(never)]
-fn wait(rules: &FixedWindowRules, index: u64, now: u64) -> Duration {
-    if index >= rules.last_index && rules.last_index < rules.window.last_index() {
-        // The last window the index field holds never ends.
+fn wait(rules: &FixedWindowRules, index: u64, count: u64, cost: u64, now: u64) -> Duration {
+    let later = if carried(count, rules.limit, 1) + cost <= rules.limit {
+        1
+    } else {
+        2
+    };
+    if index + later > rules.last_index && rules.last_index < rules.window.last_index() {
+        // A window past the last the index field holds never comes.
         return Duration::MAX;
     }
     // `index` is the reading's window or a later one, so the next starts after it.
-    nanos_to_duration(rules.window.start(index + 1) - u128::from(now))
+    nanos_to_duration(rules.window.start(index + later) - u128::from(now))
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
@@ -291,17 +347,18 @@ mod tests {
             for limit in [1, 2, 1000, 1 << 20, u32::MAX / 2, u32::MAX - 1, u32::MAX] {
                 let l = rules(limit, Duration::from_nanos(interval));
                 let last = l.clamp(l.window.index(u64::MAX));
-                let word = l.pack(last, l.limit);
-                assert_eq!(l.unpack(word), (last, l.limit), "{interval} {limit}");
+                // The deepest debt: twice the limit counted.
+                let word = l.pack(last, l.limit + l.debt_cap);
+                assert_eq!(l.unpack(word), (last, 2 * l.limit), "{interval} {limit}");
                 assert!(word < STATE_END, "{interval} {limit}");
                 // The clock's whole range unless the interval is a few nanoseconds,
-                // and then 2⁶¹ intervals at the least.
-                if interval >= 8 {
+                // and then 2⁶⁰ intervals at the least.
+                if interval >= 16 {
                     assert_eq!(last, l.window.last_index(), "{interval} {limit}");
                 } else if last < l.window.last_index() {
                     let end = l.window.start(last + 1);
                     assert!(
-                        end >= (1u128 << 61) * u128::from(interval),
+                        end >= (1u128 << 60) * u128::from(interval),
                         "{interval} {limit}"
                     );
                 }
@@ -311,11 +368,11 @@ mod tests {
 
     #[test]
     fn a_window_the_index_cannot_reach_never_comes() {
-        // u32::MAX per 4.29 s window at 1 ns: the index holds 2³⁰ windows (146 years
-        // of them: 73 years and more), not the clock's 4.29 billion.
+        // u32::MAX per 4.29 s window at 1 ns: the index holds 2²⁹ windows (73 years
+        // of them: 36 years and more), not the clock's 4.29 billion.
         let l = rules(u32::MAX, Duration::from_nanos(1));
         let last = l.clamp(l.window.index(u64::MAX));
-        assert_eq!(last, (1 << 30) - 1);
+        assert_eq!(last, (1 << 29) - 1);
         let end = u64::try_from(l.window.start(last + 1)).unwrap();
         let (word, d) = l.acquire(l.fresh(), end - 1, u32::MAX);
         assert!(d.is_allowed());

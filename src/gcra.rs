@@ -27,13 +27,18 @@ use std::time::Duration;
 /// tokens, fractions included — a token bucket refilled continuously. An admitted
 /// cost `k` moves TAT to `max(TAT, t) + k × interval`.
 ///
-/// TAT can lie up to one full refill (`capacity × interval`) past the reading, so the
-/// limiter's time ends that long before the word's: readings later than
-/// `end = STATE_END − 1 − capacity × interval` count as `end` (so a denial whose wait
-/// would end after `end` waits forever, `Duration::MAX`), and TAT stays below
-/// [`STATE_END`] (just under 2⁶³), clear of the markers' top bit ([`crate::word`]).
-/// [`GcraRules::new`] refuses quotas whose full refill exceeds 2^62 ns (146 years), so
-/// the limiter is exact for at least 146 years after its creation.
+/// TAT can lie up to one full refill (`capacity × interval`) past the reading after
+/// an admission, and up to the debt cap's refill further after a settle that charged
+/// beyond what the key had ([`Settlement`](crate::Settlement): the key then owes,
+/// `TAT − t > capacity × interval`). The debt cap is one capacity, or less where the
+/// full refill exceeds 2^61 ns: whole intervals up to `2^62 ns − capacity × interval`,
+/// so that the two refills together stay within 2^62 ns. The limiter's time ends that
+/// long before the word's: readings later than `end = STATE_END − 1 − full refill −
+/// debt refill` count as `end` (so a denial whose wait would end after `end` waits
+/// forever, `Duration::MAX`), and TAT stays below [`STATE_END`] (just under 2⁶³),
+/// clear of the markers' top bit ([`crate::word`]). [`GcraRules::new`] refuses quotas
+/// whose full refill exceeds 2^62 ns (146 years), so the limiter is exact for at least
+/// 146 years after its creation.
 ///
 /// A TAT at or before the reading means a full bucket, so every new key starts as the
 /// constant word 0.
@@ -43,7 +48,12 @@ pub struct GcraRules {
     interval: NonZeroU64,
     /// `capacity × interval`: the debt of an empty bucket, and the burst tolerance.
     full_refill: u64,
-    /// The last instant the limiter tells apart: `STATE_END − 1 − full_refill`.
+    /// `debt_cap × interval`: how far past an empty bucket's TAT a settle may push it,
+    /// the debt cap being one capacity unless the full refill exceeds 2^61 ns (see
+    /// the type's documentation).
+    debt_refill: u64,
+    /// The last instant the limiter tells apart:
+    /// `STATE_END − 1 − full_refill − debt_refill`.
     end: u64,
 }
 
@@ -60,12 +70,20 @@ impl GcraRules {
         let capacity = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
         match capacity.checked_mul(interval.get()) {
-            Some(full_refill) if full_refill <= 1 << 62 => Ok(Self {
-                capacity,
-                interval,
-                full_refill,
-                end: STATE_END - 1 - full_refill,
-            }),
+            Some(full_refill) if full_refill <= 1 << 62 => {
+                // One capacity, or the whole intervals that keep both refills within
+                // 2^62 ns (`full_refill` at most 2^62: no wrap).
+                let debt_cap = capacity.min(((1 << 62) - full_refill) / interval);
+                let debt_refill = debt_cap * interval.get();
+                Ok(Self {
+                    capacity,
+                    interval,
+                    full_refill,
+                    debt_refill,
+                    // At least `2^63 − 3 − 2^62`: no wrap.
+                    end: STATE_END - 1 - full_refill - debt_refill,
+                })
+            }
             _ => Err(QuotaError::Unsupported {
                 algorithm: "Gcra",
                 capacity: quota.capacity(),
@@ -159,16 +177,45 @@ impl WordAlgorithm for GcraRules {
     }
 
     /// `cost` tokens given back at `now`: the TAT moves `cost × interval` earlier, but
-    /// never before the reading — a full bucket holds no more. The word to store.
+    /// never before the reading — a full bucket holds no more. The word to store, and
+    /// the tokens given back: the intervals the TAT moved, a part of one (a bucket
+    /// refilled to a fraction of a token short of full) counted as one.
     #[inline]
-    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+    fn give_back(&self, word: u64, now: u64, cost: u32) -> (u64, u32) {
         let t = now.min(self.end);
         if word <= t {
-            return word;
+            return (word, 0);
         }
         // Saturating: a cost above the capacity refunds everything, however large.
-        word.saturating_sub(u64::from(cost).saturating_mul(self.interval.get()))
-            .max(t)
+        let new = word
+            .saturating_sub(u64::from(cost).saturating_mul(self.interval.get()))
+            .max(t);
+        // At most `cost` intervals: a `u32`.
+        (new, (word - new).div_ceil(self.interval.get()) as u32)
+    }
+
+    /// `extra` tokens taken at `now` whatever the key holds: the TAT moves `extra ×
+    /// interval` later, to at most one full refill and the debt cap's refill past the
+    /// reading, in whole tokens (see [`charged`]).
+    #[inline]
+    fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32) {
+        let t = now.min(self.end);
+        charged(
+            word,
+            t,
+            self.full_refill + self.debt_refill,
+            self.interval,
+            extra,
+        )
+    }
+
+    /// The tokens owed at `now` beyond an empty bucket, a part of one counted as one.
+    fn debt(&self, word: u64, now: u64) -> u32 {
+        let t = now.min(self.end);
+        let owed = word.saturating_sub(t).saturating_sub(self.full_refill);
+        // At most the debt cap's refill at a reading no earlier than the settle's;
+        // saturated for a reading that lags further.
+        owed.div_ceil(self.interval.get()).min(u64::from(u32::MAX)) as u32
     }
 
     /// From the TAT on (if the clock's range reaches it): the bucket is full at every
@@ -176,6 +223,25 @@ impl WordAlgorithm for GcraRules {
     /// the same reading plus the cost.
     fn forgettable_from(&self, word: u64) -> Option<u64> {
         (word <= self.end).then_some(word)
+    }
+}
+
+/// A charge of `extra` tokens on the key whose TAT is `tat`, at reading `t`, where the
+/// TAT may lie at most `most` ns past the reading: the TAT to store and the whole
+/// tokens charged. A TAT before the reading (a full bucket) counts from the reading,
+/// as an admission does; nothing charged leaves the word as it was.
+#[inline]
+const fn charged(tat: u64, t: u64, most: u64, interval: NonZeroU64, extra: u32) -> (u64, u32) {
+    let from = if tat > t { tat } else { t };
+    // `t + most ≤ end + full_refill + debt_refill = STATE_END − 1`: no overflow.
+    let room = (t + most).saturating_sub(from) / interval.get();
+    let extra = extra as u64;
+    let charged = if extra < room { extra } else { room };
+    if charged == 0 {
+        (tat, 0)
+    } else {
+        // Within the room: below `STATE_END`. At most `extra`: a `u32`.
+        (from + charged * interval.get(), charged as u32)
     }
 }
 
@@ -354,12 +420,17 @@ mod tests {
     }
 
     #[test]
-    fn the_limiter_ends_one_full_refill_before_the_clock() {
+    fn the_limiter_ends_two_full_refills_before_the_clock() {
         let l = rules(4, Duration::from_millis(1));
-        assert_eq!(l.end(), STATE_END - 1 - 4 * MS);
+        assert_eq!(l.end(), STATE_END - 1 - 8 * MS);
         let (word, d) = l.acquire(l.fresh(), u64::MAX, 4);
         assert!(d.is_allowed());
-        assert_eq!(word, STATE_END - 1, "the markers' top bit stays free");
+        assert_eq!(word, STATE_END - 1 - 4 * MS, "room for the debt cap");
+        // The deepest debt reaches the last word below the markers, and no further.
+        let (deepest, charged) = l.charge(word, u64::MAX, 9);
+        assert_eq!((deepest, charged), (STATE_END - 1, 4));
+        assert_eq!(l.charge(deepest, u64::MAX, 1), (deepest, 0));
+        assert_eq!(l.debt(deepest, u64::MAX), 4);
         // Later readings count as the end: time stands still, nothing is gained.
         assert_eq!(l.available(word, u64::MAX), 0);
         // So a wait ending after the end never ends (this said 1 ms, after which

@@ -104,6 +104,7 @@ mod quota;
 #[cfg(all(feature = "redis", not(turnstile_loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+mod settle;
 /// Under loom, only the leased key's hold, whose protocol loom-tests/ model-checks
 /// without Redis: the same file, at the same path, as in the `redis` feature.
 #[cfg(turnstile_loom)]
@@ -147,3 +148,4 @@ pub use keyed::{
 };
 pub use limiter::{DynRateLimiter, KeyRef, RateLimiter};
 pub use quota::{Quota, QuotaError};
+pub use settle::Settlement;

@@ -1,6 +1,6 @@
 //! The one contract every limiter implements.
 
-use crate::Decision;
+use crate::{Decision, Settlement};
 use std::borrow::Borrow;
 use std::hash::Hash;
 
@@ -53,6 +53,20 @@ pub trait RateLimiter<K> {
     where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>;
+
+    /// Settles a request that took `estimate` for `key` (an allowed
+    /// [`acquire`](Self::acquire)) at what it `actual`ly cost, known only later (the
+    /// tokens a model call used, the bytes a response sent): gives back the
+    /// difference when it cost less, and charges the difference when it cost more,
+    /// even beyond what the key has left. A key that owes is refused until its refill
+    /// has repaid the debt, and the denial's `retry_after` counts the debt exactly.
+    /// Debt is capped (by default at one capacity); what the cap turns away is
+    /// reported in [`Settlement::forgiven`]. A reservation never settled stays at its
+    /// estimate: settling at `actual == estimate` changes nothing.
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>;
 }
 
 /// [`RateLimiter`] in a form that can be a trait object: a limiter of keys `K`, asked
@@ -91,6 +105,9 @@ pub trait DynRateLimiter<K, Q: ?Sized = K>: Send + Sync {
 
     /// As [`RateLimiter::refund`].
     fn refund(&self, key: &Q, cost: u32);
+
+    /// As [`RateLimiter::settle`].
+    fn settle(&self, key: &Q, estimate: u32, actual: u32) -> Settlement;
 }
 
 /// Each method forwards to the limiter's own, inlined into it where the limiter's type
@@ -120,6 +137,11 @@ where
     #[inline(always)]
     fn refund(&self, key: &Q, cost: u32) {
         RateLimiter::refund(self, key, cost)
+    }
+
+    #[inline(always)]
+    fn settle(&self, key: &Q, estimate: u32, actual: u32) -> Settlement {
+        RateLimiter::settle(self, key, estimate, actual)
     }
 }
 

@@ -32,13 +32,21 @@
 //!    originals would: across a move the log may admit less than an exact log would,
 //!    never more than its limit.
 //!
+//!    **A key in debt** (a settle charged it beyond what it had:
+//!    [`Settlement`]) has nothing left, and owes the same
+//!    units under the new quota — tokens, requests — charged at that instant, capped
+//!    at the new quota's debt cap (one capacity): a move never gives a key in debt an
+//!    allowance it has not repaid, and repays nothing itself. It repays at the new
+//!    rate from then on.
+//!
 //!    One corner is not exact, and is bounded. A token bucket's word records when it
 //!    will be full, not when it was last written, so a moving request whose clock
 //!    lags behind the key's latest request (clocks that disagree) reads fewer tokens
 //!    — never more — but starts the new quota that much earlier. If the new quota
 //!    refills faster, the key gains the new refill over the lag: at most `lag / new
 //!    interval` tokens more than a move at the latest request's time would give,
-//!    never beyond the new capacity, and the lag is below `capacity × old interval`.
+//!    never beyond the new capacity, and the lag is below `(capacity + debt cap) ×
+//!    old interval` (a settle may have stored the word that far ahead of its reading).
 //!    Each quota's own limit holds over its stretch. Stamping the move at the latest
 //!    instant the write could have had instead would hold every move to a faster quota
 //!    back at the old rate until the old bucket was nearly full; we chose exactness
@@ -68,11 +76,11 @@
 //! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), each
 //! with a mutant.
 
-use crate::Quota;
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement, Rules};
 use crate::decision::Decision;
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, RwLock, Unpoisoned};
+use crate::{Quota, Settlement};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -131,6 +139,12 @@ impl<A: Reconfigurable> Entry<A> {
             let _ = rules.acquire(&state, at, 1);
             let _ = rules.refund(&state, at, 1);
             let _ = rules.acquire(&state, at, whole - left.min(whole));
+            // A key in debt (it has nothing left) owes the same units under the new
+            // quota, up to its debt cap: a move never wipes a debt out.
+            let debt = old.frozen_debt(frozen, at);
+            if debt > 0 {
+                let _ = rules.settle(&state, at, 0, debt);
+            }
         }
         Self {
             configuration: AtomicU64::new(configuration),
@@ -260,6 +274,17 @@ impl<A: Reconfigurable, K: Send + Sync> Rules<K> for PerKey<A, K> {
     fn refund(&self, entry: &Entry<A>, now: u64, cost: u32) -> Result<(), Blocked> {
         let (rules, state) = entry.current(self.configuration())?;
         rules.refund(state, now, cost)
+    }
+
+    fn settle(
+        &self,
+        entry: &Entry<A>,
+        now: u64,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, Blocked> {
+        let (rules, state) = entry.current(self.configuration())?;
+        rules.settle(state, now, estimate, actual)
     }
 
     fn fresh_available(&self, key: impl FnOnce() -> K, now: u64) -> u32 {

@@ -21,8 +21,15 @@ use std::time::Duration;
 /// +-----------------------+------------------+------------------+
 /// ```
 ///
-/// - *current count* (the low `c` bits, `c = bits(limit)`): requests admitted in the
-///   key's window, `0..=limit`.
+/// - *current count* (the low `c` bits): requests admitted in the key's window,
+///   `0..=limit`, and up to `limit + debt cap` for a key in debt (a settle charged it
+///   beyond the limit: [`Settlement`](crate::Settlement)). `c = bits(2 × limit)` where
+///   the word has room for it, so the debt cap is one limit; else `c = bits(limit)`,
+///   and the debt cap is what that field holds beyond the limit, short of its
+///   all-ones value: `2^c − 2 − limit`, possibly nothing (and for a limit of
+///   `2^c − 1`, a settle on a key with a previous count charges the current count to
+///   `2^c − 2` at most, forgiving the rest). A debt is repaid as the
+///   window slides on: the count weighs in as the previous window's, less and less.
 /// - *previous count* (the next `c` bits): requests admitted in the window before it.
 /// - *window index* (the next `63 - 2c` bits): the key's window, counted since the
 ///   limiter's epoch; it must hold every window a `u64` nanosecond clock can reach,
@@ -38,16 +45,20 @@ use std::time::Duration;
 /// A larger limit needs a wider word or a shorter clock; the token bucket, the fixed
 /// window and the sliding log hold every quota.
 ///
-/// The current count reaches `limit` only when the previous one is 0 (see
-/// [`acquire`](WordAlgorithm::acquire)), so a word with both counts all-ones never
-/// occurs: in particular not `RELOCATED - 1`, whose relocated form marks a retired
-/// word. A word two windows old carries no
+/// No count is ever all-ones: with the wide field, `2 × limit` is below it; with the
+/// narrow one, an admission brings the current count to `limit` only when the
+/// previous one is 0 (see [`acquire`](WordAlgorithm::acquire)), and a settle charges
+/// it no further than `2^c − 2`. So no word is `RELOCATED - 1`, whose relocated form
+/// marks a retired word. A word two windows old carries no
 /// information, so every new key starts as the constant word 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindowRules {
     limit: u64,
     interval: NonZeroU64,
     count_bits: u32,
+    /// The most the current count reaches: the limit and the debt cap (see the type's
+    /// documentation).
+    most: u64,
 }
 
 /// Number of bits needed to write `x` in binary.
@@ -84,22 +95,30 @@ impl SlidingWindowRules {
     pub fn new(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
-        let count_bits = bits(limit);
         let last_index = u64::MAX / interval / limit;
         // The index keeps at least one bit, so no shift spans the whole word.
         // The top bit marks a relocated word (`crate::word`): never a state's.
-        if 2 * count_bits + bits(last_index).max(1) > u64::BITS - 1 {
+        let fits = |count_bits: u32| 2 * count_bits + bits(last_index).max(1) < u64::BITS;
+        // Counts twice as wide where they fit (a debt cap of one limit), else as
+        // wide as the limit (a debt cap of what the field holds beyond it).
+        let (count_bits, most) = if fits(bits(2 * limit)) {
+            (bits(2 * limit), 2 * limit)
+        } else if fits(bits(limit)) {
+            let count_bits = bits(limit);
+            (count_bits, limit.max((1 << count_bits) - 2))
+        } else {
             return Err(QuotaError::Unsupported {
                 algorithm: "SlidingWindowCounter",
                 capacity: quota.capacity(),
                 refill_every: quota.refill_every(),
                 requirement: REQUIREMENT,
             });
-        }
+        };
         Ok(Self {
             limit,
             interval,
             count_bits,
+            most,
         })
     }
 
@@ -166,7 +185,7 @@ impl SlidingWindowRules {
     /// never below the exact weighted count.
     #[inline]
     pub fn counted(&self, at: &At) -> u64 {
-        // At most limit² < 2^62 (limit < 2^31, see `new`): no overflow.
+        // At most 2 × limit² < 2^63 (limit < 2^31, see `new`): no overflow.
         let weighted = at.previous * (self.limit - at.elapsed);
         weighted.div_ceil(self.limit) + at.current
     }
@@ -234,17 +253,55 @@ impl WordAlgorithm for SlidingWindowRules {
     }
 
     /// `cost` admissions given back from the current window's count as seen at `now` (at
-    /// most what it holds): the word to store. The previous window's count is history
-    /// the estimate weighs; it is left as it is.
+    /// most what it holds, a debt first): the word to store, and how many were given
+    /// back. The previous window's count is history the estimate weighs; it is left
+    /// as it is.
     #[inline]
-    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+    fn give_back(&self, word: u64, now: u64, cost: u32) -> (u64, u32) {
         let at = self.at(word, now);
         let left = at.current.saturating_sub(u64::from(cost));
         if left == at.current {
-            word
+            (word, 0)
         } else {
-            self.pack(at.index, at.previous, left)
+            // At most `cost`: a `u32`.
+            (
+                self.pack(at.index, at.previous, left),
+                (at.current - left) as u32,
+            )
         }
+    }
+
+    /// `extra` admissions counted in the current window at `now` whatever the estimate
+    /// has left, the weighted estimate up to the limit and the debt cap (see the
+    /// type's documentation): the word to store, and how many were counted.
+    #[inline]
+    fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32) {
+        let at = self.at(word, now);
+        // Never both counts all-ones: with a previous count, the current one stops
+        // short of the field's all-ones value (which only a narrow field's limit can
+        // be, `2^c − 1`; the wide field's `most` is below it).
+        let most = match at.previous {
+            0 => self.most,
+            _ => self.most.min((1 << self.count_bits) - 2),
+        };
+        // Up to `most` counted, the weighted previous count included: so the debt
+        // (what is counted past the limit) is at most the debt cap, and the current
+        // count, never above what is counted, at most `most`.
+        let charged = u64::from(extra).min(most.saturating_sub(self.counted(&at)));
+        if charged == 0 {
+            (word, 0)
+        } else {
+            // At most `most`, which the field holds, never all-ones. At most `extra`.
+            let word = self.pack(at.index, at.previous, at.current + charged);
+            (word, charged as u32)
+        }
+    }
+
+    /// What the weighted estimate counts past the limit at `now`.
+    fn debt(&self, word: u64, now: u64) -> u32 {
+        let counted = self.counted(&self.at(word, now));
+        // At most `2 × most`, below 2^33; saturated to a `u32`.
+        counted.saturating_sub(self.limit).min(u64::from(u32::MAX)) as u32
     }
 
     /// From the start of the first window in which nothing is counted in it nor in

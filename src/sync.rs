@@ -185,6 +185,9 @@ pub mod mutants {
         /// A new key's share of a word store's sweep judges words as of its own
         /// request's reading, not the instant its pass raised the watermark to.
         ShareAtItsOwnReading,
+        /// A sweep takes a key in debt for one it may forget (its check ignores the
+        /// debt), so the debt is lost with the key.
+        RetireIgnoringDebt,
     }
 
     #[cfg(any(turnstile_loom, turnstile_shuttle))]

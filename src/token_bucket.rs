@@ -25,13 +25,16 @@ use std::time::Duration;
 ///   bucket is full), and stores `max(full_at, g) + k`.
 ///
 /// There is no token field, so nothing bounds the capacity but the quota's `u32`:
-/// every capacity fits beside every interval. The word is at most `g + capacity`, and
-/// `g` is read no further than [`STATE_END`]` − 1 − capacity` (just under 2⁶³), so the
-/// word never reaches the markers' top bit ([`crate::word`]). That clamp only applies
-/// to intervals of 1 and 2 ns (for any longer one, `u64::MAX / interval + capacity` is
-/// below it): readings are exact for the clock's whole range, 584 years, at 3 ns or
-/// more; at 1 ns for 292 years (at 2 ns, 584), less `capacity` intervals; past that
-/// the grid stops and the bucket gains nothing more.
+/// every capacity fits beside every interval. A key in debt (a settle charged it
+/// beyond what it had: [`Settlement`](crate::Settlement)) has `full_at` more than
+/// `capacity` past `g`, at most `2 × capacity` (the debt cap is one capacity). So
+/// the word is at most `g + 2 × capacity`, and `g` is read no further than
+/// [`STATE_END`]` − 1 − 2 × capacity` (just under 2⁶³), so the word never reaches the
+/// markers' top bit ([`crate::word`]). That clamp only applies to intervals of 1 and
+/// 2 ns (for any longer one, `u64::MAX / interval + 2 × capacity` is below it):
+/// readings are exact for the clock's whole range, 584 years, at 3 ns or more; at
+/// 1 ns for 292 years (at 2 ns, 584), less `2 × capacity` intervals; past that the
+/// grid stops and the bucket gains nothing more.
 ///
 /// Every new key starts as the word 0, full at every reading, so a full bucket is
 /// the same constant for every key.
@@ -45,6 +48,8 @@ use std::time::Duration;
 pub struct TokenBucketRules {
     capacity: u64,
     interval: NonZeroU64,
+    /// The most a key can owe, in tokens: one capacity.
+    debt_cap: u64,
     /// The last grid index a reading is taken to (see the type's documentation).
     last_index: u64,
 }
@@ -54,10 +59,14 @@ impl TokenBucketRules {
     pub fn new(quota: &Quota) -> Self {
         let capacity = u64::from(quota.capacity());
         let interval = quota.interval_nanos();
+        // One capacity: the word then stays within `2 × capacity` of the reading's
+        // grid index, which the clamp below keeps clear of the markers.
+        let debt_cap = capacity;
         Self {
             capacity,
             interval,
-            last_index: (u64::MAX / interval).min(STATE_END - 1 - capacity),
+            debt_cap,
+            last_index: (u64::MAX / interval).min(STATE_END - 1 - capacity - debt_cap),
         }
     }
 
@@ -123,6 +132,14 @@ impl WordAlgorithm for TokenBucketRules {
         self.full()
     }
 
+    /// The tokens missing at `now` beyond the capacity.
+    fn debt(&self, word: u64, now: u64) -> u32 {
+        let debt = Self::missing(word, self.index(now)).saturating_sub(self.capacity);
+        // At most the debt cap (a capacity) at a reading no earlier than the
+        // moment; saturated for a reading that lags further.
+        debt.min(u64::from(u32::MAX)) as u32
+    }
+
     /// Full from the start of grid index `full_at` (if the grid reaches it): at every
     /// later reading it is full, as a new key is, and a request leaves `g + k` on
     /// either.
@@ -174,17 +191,50 @@ impl WordAlgorithm for TokenBucketRules {
         self.tokens(word, self.index(now)) as u32
     }
 
-    /// `cost` tokens given back at `now`, capped at the capacity: the word to store. A
-    /// bucket already full at `now` is left exactly as it is — it has nothing missing,
-    /// and a new key's canonical full word must stay indistinguishable from no key.
+    /// `cost` tokens given back at `now`, capped at the capacity: the word to store,
+    /// and the tokens given back (a debt is repaid first). A bucket already full at
+    /// `now` is left exactly as it is — it has nothing missing, and a new key's
+    /// canonical full word must stay indistinguishable from no key.
     #[inline]
-    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+    fn give_back(&self, word: u64, now: u64, cost: u32) -> (u64, u32) {
         let index = self.index(now);
         if word <= index {
-            return word;
+            return (word, 0);
         }
         // Full at `index` at the most: a refund never gives more than the capacity.
-        word.saturating_sub(u64::from(cost)).max(index)
+        let new = word.saturating_sub(u64::from(cost)).max(index);
+        // At most `cost`: a `u32`.
+        (new, (word - new) as u32)
+    }
+
+    /// `extra` tokens taken at `now` whatever the bucket holds: `full_at` moves
+    /// `extra` grid points later, to at most `g + capacity + debt_cap` (see
+    /// [`charged`]).
+    #[inline]
+    fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32) {
+        charged(word, self.index(now), self.capacity + self.debt_cap, extra)
+    }
+}
+
+/// A charge of `extra` on the bucket full at `full_at`, at grid index `index`, where
+/// the bucket may be missing at most `most` tokens (its capacity and its debt cap):
+/// the word to store and the tokens charged. A bucket full at the reading counts
+/// from the reading, as an admission does (`max(full_at, g) + k`); nothing charged
+/// leaves `full_at` as it was (a full bucket's canonical word included). A reading
+/// that lags behind the word finds less room, never more.
+#[inline]
+const fn charged(full_at: u64, index: u64, most: u64, extra: u32) -> (u64, u32) {
+    let from = if full_at > index { full_at } else { index };
+    // `index + most ≤ last_index + 2 × capacity < STATE_END`: no overflow, and the
+    // word stays below the markers.
+    let room = (index + most).saturating_sub(from);
+    let extra = extra as u64;
+    let charged = if extra < room { extra } else { room };
+    if charged == 0 {
+        (full_at, 0)
+    } else {
+        // At most `extra`: a `u32`.
+        (from + charged, charged as u32)
     }
 }
 
@@ -325,7 +375,11 @@ mod tests {
         for _ in 0..4 {
             word = admit(&rules, word, u64::MAX, 1).expect("a token left");
         }
-        assert_eq!(word, STATE_END - 1, "the last grid index plus the capacity");
+        assert_eq!(
+            word,
+            STATE_END - 1 - 4,
+            "the last grid index plus the capacity (the debt cap's room above it)"
+        );
         for cost in 0..=5 {
             let (new, decision) = rules.acquire(word, u64::MAX, cost);
             assert_eq!(
@@ -531,15 +585,21 @@ mod tests {
     }
 
     #[test]
-    fn a_one_nanosecond_grid_stops_capacity_nanoseconds_before_its_words_end() {
+    fn a_one_nanosecond_grid_stops_twice_the_capacity_before_its_words_end() {
         let l = rules(10, Duration::from_nanos(1));
-        let last = STATE_END - 1 - 10;
+        let last = STATE_END - 1 - 20;
         let (word, _) = l.acquire(l.full(), last - 3, 10);
         // Three tokens by the last grid point, none after it.
         assert_eq!(l.available(word, last), 3);
         assert_eq!(l.available(word, u64::MAX), 3);
         let (_, d) = l.acquire(word, u64::MAX, 4);
         assert_eq!(d.retry_after(), Some(Duration::MAX));
+        // The debt cap's room is there at the end too: the deepest debt is the last
+        // word below the markers' range, and nothing passes it.
+        let (drained, _) = l.acquire(l.full(), u64::MAX, 10);
+        let (deepest, charged) = l.charge(drained, u64::MAX, u32::MAX);
+        assert_eq!((deepest, charged), (STATE_END - 1, 10));
+        assert_eq!(l.charge(deepest, u64::MAX, 1), (deepest, 0));
     }
 
     #[test]
@@ -570,13 +630,16 @@ impl MovableWord for TokenBucketRules {
         TokenBucketRules::new(quota)
     }
 
-    /// The grid point `capacity` intervals before the bucket is full: no request can
-    /// have stored the word earlier, and every reading up to it finds the bucket
-    /// empty, so each answers as it does.
+    /// The grid point `capacity + debt_cap` intervals before the bucket is full: no
+    /// request or settle can have stored the word earlier, and every reading up to it
+    /// finds the bucket empty and owing its whole debt cap, so each answers as it
+    /// does.
     fn moment(&self, word: u64) -> u64 {
-        // Below `u64::MAX / interval + 1`: the product stays within `u64` but for the
-        // last grid point, which saturates to the clock's end.
-        word.saturating_sub(self.capacity)
+        // A settle stores up to `capacity + debt_cap` past its reading's grid index,
+        // so that is how far before the word a write can lie. Below
+        // `u64::MAX / interval + 1`: the product stays within `u64` but for the last
+        // grid point, which saturates to the clock's end.
+        word.saturating_sub(self.capacity + self.debt_cap)
             .saturating_mul(self.interval.get())
     }
 }

@@ -2,10 +2,11 @@
 //! implement, and the compare-and-set loop that makes each of them an
 //! [`Algorithm`](crate::Algorithm) with `AtomicU64` state.
 
-use crate::Decision;
 use crate::algorithm::{Blocked, Movable, Renewal, Retirement, Rules};
+use crate::settle::settle_by;
 use crate::sync::mutants::{Mutant, active, choose};
 use crate::sync::{AtomicU64, Ordering, fence};
+use crate::{Decision, Settlement};
 
 /// The bit that marks a *relocated* word: a state frozen where it is while a copy of it
 /// takes its place elsewhere (a key promoted from the old generation to the young one,
@@ -62,7 +63,40 @@ pub trait WordAlgorithm: Send + Sync + Sized {
 
     /// `cost` given back at `now` (a refund of an earlier take, never beyond what a
     /// key can hold): the word to store.
-    fn refund(&self, word: u64, now: u64, cost: u32) -> u64;
+    #[inline]
+    fn refund(&self, word: u64, now: u64, cost: u32) -> u64 {
+        self.give_back(word, now, cost).0
+    }
+
+    /// [`refund`](Self::refund), saying how much it gave back: the word to store, and
+    /// the part of `cost` the key got back (a debt repaid first; nothing beyond what a
+    /// key can hold).
+    fn give_back(&self, word: u64, now: u64, cost: u32) -> (u64, u32);
+
+    /// `extra` taken at `now` even beyond what the key has left, up to the debt cap
+    /// (see [`Settlement`]): the word to store (`word` itself when nothing is
+    /// charged), and how much of `extra` was charged.
+    fn charge(&self, word: u64, now: u64, extra: u32) -> (u64, u32);
+
+    /// A request that took `estimate` settled at `actual`, at `now`: the word to store
+    /// and what the settle did — [`give_back`](Self::give_back) of the difference, or
+    /// [`charge`](Self::charge) of it.
+    #[inline]
+    fn settle(&self, word: u64, now: u64, estimate: u32, actual: u32) -> (u64, Settlement) {
+        settle_by(
+            estimate,
+            actual,
+            word,
+            |cost| self.give_back(word, now, cost),
+            |extra| self.charge(word, now, extra),
+        )
+    }
+
+    /// What `word` owes at `now`, in units (tokens, requests) past what it could hold
+    /// with nothing left: 0 unless a settle charged it beyond that (see
+    /// [`Settlement`]). What a move carries into a new quota
+    /// ([`Movable::frozen_debt`]).
+    fn debt(&self, word: u64, now: u64) -> u32;
 
     /// The earliest instant as of which `word` carries no information — for every
     /// reading at or after it, requests on it answer exactly as on
@@ -328,6 +362,21 @@ impl<W: WordAlgorithm, K> Rules<K> for W {
         })
     }
 
+    /// One compare-and-set, as every step on a word: a settle racing a request or a
+    /// sweep either lands on the value it was computed from or is computed again.
+    #[inline]
+    fn settle(
+        &self,
+        word: &AtomicU64,
+        now: u64,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, Blocked> {
+        update::<W, _>(word, |current| {
+            WordAlgorithm::settle(self, current, now, estimate, actual)
+        })
+    }
+
     fn fresh_available(&self, _key: impl FnOnce() -> K, now: u64) -> u32 {
         WordAlgorithm::available(self, self.fresh(), now)
     }
@@ -357,6 +406,8 @@ impl<W: WordAlgorithm, K> Rules<K> for W {
         }
         match self.forgettable_from(current) {
             Some(from) if from <= at => {}
+            // The mutant: a key in debt taken for one with nothing to remember.
+            _ if active(Mutant::RetireIgnoringDebt) && self.debt(current, at) > 0 => {}
             from => return Retirement::Kept(from.unwrap_or(u64::MAX)),
         }
         if active(Mutant::RemoveWithoutRetiring) {
@@ -419,6 +470,10 @@ impl<W: MovableWord> Movable for W {
 
     fn frozen_available(&self, frozen: &u64, now: u64) -> u32 {
         WordAlgorithm::available(self, *frozen, now)
+    }
+
+    fn frozen_debt(&self, frozen: &u64, now: u64) -> u32 {
+        WordAlgorithm::debt(self, *frozen, now)
     }
 
     fn thaw(&self, word: &AtomicU64, frozen: u64) {

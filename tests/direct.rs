@@ -6,7 +6,7 @@ mod common;
 
 use common::keyed::{Arrival, Bucket, Counter, Keyed, Window};
 use common::ms;
-use common::schedule::{agrees, case, small_quota};
+use common::schedule::{agrees, case, settling_case, small_quota};
 use proptest::prelude::*;
 use std::borrow::Borrow;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::thread;
 use turnstile::policy::{Check, Limit, Policy};
 use turnstile::{
     Decision, DirectFixedWindow, DirectGcra, DirectSlidingWindowCounter, DirectTokenBucket, KeyRef,
-    ManualClock, Quota, RateLimiter, TokenBucket,
+    ManualClock, Quota, RateLimiter, Settlement, TokenBucket,
 };
 
 /// One direct limiter per key: the schedule driver's keys, each its own process-wide
@@ -56,6 +56,14 @@ impl<D: RateLimiter<()>> RateLimiter<u32> for OnePerKey<D> {
         Q: ?Sized + KeyRef<u32>,
     {
         self.of(key).refund(&(), cost)
+    }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> turnstile::Settlement
+    where
+        u32: Borrow<Q>,
+        Q: ?Sized + KeyRef<u32>,
+    {
+        self.of(key).settle(&(), estimate, actual)
     }
 }
 
@@ -100,6 +108,65 @@ proptest! {
         });
         agrees(&clock, &limiter, &mut Keyed::<Counter>::plain(quota), start, &steps)?;
     }
+}
+
+proptest! {
+    // Modest: the settling schedules are long, and CI's budget is tight.
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Settles below, at and above the estimate, interleaved with requests, refunds
+    /// and the clock forward and back: every direct limiter as its algorithm's model
+    /// with debt.
+    #[test]
+    fn every_direct_limiter_settles_as_the_model((quota, start, steps) in settling_case(quota(), true)) {
+        // Each on a clock of its own at zero: the driver expects an epoch of zero.
+        let clock = ManualClock::new();
+        let bucket = OnePerKey::new(|| DirectTokenBucket::with_clock(quota, clock.clone()).unwrap());
+        agrees(&clock, &bucket, &mut Keyed::<Bucket>::plain(quota), start, &steps)?;
+        let clock = ManualClock::new();
+        let gcra = OnePerKey::new(|| DirectGcra::with_clock(quota, clock.clone()).unwrap());
+        agrees(&clock, &gcra, &mut Keyed::<Arrival>::plain(quota), start, &steps)?;
+        let clock = ManualClock::new();
+        let window = OnePerKey::new(|| DirectFixedWindow::with_clock(quota, clock.clone()).unwrap());
+        agrees(&clock, &window, &mut Keyed::<Window>::plain(quota), start, &steps)?;
+        let clock = ManualClock::new();
+        let counter = OnePerKey::new(|| {
+            DirectSlidingWindowCounter::with_clock(quota, clock.clone()).unwrap()
+        });
+        agrees(&clock, &counter, &mut Keyed::<Counter>::plain(quota), start, &steps)?;
+    }
+}
+
+#[test]
+fn a_direct_limiter_in_debt_refuses_until_its_refill_repays_it() {
+    let clock = ManualClock::new();
+    let limiter =
+        DirectTokenBucket::with_clock(Quota::new(4, ms(10)).unwrap(), clock.clone()).unwrap();
+    assert!(limiter.acquire(1).is_allowed());
+    // Used 7: 3 left, 6 more charged, 3 owed.
+    assert_eq!(
+        limiter.settle(1, 7),
+        Settlement {
+            refunded: 0,
+            charged: 6,
+            forgiven: 0
+        }
+    );
+    assert_eq!(limiter.peek(), 0);
+    assert_eq!(limiter.acquire(2).retry_after(), Some(ms(50)));
+    // Given back below the estimate: the debt first.
+    assert_eq!(limiter.settle(3, 1).refunded, 2);
+    assert_eq!(limiter.acquire(2).retry_after(), Some(ms(30)));
+    // Capped: at most one capacity owed.
+    assert_eq!(limiter.settle(0, 100).forgiven, 100 - 3);
+    // A settle allocates nothing.
+    let info = allocation_counter::measure(|| {
+        for _ in 0..100 {
+            std::hint::black_box(limiter.settle(1, 3));
+            std::hint::black_box(limiter.settle(3, 1));
+        }
+    });
+    assert_eq!(info.count_total, 0);
 }
 
 #[test]

@@ -92,6 +92,51 @@ fn the_other_lock_free_algorithms_allocate_nothing_for_existing_keys() {
     );
 }
 
+/// Settling on existing keys — giving back, charging into debt, forgiving past the
+/// debt cap — allocates nothing, for every lock-free word algorithm.
+#[test]
+fn settling_on_existing_keys_allocates_nothing() {
+    use turnstile::{FixedWindow, Gcra, Settlement, SlidingWindowCounter};
+    let clock = ManualClock::new();
+    let quota = Quota::new(10, Duration::from_micros(100)).unwrap();
+    let bucket = TokenBucket::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let fixed = FixedWindow::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let sliding = SlidingWindowCounter::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let gcra = Gcra::<u64, _>::with_clock(quota, clock.clone()).unwrap();
+    let limiters: [&dyn Fn(u64, u32, u32) -> Settlement; 4] = [
+        &|key, estimate, actual| bucket.settle(&key, estimate, actual),
+        &|key, estimate, actual| fixed.settle(&key, estimate, actual),
+        &|key, estimate, actual| sliding.settle(&key, estimate, actual),
+        &|key, estimate, actual| gcra.settle(&key, estimate, actual),
+    ];
+    for key in 0..1000 {
+        for limiter in &limiters {
+            limiter(key, 0, 1);
+        }
+    }
+    let (mut charged, mut forgiven, mut refunded) = (0u32, 0u32, 0u32);
+    let info = allocation_counter::measure(|| {
+        for _ in 0..10 {
+            clock.advance(Duration::from_micros(300));
+            for key in 0..1000 {
+                for limiter in &limiters {
+                    for (estimate, actual) in [(1, 9), (2, 1), (0, 30), (5, 0)] {
+                        let settled = limiter(key, estimate, actual);
+                        charged += settled.charged;
+                        forgiven += settled.forgiven;
+                        refunded += settled.refunded;
+                    }
+                }
+            }
+        }
+    });
+    assert_eq!(info.count_total, 0, "allocations settling: {info:?}");
+    assert!(
+        charged > 0 && forgiven > 0 && refunded > 0,
+        "charged {charged}, forgiven {forgiven}, refunded {refunded}"
+    );
+}
+
 /// A sliding log allocates only while a key's ring grows, and never holds more than
 /// `limit` timestamps: once grown, a key's checks allocate nothing.
 #[test]

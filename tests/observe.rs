@@ -447,6 +447,16 @@ impl turnstile::policy::SharedLimiter for Unreachable {
         Box::pin(async {})
     }
 
+    fn settle<'a>(
+        &'a self,
+        _: &'a [u8],
+        _: u32,
+        _: u32,
+    ) -> turnstile::policy::SharedFuture<'a, Result<turnstile::Settlement, turnstile::SharedError>>
+    {
+        Box::pin(async { Err("unreachable".into()) })
+    }
+
     fn fails_open(&self) -> bool {
         self.fails_open
     }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 use turnstile::{
-    Decision, FixedWindow, ManualClock, PerKeyTokenBucket, Quota, SlidingLog, TokenBucket,
+    Decision, FixedWindow, ManualClock, PerKeyTokenBucket, Quota, Settlement, SlidingLog,
+    TokenBucket,
 };
 
 fn quota(capacity: u32, every: Duration) -> Quota {
@@ -136,6 +137,47 @@ fn the_sliding_log_carries_over_too() {
     );
     clock.set(ms(20));
     assert_eq!(limiter.peek(&1), 2);
+}
+
+/// A move never gives a key in debt an allowance: the units it owes are owed under
+/// the new quota (capped at the new debt cap), repaid at the new rate.
+#[test]
+fn a_key_in_debt_owes_the_same_units_under_a_new_quota() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::<u64>::builder(quota(10, ms(100)))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    let window = FixedWindow::<u64>::builder(quota(10, ms(100)))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    let log = SlidingLog::<u64>::builder(quota(10, ms(100)))
+        .clock(clock.clone())
+        .build_reconfigurable();
+    let settles: [&dyn Fn(u32, u32) -> Settlement; 3] = [
+        &|estimate, actual| bucket.settle(&1, estimate, actual),
+        &|estimate, actual| window.settle(&1, estimate, actual),
+        &|estimate, actual| log.settle(&1, estimate, actual),
+    ];
+    for settle in settles {
+        // 10 taken, 6 owed.
+        assert_eq!(settle(0, 16).charged, 16);
+    }
+    // Faster, and larger: 20 every 50 ms each. Still 6 owed, at the move's instant.
+    bucket.set_quota(quota(20, ms(50)));
+    window.set_quota(quota(20, ms(50)));
+    log.set_quota(quota(20, ms(50)));
+    assert_eq!((bucket.peek(&1), window.peek(&1), log.peek(&1)), (0, 0, 0));
+    // The bucket repays 6 and brings 1 in 7 intervals of 50 ms.
+    assert_eq!(bucket.acquire(&1, 1).retry_after(), Some(ms(350)));
+    // The window (20 per 1 s) starts its next window with the 6 owed.
+    assert_eq!(window.acquire(&1, 15).retry_after(), Some(ms(2_000)));
+    assert_eq!(window.acquire(&1, 14).retry_after(), Some(ms(1_000)));
+    // The log owes 6 entries at the move's instant, for one new window (1 s).
+    assert_eq!(log.acquire(&1, 15).retry_after(), Some(ms(1_000)));
+    // Smaller: a debt beyond the new capacity is capped at it, never wiped out.
+    bucket.set_quota(quota(2, ms(50)));
+    assert_eq!(bucket.peek(&1), 0);
+    assert_eq!(bucket.acquire(&1, 1).retry_after(), Some(ms(150)));
 }
 
 #[test]

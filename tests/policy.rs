@@ -13,7 +13,9 @@ use std::time::Duration;
 use turnstile::policy::{
     Binding, Check, Limit, MissingKey, Outcome, Policy, PolicyError, SharedFuture, SharedLimiter,
 };
-use turnstile::{Decision, ManualClock, Overflow, Quota, SharedDecision, TokenBucket};
+use turnstile::{
+    Decision, ManualClock, Overflow, Quota, Settlement, SharedDecision, SharedError, TokenBucket,
+};
 
 /// A request: who sends it, and from where.
 #[derive(Clone, Copy, Debug)]
@@ -339,6 +341,16 @@ impl SharedLimiter for Store {
         Box::pin(async move { self.0.refund(&key, cost) })
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: &'a [u8],
+        estimate: u32,
+        actual: u32,
+    ) -> SharedFuture<'a, Result<Settlement, SharedError>> {
+        let key = u32::from(key[0]);
+        Box::pin(async move { Ok(self.0.settle(&key, estimate, actual)) })
+    }
+
     fn fails_open(&self) -> bool {
         false
     }
@@ -359,6 +371,15 @@ impl SharedLimiter for Down {
 
     fn refund<'a>(&'a self, _: &'a [u8], _: u32) -> SharedFuture<'a, ()> {
         Box::pin(async {})
+    }
+
+    fn settle<'a>(
+        &'a self,
+        _: &'a [u8],
+        _: u32,
+        _: u32,
+    ) -> SharedFuture<'a, Result<Settlement, SharedError>> {
+        Box::pin(async { Err("store down".into()) })
     }
 
     fn fails_open(&self) -> bool {

@@ -67,7 +67,7 @@ proptest! {
                 Step::Peek { by, .. } => now = now.saturating_add(by),
                 Step::Back { .. } => unreachable!("a non-decreasing clock"),
                 // Refunds are checked against the reference model; here, only the clock moves.
-                Step::Refund { by, .. } => now = now.saturating_add(by),
+                Step::Refund { by, .. } | Step::Settle { by, .. } => now = now.saturating_add(by),
             }
         }
         for (key, times) in &admitted {

@@ -33,7 +33,7 @@ fn run(quota: Quota, steps: &[Step]) -> Run {
         let (by, cost) = match *step {
             Step::Forward { by, cost, .. } => (by, Some(cost)),
             // Refunds are checked against the reference model; here, only the clock moves.
-            Step::Peek { by, .. } | Step::Refund { by, .. } => (by, None),
+            Step::Peek { by, .. } | Step::Refund { by, .. } | Step::Settle { by, .. } => (by, None),
             Step::Back { .. } => unreachable!("a non-decreasing clock"),
         };
         now = now.saturating_add(by);

@@ -109,4 +109,26 @@ where
             *word = self.rules.refund(*word, now, cost);
         }
     }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let now = self.epoch.elapsed();
+        let settle = |word: &mut u64| {
+            let (new, settlement) = self.rules.settle(*word, now, estimate, actual);
+            *word = new;
+            settlement
+        };
+        let mut words = self.words.lock().unpoisoned();
+        if let Some(word) = words.get_mut(key) {
+            return settle(word);
+        }
+        if actual <= estimate {
+            // No state is a full bucket: nothing to give back, nothing to store.
+            return crate::Settlement::default();
+        }
+        settle(words.entry(key.to_key()).or_insert(self.rules.full()))
+    }
 }

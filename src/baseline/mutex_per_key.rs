@@ -121,4 +121,33 @@ where
             *word = self.rules.refund(*word, now, cost);
         });
     }
+
+    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> crate::Settlement
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + KeyRef<K>,
+    {
+        let now = self.epoch.elapsed();
+        let step = |word: &Mutex<u64>| {
+            let mut word = word.lock().unpoisoned();
+            let (new, settlement) = self.rules.settle(*word, now, estimate, actual);
+            *word = new;
+            settlement
+        };
+        if let Some(settlement) = self.words.get(key, step) {
+            return settlement;
+        }
+        if actual <= estimate {
+            // No state is a full bucket: nothing to give back, nothing to store.
+            return crate::Settlement::default();
+        }
+        // A charge on a new key: on its word before any other thread sees it, or, if
+        // another stored the key first, on that one (as `acquire`).
+        let fresh = Mutex::new(self.rules.full());
+        let settlement = step(&fresh);
+        match self.words.insert(key.to_key(), fresh, step) {
+            Ok(()) => settlement,
+            Err(settlement) => settlement,
+        }
+    }
 }

@@ -22,7 +22,7 @@
 //! | [`Gcra`] | the same with **continuous** refill: tokens spaced exactly I apart | in any span [a, b], at most C + ⌊(b − a) / I⌋ | one `AtomicU64` | lock-free, no allocation |
 //! | [`FixedWindow`] | at most C per calendar window, aligned to the limiter's epoch | **2C at two readings 1 ns apart** across a boundary (100 in the last second of a minute, 100 in the first of the next) | one `AtomicU64` | lock-free, no allocation |
 //! | [`SlidingWindowCounter`] | about C in any window: the previous window's count weighted by its overlap | in any span d ≤ W, at most C + ⌊(d − 1) / I⌋ (up to 2C − 1 over a whole window); may also deny what the exact log admits | one `AtomicU64` | lock-free, no allocation |
-//! | [`SlidingLog`] | at most C in **any** window, exactly | none | a `Mutex`, and up to C timestamps | the key's own lock; allocates while the key's ring grows |
+//! | [`SlidingLog`] | at most C in **any** window, exactly | none | a `Mutex`, and up to C timestamps (2C while it owes: see *Reserve, then settle*) | the key's own lock; allocates while the key's ring grows |
 //!
 //! **When to pick which.** "Burst plus rate": `TokenBucket` (fastest, exact,
 //! forgettable when full), or `Gcra` for tokens spaced exactly one interval after the
@@ -35,16 +35,17 @@
 //! **Memory per key**: a single-word algorithm's state is its 8-byte word, held with
 //! the key in a papaya entry (or, with the word store, beside the key in its table); a
 //! sliding-log key holds a `Mutex` and a ring of timestamps, and adds 8 bytes per
-//! timestamp slot as its ring grows (4 slots first, doubling, never beyond C). The
-//! measured bytes per key of each store, against governor's, and what the ring's three
-//! maps hold: `results/ANALYSIS.md`, "Memory". The word store, and presizing papaya
-//! with `expected_keys`, are in [`bounded_memory`](super::bounded_memory).
+//! timestamp slot as its ring grows (4 slots first, doubling, never beyond C; 2C for
+//! a key a settle charged into debt). The measured bytes per key of each store,
+//! against governor's, and what the ring's three maps hold: `results/ANALYSIS.md`,
+//! "Memory". The word store, and presizing papaya with `expected_keys`, are in
+//! [`bounded_memory`](super::bounded_memory).
 //!
 //! # Fixed window
 //! ```text
 //!  63                          c   c-1                   0
 //! +-----------------------------+-----------------------+
-//! | window index                | count (c = bits(C+1)) |
+//! | window index                | count (c = bits(2C+2))|
 //! +-----------------------------+-----------------------+
 //! ```
 //!
@@ -59,7 +60,7 @@
 //! ```text
 //!  63                   2c  2c-1             c  c-1              0
 //! +-----------------------+------------------+------------------+
-//! | window index          | previous count p | current count n  |   c = bits(C)
+//! | window index          | previous count p | current count n  |   c = bits(2C) or bits(C)
 //! +-----------------------+------------------+------------------+
 //! ```
 //!
@@ -80,6 +81,54 @@
 //! decision against one written that way (`tests/gcra.rs`) — and exactly as
 //! governor's GCRA (`tests/governor.rs`). How it differs from the grid `TokenBucket`
 //! is on [`Gcra`].
+//!
+//! # Reserve, then settle: what debt means
+//! A request whose cost is known only afterwards (the tokens a model call used, the
+//! bytes a response sent) takes an estimate with `acquire(key, estimate)` and later
+//! calls `settle(key, estimate, actual)`: the difference is given back when it cost
+//! less (never beyond what the key holds), or charged when it cost more — even beyond
+//! what the key has left. The key then **owes**: `peek` says 0, every request is
+//! denied, and the denial's `retry_after` is the exact wait until refill has repaid
+//! the debt and brought the cost. A key owes at most one capacity (the **debt cap**,
+//! which keeps every state word in its range); what a charge would add past it is
+//! reported in [`Settlement::forgiven`], never dropped silently. One compare-and-set,
+//! as a request; no allocation. A key in debt carries information, so forgetting
+//! never drops it; a move to a new quota carries the debt in units into the new quota
+//! ([`per_key`](crate::per_key)). What a debt is in each algorithm:
+//!
+//! - **Token bucket**: `full_at` lies more than C grid points past the reading; each
+//!   grid point repays one token, then the bucket refills as usual.
+//! - **GCRA**: the arrival time lies more than C × I past the reading; repaid
+//!   continuously, one token per I.
+//! - **Fixed window**: the window's count passes C (up to 2C). The part past C is
+//!   carried into the next window as its starting count — the limit refills once a
+//!   window — so a debt charged late in a window is not wiped out by the boundary.
+//! - **Sliding window counter**: the current count passes C; as the window slides it
+//!   weighs in as the previous window's count, less and less, repaid within two
+//!   windows. Its word holds counts up to 2C only where it has two spare bits; for
+//!   quotas near the largest it accepts, the debt cap is what its count field holds
+//!   past C (possibly nothing), and a settle says what that cap forgave.
+//! - **Sliding log**: the charge is recorded as that many timestamps at the settle's
+//!   reading, counting for one window from then, exactly as admissions there would;
+//!   a key in debt holds up to 2C timestamps.
+//!
+//! ```
+//! use std::time::Duration;
+//! use turnstile::{ManualClock, Quota, Settlement, TokenBucket};
+//!
+//! let clock = ManualClock::new();
+//! // 100 tokens a minute per user, in bursts of up to 100.
+//! let limiter = TokenBucket::<String, _>::with_clock(Quota::per_minute(100)?, clock)?;
+//! assert!(limiter.acquire("alice", 20).is_allowed()); // the estimate
+//! // The call used 130: 80 were left, so 30 are owed.
+//! let settled = limiter.settle("alice", 20, 130);
+//! assert_eq!(settled, Settlement { refunded: 0, charged: 110, forgiven: 0 });
+//! assert_eq!(limiter.peek("alice"), 0);
+//! // The next token comes once the 30 owed are repaid: 31 tokens at 0.6 s each.
+//! let wait = limiter.acquire("alice", 1).retry_after();
+//! assert_eq!(wait, Some(Duration::from_millis(31 * 600)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Direct limiters
 //! One state for the whole process, without a map: [`DirectTokenBucket`],
@@ -125,6 +174,7 @@
 //! set backwards to model skew).
 //!
 //! [`RateLimiter`]: crate::RateLimiter
+//! [`Settlement::forgiven`]: crate::Settlement::forgiven
 //! [`Decision`]: crate::Decision
 //! [`TokenBucket`]: crate::TokenBucket
 //! [`Gcra`]: crate::Gcra

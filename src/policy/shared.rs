@@ -9,7 +9,7 @@
 use super::check::{Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings};
 use super::key::KeyExtractor;
 use super::limit::Limit;
-use crate::SharedDecision;
+use crate::{Settlement, SharedDecision, SharedError};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,6 +36,7 @@ pub type SharedFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// ```
 /// use std::sync::Arc;
 /// use turnstile::policy::{SharedFuture, SharedLimiter};
+/// use turnstile::{Settlement, SharedError};
 /// use turnstile::{Decision, SharedDecision};
 ///
 /// /// A store that admits everything (yours would ask its database).
@@ -47,6 +48,14 @@ pub type SharedFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     }
 ///     fn refund<'a>(&'a self, _key: &'a [u8], _cost: u32) -> SharedFuture<'a, ()> {
 ///         Box::pin(async {})
+///     }
+///     fn settle<'a>(
+///         &'a self,
+///         _key: &'a [u8],
+///         _estimate: u32,
+///         _actual: u32,
+///     ) -> SharedFuture<'a, Result<Settlement, SharedError>> {
+///         Box::pin(async { Ok(Settlement::default()) })
 ///     }
 ///     fn fails_open(&self) -> bool {
 ///         true
@@ -82,6 +91,20 @@ pub trait SharedLimiter: Send + Sync + 'static {
     /// store. A refund that does not reach the store is lost: the key holds less than
     /// it should until it refills (a restriction, never an admission).
     fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> SharedFuture<'a, ()>;
+
+    /// Settles a request that took `estimate` for `key` (an allowed
+    /// [`acquire`](SharedLimiter::acquire)) at what it `actual`ly cost, in one atomic
+    /// step on the store, as [`RateLimiter::settle`](crate::RateLimiter::settle) does
+    /// in process: the difference given back, or charged even beyond what the key has
+    /// left (the key then owes, up to the debt cap). The store's answer, or why there
+    /// was none: a settlement that does not reach the store is lost (a charge lost is
+    /// an admission the key did not pay for, so it is reported, never hidden).
+    fn settle<'a>(
+        &'a self,
+        key: &'a [u8],
+        estimate: u32,
+        actual: u32,
+    ) -> SharedFuture<'a, Result<Settlement, SharedError>>;
 
     /// Whether the failure policy allows: the answer to a caller that cannot wait for
     /// the store ([`Policy::acquire`](super::Policy::acquire)).

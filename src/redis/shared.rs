@@ -46,6 +46,16 @@ where
         Box::pin(self.limiter.refund(key, cost))
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: &'a [u8],
+        estimate: u32,
+        actual: u32,
+    ) -> SharedFuture<'a, Result<crate::Settlement, crate::SharedError>> {
+        let _ = (key, estimate, actual);
+        todo!("settle-api scaffold: the Redis settle")
+    }
+
     fn fails_open(&self) -> bool {
         self.limiter.fails_open()
     }
@@ -80,6 +90,16 @@ where
                 self.script_limiter().refund(key, cost).await;
             }
         })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: &'a [u8],
+        estimate: u32,
+        actual: u32,
+    ) -> SharedFuture<'a, Result<crate::Settlement, crate::SharedError>> {
+        let _ = (key, estimate, actual);
+        todo!("settle-api scaffold: the leased settle")
     }
 
     fn fails_open(&self) -> bool {

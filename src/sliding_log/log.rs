@@ -13,6 +13,8 @@ use crate::window::Window;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingLogRules {
     limit: u64,
+    /// The most a key can owe, in entries past the limit: one limit.
+    debt_cap: u64,
     window: Window,
     /// The window when it fits a `u64`, for the expiry test on the hot path; `None`
     /// when it is longer than the clock's range, so nothing ever expires.
@@ -25,6 +27,7 @@ impl SlidingLogRules {
         let window = Window::of(quota);
         Self {
             limit: u64::from(quota.capacity()),
+            debt_cap: u64::from(quota.capacity()),
             window,
             window_nanos: u64::try_from(window.len()).ok(),
         }
@@ -37,7 +40,10 @@ impl SlidingLogRules {
 /// The ring holds at most `limit` timestamps, and its allocation never exceeds
 /// `limit` slots: it starts empty, grows by doubling (from 4 slots) while the
 /// admitted requests still in the window need more room, is capped at `limit`, and
-/// keeps its largest size.
+/// keeps its largest size. A key in debt (a settle charged it beyond the limit:
+/// [`Settlement`](crate::Settlement)) holds the extra entries too, at the settle's
+/// reading, up to the debt cap of one limit: at most `2 × limit` timestamps and
+/// slots.
 ///
 /// Only admitted requests with a cost change the log. They first drop the entries
 /// that have left the window at their reading, which later decisions cannot tell
@@ -145,7 +151,8 @@ impl Log {
         let t = self.reading(now);
         let expired = self.expired(rules, t);
         let live = u64::from(self.len - expired);
-        let remaining = rules.limit - live;
+        // A key in debt holds more than the limit: nothing remains.
+        let remaining = rules.limit.saturating_sub(live);
         let cost = u64::from(cost);
         if cost > rules.limit {
             return Decision::ExceedsCapacity {
@@ -154,8 +161,9 @@ impl Log {
             };
         }
         if cost > remaining {
-            // Admitted once the oldest `live + cost − limit` entries have left: when
-            // the last of them does, one window after it.
+            // Admitted once the oldest `live + cost − limit` entries have left (at most
+            // `live`, as `cost ≤ limit`): when the last of them does, one window after
+            // it.
             let last_to_leave = self.entry(expired + (live + cost - rules.limit) as u32 - 1);
             let leaves_at = u128::from(last_to_leave) + rules.window.len();
             return Decision::Denied {
@@ -165,7 +173,7 @@ impl Log {
         }
         if cost > 0 {
             self.drop_oldest(expired);
-            self.push(rules, t, cost as u32);
+            self.push(t, cost as u32, rules.limit);
         }
         Decision::Allowed {
             remaining: (remaining - cost) as u32,
@@ -175,7 +183,34 @@ impl Log {
     /// What the key can still admit at `now`, without taking any.
     pub(crate) fn available(&self, rules: &SlidingLogRules, now: u64) -> u32 {
         let t = self.reading(now);
-        (rules.limit - u64::from(self.len - self.expired(rules, t))) as u32
+        (rules
+            .limit
+            .saturating_sub(u64::from(self.len - self.expired(rules, t)))) as u32
+    }
+
+    /// The entries past the limit still in the window at `now`: what the key owes.
+    pub(crate) fn debt(&self, rules: &SlidingLogRules, now: u64) -> u32 {
+        let t = self.reading(now);
+        // At most the debt cap, one limit: a `u32`.
+        u64::from(self.len - self.expired(rules, t)).saturating_sub(rules.limit) as u32
+    }
+
+    /// `extra` entries recorded at `now` (the reading, as an admission's) whatever
+    /// the window has left, up to the limit and the debt cap: how many were
+    /// recorded. They count against the key for one window from the reading, as
+    /// admissions there would.
+    pub(crate) fn charge(&mut self, rules: &SlidingLogRules, now: u64, extra: u32) -> u32 {
+        let t = self.reading(now);
+        let expired = self.expired(rules, t);
+        let most = rules.limit + rules.debt_cap;
+        let room = most.saturating_sub(u64::from(self.len - expired));
+        // At most `extra`: a `u32`.
+        let charged = u64::from(extra).min(room) as u32;
+        if charged > 0 {
+            self.drop_oldest(expired);
+            self.push(t, charged, most);
+        }
+        charged
     }
 
     /// Gives back `cost` admissions at `now` by dropping that many of the oldest
@@ -184,7 +219,8 @@ impl Log {
     /// the true one it stands for, so the log never admits more than the exact one.
     /// Entries that have left the window stay: they are history a lagging reading
     /// may still count (see [`Log::reading`]).
-    pub(crate) fn refund(&mut self, rules: &SlidingLogRules, now: u64, cost: u32) {
+    /// How many were dropped: what the key got back (a debt repaid first).
+    pub(crate) fn refund(&mut self, rules: &SlidingLogRules, now: u64, cost: u32) -> u32 {
         let expired = self.expired(rules, self.reading(now));
         let dropped = cost.min(self.len - expired);
         // Close the gap: every later entry moves `dropped` places towards the oldest.
@@ -193,6 +229,7 @@ impl Log {
             self.slots[to] = self.slots[from];
         }
         self.len -= dropped;
+        dropped
     }
 
     /// The latest reading an admission was recorded at: every earlier reading counts
@@ -226,13 +263,14 @@ impl Log {
         self.len -= n;
     }
 
-    /// Appends `cost` copies of `t`, growing the ring if needed. The caller has
-    /// checked that `len + cost <= limit`.
-    fn push(&mut self, rules: &SlidingLogRules, t: u64, cost: u32) {
+    /// Appends `cost` copies of `t`, growing the ring if needed, to at most `most`
+    /// slots (the limit for an admission; the limit and the debt cap for a charge).
+    /// The caller has checked that `len + cost <= most`.
+    fn push(&mut self, t: u64, cost: u32, most: u64) {
         let needed = self.len as usize + cost as usize;
         if needed > self.slots.len() {
             let doubled = (2 * self.slots.len()).max(4);
-            self.grow(needed.max(doubled).min(rules.limit as usize));
+            self.grow(needed.max(doubled).min(most as usize));
         }
         let cap = self.slots.len();
         self.newest = t;
@@ -281,6 +319,35 @@ mod tests {
         let d = log.acquire(&rules, 310 * MS, 2);
         assert_eq!(d.retry_after(), Some(Duration::from_millis(10)));
         assert_eq!(log.available(&rules, 320 * MS), 2);
+    }
+
+    /// A charge records entries at its reading, past the limit up to twice it (the
+    /// debt cap), growing the ring to at most twice the limit; they count for one
+    /// window from the reading, and a refund drops the oldest live entries first.
+    #[test]
+    fn a_charge_is_entries_at_its_reading_for_one_window() {
+        let rules = three_per_300ms();
+        let mut log = Log::new();
+        assert!(log.acquire(&rules, 10 * MS, 2).is_allowed());
+        assert_eq!(
+            log.charge(&rules, 50 * MS, 10),
+            4,
+            "2 + 4 = twice the limit"
+        );
+        assert_eq!(log.len, 6);
+        assert!(log.allocated() <= 6);
+        assert_eq!(
+            (log.available(&rules, 50 * MS), log.debt(&rules, 50 * MS)),
+            (0, 3)
+        );
+        // The oldest two leave at 310 ms; the charged four at 350 ms.
+        let d = log.acquire(&rules, 100 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(250)));
+        assert_eq!(log.debt(&rules, 310 * MS), 1);
+        assert_eq!(log.available(&rules, 350 * MS), 3);
+        // Given back: the oldest live first, the debt repaid before anything.
+        assert_eq!(log.refund(&rules, 60 * MS, 2), 2);
+        assert_eq!(log.debt(&rules, 60 * MS), 1);
     }
 
     #[test]

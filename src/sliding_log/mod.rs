@@ -2,10 +2,9 @@
 
 mod log;
 
-use crate::Decision;
-use crate::Quota;
 use crate::algorithm::{Blocked, Movable, Renewal, Retirement, Rules};
 use crate::sync::Unpoisoned;
+use crate::{Decision, Quota, Settlement};
 pub use log::SlidingLogRules;
 use log::{Log, Status};
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +46,26 @@ impl<K> Rules<K> for SlidingLogRules {
         live(&mut log)?;
         log.refund(self, now, cost);
         Ok(())
+    }
+
+    /// Under the log's lock, as every change to it: a refund drops entries, a charge
+    /// records extra ones at the reading (see [`Log::charge`]).
+    fn settle(
+        &self,
+        log: &Mutex<Log>,
+        now: u64,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, Blocked> {
+        let mut log = log.lock().unpoisoned();
+        live(&mut log)?;
+        Ok(if actual < estimate {
+            Settlement::of_refund(log.refund(self, now, estimate - actual))
+        } else {
+            // A charge of 0 (settled at the estimate) records nothing.
+            let extra = actual - estimate;
+            Settlement::of_charge(extra, log.charge(self, now, extra))
+        })
     }
 
     fn fresh_available(&self, _key: impl FnOnce() -> K, now: u64) -> u32 {
@@ -130,6 +149,10 @@ impl Movable for SlidingLogRules {
 
     fn frozen_available(&self, frozen: &Log, now: u64) -> u32 {
         frozen.available(self, now)
+    }
+
+    fn frozen_debt(&self, frozen: &Log, now: u64) -> u32 {
+        frozen.debt(self, now)
     }
 
     /// Puts the entries back: the log taken out was live.

@@ -16,11 +16,20 @@
 //!   taking what it has left under its old quota at `r' = max(r, its own latest
 //!   time)` — a brand-new key if that is the whole old allowance, otherwise a fresh
 //!   state under the new quota from which all but that much (at most the new
-//!   allowance) is taken at `r'`. Then the operation proceeds at `r`.
+//!   allowance) is taken at `r'`, and then whatever the key owed at `r'` (its debt,
+//!   below) is charged at `r'` too, up to the new debt cap. Then the operation
+//!   proceeds at `r`.
+//! - A settle of `estimate` at `actual` (at reading `r`, after the move): equal, it
+//!   does nothing (and moves nothing); below, it gives `estimate − actual` back as a
+//!   refund does, saying how much the key got back (a key with no state: nothing);
+//!   above, it charges `actual − estimate` even beyond what the key has left, up to
+//!   the debt cap (one capacity), creating a new key's state first. A key in debt
+//!   has nothing left; its denials wait until refill has repaid the debt and brought
+//!   the cost.
 
 use std::collections::HashMap;
 use std::time::Duration;
-use turnstile::{Decision, Quota};
+use turnstile::{Decision, Quota, Settlement};
 
 /// `nanos` as a `Duration`: a reading far behind a key's own time can owe a wait
 /// beyond u64 nanoseconds, and one beyond `Duration`'s range (a window of `u32::MAX`
@@ -45,7 +54,22 @@ pub trait KeyModel: Clone + std::fmt::Debug {
     fn peek(&self, now: u64) -> u32;
 
     /// `cost` given back at `now`.
-    fn refund(&mut self, now: u64, cost: u32);
+    fn refund(&mut self, now: u64, cost: u32) {
+        self.give_back(now, cost);
+    }
+
+    /// `cost` given back at `now`: how much the key got back.
+    fn give_back(&mut self, now: u64, cost: u32) -> u32;
+
+    /// `extra` taken at `now` whatever the key has left, up to its debt cap: how much
+    /// was taken.
+    fn charge(&mut self, now: u64, extra: u32) -> u32;
+
+    /// What the key owes at `now` past having nothing left. Only for the algorithms
+    /// whose quotas can change.
+    fn debt(&self, now: u64) -> u32 {
+        unreachable!("{self:?} at {now}: cannot be reconfigured")
+    }
 
     /// When a request at `now` would count if admitted, in the terms of the
     /// algorithm's limit (a grid point, a window, an instant): see [`Self::check`].
@@ -184,13 +208,15 @@ impl<S: KeyModel> Keyed<S> {
         }
         let at = r.max(k.state.latest());
         let left = k.state.peek(at);
+        let owed = k.state.debt(at);
         let whole = k.quota.capacity();
         self.end_stretch(key);
         if left == whole {
             self.keys.remove(&key); // as good as new: a brand-new key from now on
         } else {
             let kept = left.min(quota.capacity());
-            let state = S::carrying(quota, at, quota.capacity() - kept);
+            let mut state = S::carrying(quota, at, quota.capacity() - kept);
+            state.charge(at, owed);
             let admitted = vec![];
             self.keys.insert(
                 key,
@@ -231,6 +257,35 @@ impl<S: KeyModel> Keyed<S> {
         self.end_stretch(key);
         if let Some(k) = self.keys.get_mut(&key) {
             k.state.refund(r, cost);
+        }
+    }
+
+    /// A request that took `estimate` for `key` settled at `actual`, at `now`.
+    pub fn settle(&mut self, key: u64, now: u64, estimate: u32, actual: u32) -> Settlement {
+        if actual == estimate {
+            return Settlement::default();
+        }
+        let r = self.reading(now);
+        self.move_to_current_quota(key, r);
+        if actual < estimate {
+            self.end_stretch(key);
+            let refunded = match self.keys.get_mut(&key) {
+                Some(k) => k.state.give_back(r, estimate - actual),
+                None => 0,
+            };
+            return Settlement {
+                refunded,
+                ..Settlement::default()
+            };
+        }
+        let extra = actual - estimate;
+        let quota = self.resolver.of(key);
+        let k = self.keys.entry(key).or_insert_with(|| Key::new(quota));
+        let charged = k.state.charge(r, extra);
+        Settlement {
+            refunded: 0,
+            charged,
+            forgiven: extra - charged,
         }
     }
 
@@ -275,8 +330,12 @@ fn nanos(quota: Quota) -> u128 {
 /// `full_at = max(full_at, g) + cost`. A reading behind the key's latest write so
 /// finds the tokens still to come by then missing: fewer, never more.
 ///
-/// `g` is `now / interval`, read no further than `2^63 − 3 − capacity` (where a 1 or
-/// 2 ns grid stops: the state word keeps its top bit free).
+/// `g` is `now / interval`, read no further than `2^63 − 3 − 2 × capacity` (where a 1
+/// or 2 ns grid stops: the state word keeps its top bit free, with room for a debt).
+///
+/// A settle's charge takes tokens after those spoken for, even past empty:
+/// `full_at = max(full_at, g) + charged`, with `full_at − g` at most twice the
+/// capacity (the debt cap is one capacity).
 #[derive(Clone, Debug)]
 pub struct Bucket {
     capacity: u128,
@@ -303,7 +362,7 @@ impl KeyModel for Bucket {
         Self {
             capacity,
             interval: nanos(quota),
-            last_index: (1 << 63) - 3 - capacity,
+            last_index: (1 << 63) - 3 - 2 * capacity,
             full_at: 0,
         }
     }
@@ -347,11 +406,29 @@ impl KeyModel for Bucket {
 
     /// Tokens back into a bucket that is missing some, up to full at the reading; a
     /// full bucket is left as it is.
-    fn refund(&mut self, now: u64, cost: u32) {
+    fn give_back(&mut self, now: u64, cost: u32) -> u32 {
         let g = self.index(now);
-        if self.full_at > g {
-            self.full_at = self.full_at.saturating_sub(u128::from(cost)).max(g);
+        if self.full_at <= g {
+            return 0;
         }
+        let before = self.full_at;
+        self.full_at = self.full_at.saturating_sub(u128::from(cost)).max(g);
+        (before - self.full_at) as u32
+    }
+
+    fn charge(&mut self, now: u64, extra: u32) -> u32 {
+        let g = self.index(now);
+        let from = self.full_at.max(g);
+        let charged = u128::from(extra).min((g + 2 * self.capacity).saturating_sub(from));
+        if charged > 0 {
+            self.full_at = from + charged;
+        }
+        charged as u32
+    }
+
+    fn debt(&self, now: u64) -> u32 {
+        let missing = self.full_at.saturating_sub(self.index(now));
+        missing.saturating_sub(self.capacity).min(u32::MAX.into()) as u32
     }
 
     /// The reading's grid index: an admission's tokens lie in `[g, g + capacity)`,
@@ -365,10 +442,10 @@ impl KeyModel for Bucket {
         span_bound(admitted, |a, b| u128::from(quota.capacity()) + b - a)
     }
 
-    /// Capacity grid points before it is full: no request stored its word earlier,
-    /// and every reading up to then finds it empty.
+    /// Twice the capacity's grid points before it is full: no request or settle
+    /// stored its word earlier, and every reading up to then finds it empty.
     fn latest(&self) -> u64 {
-        let at = self.full_at.saturating_sub(self.capacity) * self.interval;
+        let at = self.full_at.saturating_sub(2 * self.capacity) * self.interval;
         u64::try_from(at).unwrap_or(u64::MAX)
     }
 
@@ -399,9 +476,12 @@ fn span_bound(admitted: &Admitted, bound: impl Fn(u128, u128) -> u128) -> Result
 /// admitted in it. A new key is window 0, empty.
 ///
 /// A reading's window is `now / window`, taken no further than the last window the
-/// word's index holds: `2^(63 − bits(limit + 2)) − 1`, at least 2⁶¹ intervals in,
+/// word's index holds: `2^(63 − bits(2 × limit + 2)) − 1`, at least 2⁶⁰ intervals in,
 /// which only a quota with an interval of a few nanoseconds reaches; that window
 /// never ends.
+///
+/// A settle's charge counts past the limit, up to twice it; what is past the limit
+/// when the window ends is the next window's starting count.
 #[derive(Clone, Debug)]
 pub struct Window {
     limit: u128,
@@ -412,12 +492,15 @@ pub struct Window {
 }
 
 impl Window {
-    /// The key's window and count at `now`: a later window starts empty; an earlier
+    /// The key's window and count at `now`: a later window starts empty, but for the
+    /// next one, which starts with what the key's passed the limit by; an earlier
     /// reading sees the key's own window.
     fn at(&self, now: u64) -> (u128, u128) {
         let current = (u128::from(now) / self.window).min(self.last);
         if self.index >= current {
             (self.index, self.count)
+        } else if current == self.index + 1 {
+            (current, self.count.saturating_sub(self.limit))
         } else {
             (current, 0)
         }
@@ -427,7 +510,7 @@ impl Window {
 impl KeyModel for Window {
     fn new(quota: Quota) -> Self {
         let limit = u128::from(quota.capacity());
-        let count_bits = 128 - (limit + 2).leading_zeros();
+        let count_bits = 128 - (2 * limit + 2).leading_zeros();
         Self {
             limit,
             window: limit * nanos(quota),
@@ -439,20 +522,27 @@ impl KeyModel for Window {
 
     fn acquire(&mut self, now: u64, cost: u32) -> Decision {
         let (index, count) = self.at(now);
-        let (cost, remaining) = (u128::from(cost), (self.limit - count) as u32);
+        let (cost, remaining) = (u128::from(cost), self.limit.saturating_sub(count) as u32);
         if cost > self.limit {
             Decision::ExceedsCapacity {
                 remaining,
                 capacity: self.limit as u32,
             }
-        } else if count + cost > self.limit {
+        } else if cost > self.limit.saturating_sub(count) {
             // The last window the index holds never ends (when the clock would
             // reach a later one).
+            // The next window starts with the debt; if the cost does not fit beside
+            // it, the one after, empty.
+            let next = if count.saturating_sub(self.limit) + cost <= self.limit {
+                index + 1
+            } else {
+                index + 2
+            };
             let clamped = self.last < u128::from(u64::MAX) / self.window;
-            let retry_after = if clamped && index >= self.last {
+            let retry_after = if clamped && next > self.last {
                 Duration::MAX
             } else {
-                wait((index + 1) * self.window - u128::from(now))
+                wait(next * self.window - u128::from(now))
             };
             Decision::Denied {
                 remaining,
@@ -463,21 +553,36 @@ impl KeyModel for Window {
                 (self.index, self.count) = (index, count + cost);
             }
             Decision::Allowed {
-                remaining: (self.limit - count - cost) as u32,
+                remaining: (self.limit.saturating_sub(count) - cost) as u32,
             }
         }
     }
 
     fn peek(&self, now: u64) -> u32 {
-        (self.limit - self.at(now).1) as u32
+        self.limit.saturating_sub(self.at(now).1) as u32
     }
 
     /// Admissions of the window seen at `now` given back, at most its count.
-    fn refund(&mut self, now: u64, cost: u32) {
+    fn give_back(&mut self, now: u64, cost: u32) -> u32 {
         let (index, count) = self.at(now);
-        if count > 0 {
-            (self.index, self.count) = (index, count - count.min(cost.into()));
+        let back = count.min(cost.into());
+        if back > 0 {
+            (self.index, self.count) = (index, count - back);
         }
+        back as u32
+    }
+
+    fn charge(&mut self, now: u64, extra: u32) -> u32 {
+        let (index, count) = self.at(now);
+        let charged = u128::from(extra).min((2 * self.limit).saturating_sub(count));
+        if charged > 0 {
+            (self.index, self.count) = (index, count + charged);
+        }
+        charged as u32
+    }
+
+    fn debt(&self, now: u64) -> u32 {
+        self.at(now).1.saturating_sub(self.limit) as u32
     }
 
     /// The window the request counts in.
@@ -517,6 +622,8 @@ fn per_window(limit: u128, admitted: &Admitted) -> Result<(), String> {
 /// The sliding log (as in tests/sliding_log.rs): every admitted request, kept forever,
 /// with the reading it was admitted at; a request at `s` counts while `t − window <
 /// s`. A reading older than the key's newest admission counts as that admission.
+/// A settle's charge is recorded as admissions at its reading, up to twice the limit
+/// in the window.
 #[derive(Clone, Debug)]
 pub struct Log {
     limit: u128,
@@ -548,7 +655,7 @@ impl KeyModel for Log {
 
     fn acquire(&mut self, now: u64, cost: u32) -> Decision {
         let t = self.reading(now);
-        let room = self.limit - self.counted(t);
+        let room = self.limit.saturating_sub(self.counted(t));
         let cost = u128::from(cost);
         if cost > self.limit {
             return Decision::ExceedsCapacity {
@@ -561,7 +668,7 @@ impl KeyModel for Log {
             let leaving = self.admitted.iter().map(|&(s, _)| s + self.window);
             let ready = leaving
                 .filter(|&at| at > t)
-                .find(|&at| self.limit - self.counted(at) >= cost)
+                .find(|&at| self.limit.saturating_sub(self.counted(at)) >= cost)
                 .expect("every admission leaves");
             return Decision::Denied {
                 remaining: room as u32,
@@ -578,11 +685,11 @@ impl KeyModel for Log {
     }
 
     fn peek(&self, now: u64) -> u32 {
-        (self.limit - self.counted(self.reading(now))) as u32
+        self.limit.saturating_sub(self.counted(self.reading(now))) as u32
     }
 
     /// The oldest admissions still in the window at the reading given back first.
-    fn refund(&mut self, now: u64, cost: u32) {
+    fn give_back(&mut self, now: u64, cost: u32) -> u32 {
         let t = self.reading(now);
         let mut left = u128::from(cost);
         for (s, taken) in &mut self.admitted {
@@ -592,6 +699,22 @@ impl KeyModel for Log {
                 left -= back;
             }
         }
+        (u128::from(cost) - left) as u32
+    }
+
+    fn charge(&mut self, now: u64, extra: u32) -> u32 {
+        let t = self.reading(now);
+        let charged = u128::from(extra).min((2 * self.limit).saturating_sub(self.counted(t)));
+        if charged > 0 {
+            self.admitted.push((t, charged));
+            self.newest = t;
+        }
+        charged as u32
+    }
+
+    fn debt(&self, now: u64) -> u32 {
+        let counted = self.counted(self.reading(now));
+        counted.saturating_sub(self.limit) as u32
     }
 
     /// The instant the request is recorded at.
@@ -635,10 +758,18 @@ impl KeyModel for Log {
 /// with the reading it was admitted at; the fixed windows' counts are sums over them,
 /// the weighted comparison one exact rational inequality, and a denial's wait found by
 /// trying each later grid point in turn.
+///
+/// A settle's charge is recorded as admissions at its reading, the weighted count
+/// (rounded up) reaching at most `most`: twice the limit where the word has room for
+/// counts twice as wide, else what a count as wide as the limit holds short of
+/// all-ones (and with a previous window's count, never the all-ones value itself).
 #[derive(Clone, Debug)]
 pub struct Counter {
     limit: u128,
     interval: u128,
+    most: u128,
+    /// The count field's all-ones value.
+    all_ones: u128,
     admitted: Vec<(u128, u128)>,
 }
 
@@ -686,11 +817,34 @@ impl Counter {
     }
 }
 
+impl Counter {
+    /// Admitted in window `w`.
+    fn in_window(&self, w: u128) -> u128 {
+        let admitted = self.admitted.iter();
+        admitted
+            .filter(|(at, _)| at / self.window() == w)
+            .map(|(_, cost)| cost)
+            .sum()
+    }
+}
+
 impl KeyModel for Counter {
     fn new(quota: Quota) -> Self {
+        let limit = u64::from(quota.capacity());
+        let last_index = u64::MAX / (nanos(quota) as u64) / limit;
+        let bits = |x: u64| u64::BITS - x.leading_zeros();
+        let fits = |c: u32| 2 * c + bits(last_index).max(1) <= 63;
+        let (count_bits, most) = if fits(bits(2 * limit)) {
+            (bits(2 * limit), 2 * limit)
+        } else {
+            let c = bits(limit);
+            (c, limit.max((1 << c) - 2))
+        };
         Self {
-            limit: quota.capacity().into(),
+            limit: limit.into(),
             interval: nanos(quota),
+            most: most.into(),
+            all_ones: (1 << count_bits) - 1,
             admitted: vec![],
         }
     }
@@ -729,7 +883,7 @@ impl KeyModel for Counter {
 
     /// Admissions of the reading's window given back, newest first, at most what the
     /// window holds; emptied admissions stay as markers of the key's last window.
-    fn refund(&mut self, now: u64, cost: u32) {
+    fn give_back(&mut self, now: u64, cost: u32) -> u32 {
         let t = self.reading(now);
         let window = self.window();
         let mut left = u128::from(cost);
@@ -740,6 +894,26 @@ impl KeyModel for Counter {
                 left -= back;
             }
         }
+        (u128::from(cost) - left) as u32
+    }
+
+    fn charge(&mut self, now: u64, extra: u32) -> u32 {
+        let t = self.reading(now);
+        let w = t / self.window();
+        let previous = if w == 0 { 0 } else { self.in_window(w - 1) };
+        let most = if previous == 0 {
+            self.most
+        } else {
+            self.most.min(self.all_ones - 1)
+        };
+        // The weighted count, rounded up, and the current window's: at most `most`.
+        let q = (t - w * self.window()) / self.interval;
+        let counted = (previous * (self.limit - q)).div_ceil(self.limit) + self.in_window(w);
+        let charged = u128::from(extra).min(most.saturating_sub(counted));
+        if charged > 0 {
+            self.admitted.push((t, charged));
+        }
+        charged as u32
     }
 
     /// The fixed window the request counts in.
@@ -755,12 +929,15 @@ impl KeyModel for Counter {
 }
 
 /// GCRA (as in tests/gcra.rs): a theoretical arrival time; readings past the limiter's
-/// end (2^63 − 3 − capacity × interval) count as the end, so a wait past it is
-/// forever (`Duration::MAX`).
+/// end (2^63 − 3 − capacity × interval − the debt cap's refill) count as the end, so
+/// a wait past it is forever (`Duration::MAX`). A settle's charge moves the TAT on by
+/// whole intervals, to at most both refills past the reading; the debt cap is one
+/// capacity, or the whole intervals that keep both refills within 2^62 ns.
 #[derive(Clone, Debug)]
 pub struct Arrival {
     capacity: u128,
     interval: u128,
+    debt_refill: u128,
     end: u128,
     tat: u128,
 }
@@ -785,10 +962,13 @@ impl KeyModel for Arrival {
     fn new(quota: Quota) -> Self {
         let capacity = u128::from(quota.capacity());
         let interval = nanos(quota);
+        let full = capacity * interval;
+        let debt_refill = capacity.min(((1 << 62) - full.min(1 << 62)) / interval) * interval;
         Self {
             capacity,
             interval,
-            end: (1 << 63) - 3 - capacity * interval,
+            debt_refill,
+            end: (1 << 63) - 3 - full - debt_refill,
             tat: 0,
         }
     }
@@ -829,13 +1009,28 @@ impl KeyModel for Arrival {
         self.whole_tokens(self.refill_ns(self.t(now)))
     }
 
-    /// TAT moved `cost` emission intervals earlier, but not before the reading.
-    fn refund(&mut self, now: u64, cost: u32) {
+    /// TAT moved `cost` emission intervals earlier, but not before the reading: the
+    /// intervals it moved, a part of one counted as one.
+    fn give_back(&mut self, now: u64, cost: u32) -> u32 {
         let t = self.t(now);
-        if self.tat > t {
-            let given_back = u128::from(cost) * self.interval;
-            self.tat = self.tat.saturating_sub(given_back).max(t);
+        if self.tat <= t {
+            return 0;
         }
+        let before = self.tat;
+        let given_back = u128::from(cost) * self.interval;
+        self.tat = self.tat.saturating_sub(given_back).max(t);
+        (before - self.tat).div_ceil(self.interval) as u32
+    }
+
+    fn charge(&mut self, now: u64, extra: u32) -> u32 {
+        let t = self.t(now);
+        let from = self.tat.max(t);
+        let most = t + self.capacity * self.interval + self.debt_refill;
+        let charged = u128::from(extra).min(most.saturating_sub(from) / self.interval);
+        if charged > 0 {
+            self.tat = from + charged * self.interval;
+        }
+        charged as u32
     }
 
     /// The reading, as GCRA takes it.
@@ -873,5 +1068,9 @@ impl<S: KeyModel> super::schedule::Model for Keyed<S> {
 
     fn refund(&mut self, key: u32, now: u64, cost: u32) {
         Keyed::refund(self, key.into(), now, cost)
+    }
+
+    fn settle(&mut self, key: u32, now: u64, estimate: u32, actual: u32) -> Settlement {
+        Keyed::settle(self, key.into(), now, estimate, actual)
     }
 }

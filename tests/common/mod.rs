@@ -11,7 +11,7 @@ use keyed::{Bucket, KeyModel};
 use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::baseline::{GlobalLock, MutexPerKey};
-use turnstile::{Decision, ManualClock, Quota, TokenBucket};
+use turnstile::{Decision, ManualClock, Quota, Settlement, TokenBucket};
 
 /// The token bucket of the design notes for many keys: a map from key to its plain
 /// model ([`keyed::Bucket`]); a key not in it is new, full at every reading.
@@ -42,6 +42,34 @@ impl Reference {
     pub fn refund(&mut self, key: u32, now: u64, cost: u32) {
         if let Some(bucket) = self.buckets.get_mut(&key) {
             bucket.refund(now, cost);
+        }
+    }
+
+    /// A request that took `estimate` settled at `actual`: given back as a refund
+    /// (saying how much), or charged beyond what is left up to the debt cap, a new
+    /// key's bucket made first (the plain [`keyed::Keyed::settle`] for one quota).
+    pub fn settle(&mut self, key: u32, now: u64, estimate: u32, actual: u32) -> Settlement {
+        if actual <= estimate {
+            let refunded = match self.buckets.get_mut(&key) {
+                Some(bucket) => bucket.give_back(now, estimate - actual),
+                None => 0,
+            };
+            return Settlement {
+                refunded,
+                ..Settlement::default()
+            };
+        }
+        let quota = self.quota;
+        let bucket = self
+            .buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::new(quota));
+        let extra = actual - estimate;
+        let charged = bucket.charge(now, extra);
+        Settlement {
+            refunded: 0,
+            charged,
+            forgiven: extra - charged,
         }
     }
 

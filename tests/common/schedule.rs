@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::time::Duration;
-use turnstile::{Decision, ManualClock, Quota, RateLimiter};
+use turnstile::{Decision, ManualClock, Quota, RateLimiter, Settlement};
 
 /// Keys a schedule uses.
 pub const KEYS: u32 = 4;
@@ -23,6 +23,13 @@ pub enum Step {
     Peek { by: u64, key: u32 },
     /// Clock forward, then give `cost` back (as a policy whose later check refused).
     Refund { by: u64, key: u32, cost: u32 },
+    /// Clock forward, then settle a request that took `estimate` at `actual`.
+    Settle {
+        by: u64,
+        key: u32,
+        estimate: u32,
+        actual: u32,
+    },
 }
 
 /// A plain single-threaded model of one algorithm, with the limiter's interface.
@@ -33,6 +40,11 @@ pub trait Model {
     fn peek(&self, key: u32, now: u64) -> u32;
     /// `cost` given back to `key` at `now`.
     fn refund(&mut self, key: u32, now: u64, cost: u32);
+    /// A request on `key` that took `estimate` settled at `actual`, at `now`. Only
+    /// the models of schedules with settles ([`settling_case`]) need it.
+    fn settle(&mut self, key: u32, now: u64, estimate: u32, actual: u32) -> Settlement {
+        unreachable!("{key} {now} {estimate} {actual}: this model does not settle")
+    }
 }
 
 /// A window algorithm's window for `quota`: capacity × refill interval, in ns.
@@ -117,6 +129,46 @@ pub fn schedule(quota: Quota, backwards: bool) -> impl Strategy<Value = Vec<Step
     prop::collection::vec(step, 1..200)
 }
 
+/// A schedule for `quota` that also settles: acquires (most of them with the
+/// settle of what they took to follow, at another actual cost: below, at, and above
+/// the estimate, up to beyond the debt cap), peeks, refunds, and the clock forward
+/// (with `backwards`) back.
+pub fn settling_schedule(quota: Quota, backwards: bool) -> impl Strategy<Value = Vec<Step>> {
+    let capacity = quota.capacity();
+    let cost = 0..=capacity.saturating_add(1);
+    let actual = prop_oneof![
+        3 => 0..=capacity,
+        2 => 0..=capacity.saturating_mul(3).max(capacity),
+        1 => Just(u32::MAX),
+    ];
+    let by = || step_ns(quota);
+    let most = interval_ns(quota)
+        .saturating_mul(3)
+        .saturating_add(window_ns(quota));
+    let back = (0..most, 0..KEYS, cost.clone()).prop_map(move |(by, key, cost)| match backwards {
+        true => Step::Back { by, key, cost },
+        false => Step::Forward { by, key, cost },
+    });
+    let step = prop_oneof![
+        5 => (by(), 0..KEYS, cost)
+            .prop_map(|(by, key, cost)| Step::Forward { by, key, cost }),
+        4 => (by(), 0..KEYS, 0..=capacity, actual)
+            .prop_map(|(by, key, estimate, actual)| Step::Settle { by, key, estimate, actual }),
+        1 => back,
+        1 => (by(), 0..KEYS).prop_map(|(by, key)| Step::Peek { by, key }),
+        1 => (by(), 0..KEYS, 0..=capacity).prop_map(|(by, key, cost)| Step::Refund { by, key, cost }),
+    ];
+    prop::collection::vec(step, 1..120)
+}
+
+/// A quota (from `quota`), a start and a settling schedule for it.
+pub fn settling_case(
+    quota: impl Strategy<Value = Quota>,
+    backwards: bool,
+) -> impl Strategy<Value = (Quota, u64, Vec<Step>)> {
+    quota.prop_flat_map(move |q| (Just(q), start(q), settling_schedule(q, backwards)))
+}
+
 /// A quota (from `quota`), a start and a schedule for it.
 pub fn case(
     quota: impl Strategy<Value = Quota>,
@@ -180,6 +232,25 @@ pub fn agrees_sweeping<L: RateLimiter<u32>, M: Model>(
                 model.refund(key, now, cost);
                 prop_assert_eq!(limiter.peek(&key), model.peek(key, now), "step {}", i);
             }
+            Step::Settle {
+                by,
+                key,
+                estimate,
+                actual,
+            } => {
+                now = now.saturating_add(by);
+                clock.set(Duration::from_nanos(now));
+                let expected = model.settle(key, now, estimate, actual);
+                prop_assert_eq!(
+                    limiter.settle(&key, estimate, actual),
+                    expected,
+                    "step {} at {}: {:?}",
+                    i,
+                    now,
+                    step
+                );
+                prop_assert_eq!(limiter.peek(&key), model.peek(key, now), "step {}", i);
+            }
         }
         forgotten += sweep();
     }
@@ -229,6 +300,15 @@ pub fn lagging_readings_admit_no_more<M: Model + Clone>(
             Step::Refund { by, key, cost } => {
                 now = now.saturating_add(by);
                 model.refund(key, now, cost);
+            }
+            Step::Settle {
+                by,
+                key,
+                estimate,
+                actual,
+            } => {
+                now = now.saturating_add(by);
+                model.settle(key, now, estimate, actual);
             }
         }
         latest = latest.max(now);

@@ -134,6 +134,20 @@ impl turnstile::policy::SharedLimiter for Remote {
         Box::pin(async move { turnstile::RateLimiter::refund(&self.0, key, cost) })
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: &'a [u8],
+        estimate: u32,
+        actual: u32,
+    ) -> turnstile::policy::SharedFuture<'a, Result<turnstile::Settlement, turnstile::SharedError>>
+    {
+        Box::pin(async move {
+            Ok(turnstile::RateLimiter::settle(
+                &self.0, key, estimate, actual,
+            ))
+        })
+    }
+
     fn fails_open(&self) -> bool {
         false
     }
