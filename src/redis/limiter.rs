@@ -9,7 +9,7 @@ use super::config::{RedisConfigError, Settings, TimeSource};
 use super::connect::lazy_manager;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy};
-use crate::SharedDecision;
+use crate::{Settlement, SharedDecision};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::fmt;
 use std::time::Duration;
@@ -109,6 +109,34 @@ where
         available
             .await
             .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
+    }
+
+    /// Settles a request admitted for `estimate` (an ordinary
+    /// [`acquire`](Self::acquire)) at what it actually cost, in one round trip (none
+    /// when `actual == estimate`): below the estimate the difference is given back,
+    /// capped at the capacity ([`Settlement::refunded`] says what was); above it the
+    /// difference is charged even beyond what the key has left, and the key owes it:
+    /// refused until refill has repaid the debt, each denial's `retry_after` counting
+    /// the debt exactly. A debt is capped at one capacity; what the cap turns away is
+    /// [`Settlement::forgiven`]. The key's expiry covers the debt's repayment, so
+    /// Redis does not forget what it owes. See the
+    /// [module docs](super#reserve-then-settle).
+    ///
+    /// # Errors
+    /// Redis did not answer within the timeout, answered with an error, or gave a
+    /// reply the scripts never give. Nothing was settled that this limiter knows of
+    /// (a timed-out settle may still run in Redis), and the failure policy does not
+    /// apply: a lost charge is an admission not paid for, so the error is returned,
+    /// and counted in [`FailureCounts`] as a failed peek is.
+    pub async fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, CheckError> {
+        let key = key.as_ref();
+        let settle = self.limiter.settle_reservation(key, estimate, actual);
+        self.limiter.count_settled(key, settle.await)
     }
 
     /// How often Redis gave no decision, since this limiter (or the one it was

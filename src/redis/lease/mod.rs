@@ -170,10 +170,10 @@ pub use counts::LeaseCounts;
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts};
-use crate::SharedDecision;
 use crate::evict::sweeper::Sweeper;
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
+use crate::{Settlement, SharedDecision};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
 use hold::tick;
@@ -349,6 +349,81 @@ where
             .is_some()
     }
 
+    /// Settles a request admitted for `estimate` at what it actually cost (see
+    /// [`RedisTokenBucket::settle`](super::RedisTokenBucket::settle) for what settling
+    /// means), through the key's lease when it has one:
+    ///
+    /// - **Below the estimate**, the difference goes back to the key's lease, as a
+    ///   policy's refund does (up to `max_lease`; the rest, or all of it when the lease
+    ///   has expired, is dropped and counted in [`LeaseCounts::expired`]), with no
+    ///   round trip; [`Settlement::refunded`] is what the lease took back. A key with
+    ///   no lease entry is refunded in Redis.
+    /// - **Above it**, the difference comes out of the key's lease first, as far as
+    ///   the lease holds it, with no round trip: those tokens already left the Redis
+    ///   bucket, so spending them on the request that used them is what serving
+    ///   another request would have done, and a process never keeps serving from its
+    ///   lease while the bucket it leased from owes. Only what the lease does not hold
+    ///   is charged in Redis, one round trip, into debt as the plain limiter's (a
+    ///   denial this process remembers for the key is then forgotten, so the next
+    ///   request asks Redis, whose `retry_after` counts the debt). The tokens taken
+    ///   from the lease count in [`LeaseCounts::served_locally`].
+    ///
+    /// A settle waits for no other request: not for a fetch in flight, whose grant it
+    /// neither takes nor waits for.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucket::settle`](super::RedisTokenBucket::settle), for the part
+    /// charged or refunded in Redis; what a charge took from the lease stays taken.
+    pub async fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, CheckError> {
+        let key = key.as_ref();
+        let inner = &self.core;
+        let (estimate, actual, from_lease) = if actual < estimate {
+            let cost = estimate - actual;
+            let back = inner.leases.with(key, |lease| {
+                let now = tick(inner.now());
+                let back = hold::give_back(&lease.word, cost, inner.max_lease, now);
+                inner.counters.refunded(cost, back);
+                back
+            });
+            if let Some(refunded) = back {
+                return Ok(Settlement {
+                    refunded,
+                    ..Settlement::default()
+                });
+            }
+            (estimate, actual, 0)
+        } else {
+            let extra = actual - estimate;
+            let now = tick(inner.now());
+            let taken = inner
+                .leases
+                .with(key, |lease| take_up_to(&lease.word, extra, now))
+                .unwrap_or(0);
+            if taken == extra {
+                return Ok(Settlement {
+                    charged: extra,
+                    ..Settlement::default()
+                });
+            }
+            // The rest, as a reservation of nothing that cost it.
+            (0, extra - taken, taken)
+        };
+        let settle = inner.limiter.settle_reservation(key, estimate, actual);
+        let mut settlement = inner.limiter.count_settled(key, settle.await)?;
+        if settlement.charged > 0 {
+            // The bucket owes more than when Redis last denied this key: that denial's
+            // wait may end before the debt is repaid.
+            inner.leases.with(key, |lease| lease.slow().denied = None);
+        }
+        settlement.charged += from_lease;
+        Ok(settlement)
+    }
+
     /// The connection to Redis, for a refund of tokens no lease holds.
     pub(crate) fn script_limiter(&self) -> &ScriptLimiter<C> {
         &self.core.limiter
@@ -423,6 +498,18 @@ where
     /// The most tokens this process holds for one key.
     pub fn max_lease(&self) -> u32 {
         self.core.max_lease
+    }
+}
+
+/// Takes up to `want` tokens from a lease's word at tick `now`: what it took. Each
+/// try that finds fewer held asks for exactly those, fewer than before, so the loop
+/// ends; every change is [`hold::take`]'s compare-and-set.
+fn take_up_to(word: &crate::sync::AtomicU64, mut want: u32, now: u64) -> u32 {
+    loop {
+        match hold::take(word, want, now) {
+            Ok(_) => return want,
+            Err(held) => want = held,
+        }
     }
 }
 

@@ -1,0 +1,357 @@
+//! Reserve, then settle, on Redis: a settle below the estimate gives the difference
+//! back (what was given back, exactly), above it charges even past what the key holds
+//! and the key owes, refused until refill has repaid the debt, each denial's
+//! `retry_after` counting it; the debt is capped at one capacity (the rest forgiven);
+//! the key's expiry covers the debt; a settle that does not reach Redis is an error,
+//! counted. One server per test; client clocks, so nothing waits.
+
+use crate::server::RedisServer;
+use crate::{fresh_prefix, inspector, manager, pttl};
+use ::redis::aio::ConnectionManager;
+use std::time::Duration;
+use turnstile::policy::SharedLimiter;
+use turnstile::redis::lease::RedisLeasedTokenBucket;
+use turnstile::redis::{
+    CheckError, CircuitBreaker, FailurePolicy, RedisFixedWindow, RedisTokenBucket,
+};
+use turnstile::{Decision, ManualClock, Quota, Settlement, SharedDecision};
+
+fn refunded(refunded: u32) -> Settlement {
+    Settlement {
+        refunded,
+        ..Settlement::default()
+    }
+}
+
+fn charged(charged: u32, forgiven: u32) -> Settlement {
+    Settlement {
+        charged,
+        forgiven,
+        ..Settlement::default()
+    }
+}
+
+fn denied(ms: u64) -> Decision {
+    Decision::Denied {
+        remaining: 0,
+        retry_after: Duration::from_millis(ms),
+    }
+}
+
+async fn decided(
+    outcome: impl std::future::Future<Output = SharedDecision<CheckError>>,
+) -> Decision {
+    match outcome.await {
+        SharedDecision::Decided(decision) => decision,
+        fallback => panic!("no decision: {fallback:?}"),
+    }
+}
+
+/// A token bucket of 4 tokens, one each 100 ms, on `clock`.
+fn bucket(conn: ConnectionManager, clock: &ManualClock) -> RedisTokenBucket {
+    RedisTokenBucket::builder(
+        Quota::new(4, Duration::from_millis(100)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-tb"))
+    .timeout(Duration::from_secs(5))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .build(conn)
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_bucket_charged_past_empty_owes_and_denials_wait_out_the_debt_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = bucket(manager(&server).await, &clock);
+    clock.set(Duration::from_millis(30));
+    assert_eq!(
+        decided(limiter.acquire("k", 2)).await,
+        Decision::Allowed { remaining: 2 }
+    );
+    // Estimated 2, cost 7: 5 more, 2 of them held, 3 owed.
+    assert_eq!(limiter.settle("k", 2, 7).await.unwrap(), charged(5, 0));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    // One token needs the 3 owed repaid and one more: 4 grid points (100, 200, 300,
+    // 400 ms), 370 ms from 30 ms. Denials change nothing.
+    for _ in 0..3 {
+        assert_eq!(decided(limiter.acquire("k", 1)).await, denied(370));
+    }
+    assert_eq!(decided(limiter.acquire("k", 4)).await, denied(670));
+    clock.set(Duration::from_millis(399));
+    assert_eq!(decided(limiter.acquire("k", 1)).await, denied(1));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    clock.set(Duration::from_millis(400));
+    assert_eq!(
+        decided(limiter.acquire("k", 1)).await,
+        Decision::Allowed { remaining: 0 }
+    );
+    // Repaid: a full bucket again a capacity later.
+    clock.set(Duration::from_millis(800));
+    assert_eq!(limiter.peek("k").await.unwrap(), 4);
+    assert_eq!(limiter.failures(), Default::default());
+}
+
+#[tokio::test]
+async fn a_settle_below_the_estimate_gives_back_exactly_what_the_bucket_can_hold() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = bucket(manager(&server).await, &clock);
+    assert!(decided(limiter.acquire("k", 4)).await.is_allowed());
+    assert_eq!(limiter.settle("k", 4, 1).await.unwrap(), refunded(3));
+    assert_eq!(limiter.peek("k").await.unwrap(), 3);
+    // Only one token is missing: that is all that comes back.
+    assert_eq!(limiter.settle("k", 4, 0).await.unwrap(), refunded(1));
+    assert_eq!(limiter.peek("k").await.unwrap(), 4);
+    // A settle at the estimate changes nothing.
+    assert_eq!(
+        limiter.settle("k", 3, 3).await.unwrap(),
+        Settlement::default()
+    );
+    // A debt is given back first: refunds repay it, then fill the bucket.
+    assert_eq!(limiter.settle("k", 0, 6).await.unwrap(), charged(6, 0));
+    assert_eq!(decided(limiter.acquire("k", 1)).await, denied(300));
+    assert_eq!(limiter.settle("k", 3, 0).await.unwrap(), refunded(3));
+    assert_eq!(limiter.peek("k").await.unwrap(), 1);
+    assert_eq!(limiter.settle("k", 100, 0).await.unwrap(), refunded(3));
+    assert_eq!(limiter.peek("k").await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn a_debt_is_capped_at_one_capacity_and_the_rest_is_forgiven() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = bucket(manager(&server).await, &clock);
+    // 4 held, 4 more owed at the most: of 11, 8 are charged, 3 forgiven.
+    assert_eq!(limiter.settle("k", 0, 11).await.unwrap(), charged(8, 3));
+    // A debt at the cap forgives every further charge.
+    assert_eq!(limiter.settle("k", 1, 3).await.unwrap(), charged(0, 2));
+    // 8 tokens owed: the first is back in 5 intervals.
+    assert_eq!(decided(limiter.acquire("k", 1)).await, denied(500));
+    // Repaid in part, the key can owe again up to the cap.
+    clock.set(Duration::from_millis(200));
+    assert_eq!(limiter.settle("k", 0, 5).await.unwrap(), charged(2, 3));
+    assert_eq!(decided(limiter.acquire("k", 4)).await, denied(800));
+}
+
+#[tokio::test]
+async fn a_fixed_window_counts_past_its_limit_and_carries_the_debt_into_the_next_windows() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = RedisFixedWindow::builder(3, Duration::from_millis(100), FailurePolicy::Closed)
+        .prefix(fresh_prefix("settle-fw"))
+        .timeout(Duration::from_secs(5))
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .build(manager(&server).await)
+        .unwrap();
+    clock.set(Duration::from_millis(10));
+    assert!(decided(limiter.acquire("k", 3)).await.is_allowed());
+    // Counted 3 + 4 = 7 of 3: past the cap of 3 + 3, so 1 is forgiven.
+    assert_eq!(limiter.settle("k", 3, 7).await.unwrap(), charged(3, 1));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    // 6 counted: the next window starts at 3, full; the one after at 0.
+    assert_eq!(decided(limiter.acquire("k", 1)).await, denied(190));
+    clock.set(Duration::from_millis(100));
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    assert_eq!(decided(limiter.acquire("k", 1)).await, denied(100));
+    // A refund in that window gives back from the carried count.
+    assert_eq!(limiter.settle("k", 2, 0).await.unwrap(), refunded(2));
+    assert_eq!(
+        decided(limiter.acquire("k", 2)).await,
+        Decision::Allowed { remaining: 0 }
+    );
+    clock.set(Duration::from_millis(200));
+    assert_eq!(
+        decided(limiter.acquire("k", 3)).await,
+        Decision::Allowed { remaining: 0 }
+    );
+    // A window over has nothing to give back.
+    clock.set(Duration::from_millis(300));
+    assert_eq!(limiter.settle("k", 3, 0).await.unwrap(), refunded(0));
+}
+
+#[tokio::test]
+async fn a_key_in_debt_expires_only_once_the_debt_is_repaid() {
+    let server = RedisServer::start();
+    let mut inspect = inspector(&server).await;
+    // Expiry on, on a client clock standing at its epoch: the TTL each write sets is
+    // exact, and PTTL reads it less the milliseconds since.
+    let clock = ManualClock::new();
+    let ttl_within = |ttl: i64, seconds: i64| {
+        assert!(
+            (seconds * 1000 - 1000..=seconds * 1000).contains(&ttl),
+            "TTL {ttl} ms, expected just under {seconds} s"
+        );
+    };
+    let prefix = fresh_prefix("settle-ttl-tb");
+    let limiter = RedisTokenBucket::builder(
+        Quota::new(2, Duration::from_secs(10)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(&prefix)
+    .timeout(Duration::from_secs(5))
+    .client_clock(clock.clone())
+    .build(manager(&server).await)
+    .unwrap();
+    let key = format!("{prefix}k").into_bytes();
+    assert!(limiter.acquire("k", 2).await.is_allowed());
+    // Empty: full again in 20 s. Owing 2 more: in 40 s.
+    ttl_within(pttl(&mut inspect, &key).await, 20);
+    assert_eq!(limiter.settle("k", 2, 4).await.unwrap(), charged(2, 0));
+    ttl_within(pttl(&mut inspect, &key).await, 40);
+    // Repaid in part by a refund, the key is kept as long as what it still owes.
+    assert_eq!(limiter.settle("k", 1, 0).await.unwrap(), refunded(1));
+    ttl_within(pttl(&mut inspect, &key).await, 30);
+
+    let prefix = fresh_prefix("settle-ttl-fw");
+    let window = RedisFixedWindow::builder(2, Duration::from_secs(10), FailurePolicy::Closed)
+        .prefix(&prefix)
+        .timeout(Duration::from_secs(5))
+        .client_clock(clock.clone())
+        .build(manager(&server).await)
+        .unwrap();
+    let key = format!("{prefix}k").into_bytes();
+    assert!(window.acquire("k", 2).await.is_allowed());
+    ttl_within(pttl(&mut inspect, &key).await, 10);
+    // 4 counted of 2 (the fifth forgiven): the next window starts full, the one after
+    // empty, 20 s from now.
+    assert_eq!(window.settle("k", 2, 5).await.unwrap(), charged(2, 1));
+    ttl_within(pttl(&mut inspect, &key).await, 20);
+    // A key charged from nothing (an estimate of 0) is kept as long as it owes.
+    assert_eq!(window.settle("other", 0, 3).await.unwrap(), charged(3, 0));
+    ttl_within(
+        pttl(&mut inspect, &format!("{prefix}other").into_bytes()).await,
+        20,
+    );
+}
+
+#[test]
+fn a_blocking_limiter_settles_as_the_async_one() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = RedisTokenBucket::builder(
+        Quota::new(4, Duration::from_millis(100)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-blocking"))
+    .timeout(Duration::from_secs(5))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .build_blocking(server.client())
+    .unwrap();
+    assert!(limiter.acquire("k", 3).is_allowed());
+    assert_eq!(limiter.settle("k", 3, 1).unwrap(), refunded(2));
+    assert_eq!(limiter.settle("k", 1, 6).unwrap(), charged(5, 0));
+    assert_eq!(limiter.acquire("k", 2).decision(), Some(denied(400)));
+}
+
+#[tokio::test]
+async fn a_leased_settle_refunds_to_the_lease_and_charges_the_lease_before_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let prefix = fresh_prefix("settle-lease");
+    // 100 a day: nothing refills within the test.
+    let quota = Quota::new(100, Duration::from_secs(24 * 36)).unwrap();
+    let leased = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
+        .prefix(&prefix)
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .refill_ahead(false)
+        .max_lease(8)
+        .timeout(Duration::from_secs(5))
+        .build(manager(&server).await)
+        .unwrap();
+    // A plain check at the first sighting, then leases of 1, 2 and 4 (each fetch
+    // within half a lifetime doubles the next): 3 held.
+    for _ in 0..4 {
+        assert!(leased.acquire("k", 1).await.is_allowed());
+    }
+    let held = leased.held("k");
+    let in_redis = leased.peek("k").await.unwrap();
+    assert_eq!(held, 3);
+    // Below the estimate: back to the lease, not to Redis.
+    assert_eq!(leased.settle("k", 2, 1).await.unwrap(), refunded(1));
+    assert_eq!(leased.held("k"), held + 1);
+    assert_eq!(leased.peek("k").await.unwrap(), in_redis);
+    // Above it: the lease first, the rest charged in Redis.
+    let extra = held + 1 + 3;
+    assert_eq!(
+        leased.settle("k", 0, extra).await.unwrap(),
+        charged(extra, 0)
+    );
+    assert_eq!(leased.held("k"), 0);
+    assert_eq!(leased.peek("k").await.unwrap(), in_redis - 3);
+    // A charge the lease covers is no round trip: Redis's count does not move.
+    assert!(leased.acquire("k", 1).await.is_allowed());
+    let held = leased.held("k");
+    if held > 0 {
+        let in_redis = leased.peek("k").await.unwrap();
+        assert_eq!(leased.settle("k", 0, held).await.unwrap(), charged(held, 0));
+        assert_eq!(leased.peek("k").await.unwrap(), in_redis);
+    }
+    // Every token leased is accounted for: the charges among those served.
+    let counts = leased.counts();
+    assert_eq!(counts.refunded, 1);
+    assert_eq!(counts.expired, 0);
+    // A key with no lease entry settles in Redis, through the SharedLimiter contract.
+    assert!(leased.acquire("fresh", 5).await.is_allowed());
+    assert!(leased.lease("fresh").is_none());
+    let settled = SharedLimiter::settle(&leased, b"fresh", 5, 2)
+        .await
+        .unwrap();
+    assert_eq!(settled, refunded(3));
+    assert_eq!(leased.peek("fresh").await.unwrap(), 98);
+    // Charged into debt in Redis, the key is denied there, its wait counting it.
+    assert_eq!(
+        SharedLimiter::settle(&leased, b"fresh", 0, 150)
+            .await
+            .unwrap(),
+        charged(150, 0)
+    );
+    match leased.acquire("fresh", 1).await {
+        SharedDecision::Decided(Decision::Denied { retry_after, .. }) => {
+            // 98 held, 150 charged: 52 owed, and one more token: 53 intervals of 864 s
+            // from the reading, a grid point.
+            assert_eq!(retry_after, Duration::from_secs(53 * 864));
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_settle_that_does_not_reach_redis_is_an_error_and_counted() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = RedisTokenBucket::builder(
+        Quota::new(4, Duration::from_millis(100)).unwrap(),
+        FailurePolicy::Open,
+    )
+    .prefix(fresh_prefix("settle-down"))
+    .timeout(Duration::from_millis(200))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .circuit_breaker(CircuitBreaker::off())
+    .build(manager(&server).await)
+    .unwrap();
+    assert!(decided(limiter.acquire("k", 1)).await.is_allowed());
+    server.kill();
+    let error = limiter.settle("k", 1, 3).await.unwrap_err();
+    assert!(error.is_unavailability(), "{error}");
+    let failures = limiter.failures();
+    assert_eq!(failures.errors + failures.timeouts, 1, "{failures:?}");
+    // Not a check: the failure policy neither allows nor denies it.
+    assert_eq!(failures.allowed + failures.denied, 0);
+    // Through the policy contract, the same error, boxed; a refund as a charge.
+    let shared = SharedLimiter::settle(&limiter, b"k", 3, 1).await;
+    assert!(shared.is_err());
+    let failures = limiter.failures();
+    assert_eq!(failures.errors + failures.timeouts, 2, "{failures:?}");
+    // Nothing to settle needs no Redis.
+    assert_eq!(
+        limiter.settle("k", 2, 2).await.unwrap(),
+        Settlement::default()
+    );
+}
