@@ -13,6 +13,8 @@
 //! - every decision is consistent with the limit (`remaining` at most the capacity,
 //!   a denial's wait positive, a cost over the capacity refused as such), and so is
 //!   every count a peek reads.
+//! - every settle that is not an error is consistent with what it settles: a refund
+//!   of at most the difference, or a charge and a forgiven part that add up to it.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -135,6 +137,7 @@ impl ConnectionLike for Scripted {
 enum Call {
     Acquire { key: Vec<u8>, cost: u8 },
     Peek { key: Vec<u8> },
+    Settle { key: Vec<u8>, estimate: u8, actual: u16 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -363,6 +366,27 @@ fuzz_target!(|input: Input| {
                                 "{script:?} replied {reply:?} for {cost} of {capacity}: \
                                  {outcome:?}, but the scripts give {expected:?}"
                             ),
+                        }
+                    }
+                }
+                Call::Settle {
+                    key,
+                    estimate,
+                    actual,
+                } => {
+                    let (estimate, actual) = (u32::from(*estimate), u32::from(*actual));
+                    let settled = match &limiter {
+                        Limiter::Bucket(l) => l.settle(key, estimate, actual).await,
+                        Limiter::Window(l) => l.settle(key, estimate, actual).await,
+                        Limiter::Leased(l) => l.settle(key, estimate, actual).await,
+                    };
+                    if let Ok(settled) = settled {
+                        if actual < estimate {
+                            assert!(settled.refunded <= estimate - actual, "{settled:?}");
+                            assert_eq!((settled.charged, settled.forgiven), (0, 0));
+                        } else {
+                            assert_eq!(settled.refunded, 0, "{settled:?}");
+                            assert_eq!(settled.charged + settled.forgiven, actual - estimate);
                         }
                     }
                 }

@@ -28,6 +28,11 @@ static SCRIPT: LazyLock<Script> =
 ///   count starts over. A cost above `limit` is reported as never satisfiable.
 /// - A time older than the key's counted window (a server clock stepped back) counts
 ///   as inside that window.
+/// - A settle above the estimate ([`RedisLimiter::settle`]) counts past the limit,
+///   up to twice the limit. What a window counts past the limit is carried into the
+///   next windows, each starting one limit lower, and a denial waits for the first
+///   window with room for its cost (see the
+///   [module docs](super#reserve-then-settle)).
 ///
 /// The count and its expiry are set by one script, so no client ever sees one without
 /// the other (the classic `INCR` followed by a separate `EXPIRE` leaks a key that

@@ -209,11 +209,45 @@
 //! What a [`Policy`](crate::policy::Policy) asks of them is
 //! [`SharedLimiter`](crate::policy::SharedLimiter), which all three implement: an
 //! async check answering a decision or a fallback, an answer without waiting when
-//! there is one at hand (the leased limiter's held tokens), and a refund — one script
+//! there is one at hand (the leased limiter's held tokens), a refund — one script
 //! call, atomic, capped at the capacity, for the plain limiters; the lease, for the
-//! leased one. So a per-user limit in Redis, a per-IP limit in process and a
+//! leased one — and a settle ([reserve, then settle](#reserve-then-settle)). So a per-user limit in Redis, a per-IP limit in process and a
 //! fleet-wide leased limit sit in one policy, all or nothing (see
 //! [shared checks](crate::policy#shared-checks)).
+//!
+//! # Reserve, then settle
+//! A request whose cost is known only after it ran (tokens an LLM call used, bytes
+//! sent) takes an estimate with an ordinary `acquire(key, estimate)`, then settles at
+//! the actual cost with `settle(key, estimate, actual)` ([`RedisLimiter::settle`],
+//! [`BlockingRedisLimiter::settle`], [`lease::RedisLeasedTokenBucket::settle`], and
+//! [`SharedLimiter::settle`](crate::policy::SharedLimiter::settle) in a policy): one
+//! `EVALSHA` of the check's own script, on the same key, so the same hash-tag and
+//! Cluster rules hold (none when `actual == estimate`). Its
+//! [`Settlement`](crate::Settlement) says what it did:
+//!
+//! - **Below the estimate** the difference is given back, never past a full bucket
+//!   (an empty window): `refunded` is what was, exactly.
+//! - **Above it** the difference is charged even beyond what the key has left: the key
+//!   then owes it, and is denied until refill has repaid the debt, each denial's
+//!   `retry_after` counting the debt exactly. A token bucket owes as the in-process
+//!   one does, its refill time (`full_at`) past now + capacity × interval, stored as
+//!   an empty bucket refilled at a grid point still to come; a fixed window counts
+//!   past its limit, and what it counts past the limit is carried into the next
+//!   windows, each starting one limit lower, so the first window with room for a cost
+//!   may lie several windows ahead.
+//! - **A debt is capped at one capacity** (a limit, for the window): the most a key
+//!   owes is repaid within one full refill, and a stored bucket stays within capacity
+//!   × interval of now, which construction has checked the scripts hold exactly. What
+//!   the cap turns away is `forgiven`, reported, never dropped silently.
+//! - **The expiry covers the debt**: a key in debt expires only when its state stops
+//!   mattering — its bucket full again, its window's carried count repaid — so Redis
+//!   never forgets what a key owes.
+//!
+//! A settle that does not reach Redis is an `Err`: a lost charge is an admission not
+//! paid for, so the failure policy, which answers checks, does not hide it. It is
+//! counted in [`FailureCounts`] (`timeouts`, `errors`, `short_circuited`) and reported
+//! by a named limiter as a failed refund or peek is. A timed-out settle may still run
+//! in Redis.
 //!
 //! # Cost
 //! A check is one network round trip: tens of microseconds to a Redis on the same

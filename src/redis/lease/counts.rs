@@ -14,8 +14,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// `refunded` is what refused requests of a policy gave back to the leases and `held` is what
 /// the process's leases still hold ([`RedisLeasedTokenBucket::held`](super::RedisLeasedTokenBucket::held)
 /// per key) and `served_locally` the tokens requests took from leases without a round
-/// trip ([`LeaseCounts::served_locally`] computes it for a set of keys whose held
-/// tokens you know).
+/// trip, a settle's charge taken from a lease among them
+/// ([`LeaseCounts::served_locally`] computes it for a set of keys whose held tokens
+/// you know).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeaseCounts {
     /// Lease fetches Redis answered: each one round trip (failed ones are in
