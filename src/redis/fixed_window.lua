@@ -114,4 +114,5 @@ if cost > 0 then
     expire_after(start + window - now)
   end
 end
-return {0, limit - count, 0, replaced}
+-- What remains less the cost (a cost of 0 is allowed in debt too, with none left).
+return {0, remaining - cost, 0, replaced}

@@ -1,4 +1,5 @@
-//! `RedisFixedWindow` agrees with a plain reference model, decision by decision.
+//! `RedisFixedWindow` agrees with a plain reference model, decision by decision and
+//! settle by settle (debt included).
 
 use crate::server::RedisServer;
 use crate::{fresh_prefix, inspector, manager, runtime, server_time};
@@ -9,10 +10,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::SharedDecision;
 use turnstile::redis::{FailurePolicy, RedisFixedWindow};
-use turnstile::{Decision, ManualClock};
+use turnstile::{Decision, ManualClock, Settlement};
 
 /// The fixed window as plainly as possible: per key, the start of the window it
-/// counts and the count, times in microseconds since the epoch.
+/// counts and the count, times in microseconds since the epoch. A settle may count
+/// up to twice the limit (a debt of one limit); what a window counts past the limit
+/// is the next window's starting count.
 struct Reference {
     limit: u64,
     window: u64,
@@ -26,36 +29,64 @@ impl Reference {
         let current = now / self.window * self.window;
         match self.keys.get(&key) {
             Some(&(start, count)) if start >= current => (start, count),
+            Some(&(start, count)) if start + self.window == current && count > self.limit => {
+                (current, count - self.limit)
+            }
             _ => (current, 0),
         }
     }
 
     fn acquire(&mut self, key: u8, now: u64, cost: u32) -> Decision {
         let (start, count) = self.counted(key, now);
-        let remaining = (self.limit - count) as u32;
+        let remaining = self.limit.saturating_sub(count) as u32;
         let cost = u64::from(cost);
         if cost > self.limit {
             Decision::ExceedsCapacity {
                 remaining,
                 capacity: self.limit as u32,
             }
-        } else if count + cost > self.limit {
+        } else if cost > u64::from(remaining) {
+            // The next window starts with the debt, if any; the one after, empty.
+            let carried = count.saturating_sub(self.limit);
+            let windows = if carried + cost <= self.limit { 1 } else { 2 };
             Decision::Denied {
                 remaining,
-                retry_after: Duration::from_micros(start + self.window - now),
+                retry_after: Duration::from_micros(start + windows * self.window - now),
             }
         } else {
             if cost > 0 {
                 self.keys.insert(key, (start, count + cost));
             }
+            // A cost of 0 is allowed in debt too, with nothing left.
             Decision::Allowed {
-                remaining: (self.limit - count - cost) as u32,
+                remaining: remaining - cost as u32,
             }
         }
     }
 
     fn peek(&self, key: u8, now: u64) -> u32 {
-        (self.limit - self.counted(key, now).1) as u32
+        self.limit.saturating_sub(self.counted(key, now).1) as u32
+    }
+
+    fn settle(&mut self, key: u8, now: u64, estimate: u32, actual: u32) -> Settlement {
+        let (start, count) = self.counted(key, now);
+        let (estimate, actual) = (u64::from(estimate), u64::from(actual));
+        let mut settled = Settlement::default();
+        let left = if actual < estimate {
+            let back = (estimate - actual).min(count);
+            settled.refunded = back as u32;
+            count - back
+        } else {
+            let extra = actual - estimate;
+            let charged = extra.min((2 * self.limit).saturating_sub(count));
+            settled.charged = charged as u32;
+            settled.forgiven = (extra - charged) as u32;
+            count + charged
+        };
+        if left != count {
+            self.keys.insert(key, (start, left));
+        }
+        settled
     }
 }
 
@@ -67,6 +98,13 @@ enum Step {
     Back { by: u64, key: u8, cost: u32 },
     /// Clock forward, then peek.
     Peek { by: u64, key: u8 },
+    /// Clock forward, then settle a reservation of `estimate` at `actual`.
+    Settle {
+        by: u64,
+        key: u8,
+        estimate: u32,
+        actual: u32,
+    },
 }
 
 fn schedule(limit: u32, window: u64) -> impl Strategy<Value = Vec<Step>> {
@@ -81,7 +119,9 @@ fn schedule(limit: u32, window: u64) -> impl Strategy<Value = Vec<Step>> {
         8 => (by.clone(), 0u8..3, cost.clone())
             .prop_map(|(by, key, cost)| Step::Forward { by, key, cost }),
         1 => (0..window * 2, 0u8..3, cost).prop_map(|(by, key, cost)| Step::Back { by, key, cost }),
-        1 => (by, 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+        1 => (by.clone(), 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+        2 => (by, 0u8..3, 0..=limit + 1, 0..=3 * limit)
+            .prop_map(|(by, key, estimate, actual)| Step::Settle { by, key, estimate, actual }),
     ];
     prop::collection::vec(step, 1..80)
 }
@@ -137,6 +177,27 @@ async fn agree(
                     reference.peek(key, now),
                     "step {} peek at {} µs",
                     i,
+                    now
+                );
+            }
+            Step::Settle {
+                by,
+                key,
+                estimate,
+                actual,
+            } => {
+                now += by;
+                clock.set(Duration::from_micros(now));
+                let got = redis
+                    .settle([key], estimate, actual)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    got,
+                    reference.settle(key, now, estimate, actual),
+                    "step {} {:?} at {} µs",
+                    i,
+                    step,
                     now
                 );
             }

@@ -6,8 +6,10 @@
 //! counted. One server per test; client clocks, so nothing waits.
 
 use crate::server::RedisServer;
-use crate::{fresh_prefix, inspector, manager, pttl};
+use crate::{fresh_prefix, inspector, manager, pttl, runtime};
 use ::redis::aio::ConnectionManager;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::time::Duration;
 use turnstile::policy::SharedLimiter;
 use turnstile::redis::lease::RedisLeasedTokenBucket;
@@ -59,6 +61,198 @@ fn bucket(conn: ConnectionManager, clock: &ManualClock) -> RedisTokenBucket {
     .expire_idle_keys(false)
     .build(conn)
     .unwrap()
+}
+
+/// The token bucket with debt as the design notes state it, on one number per key:
+/// `full_at`, the grid index at which the bucket is full again. At grid index `g` it
+/// holds `capacity − (full_at − g)` tokens, none when that is negative (a debt); an
+/// admission of `k` stores `max(full_at, g) + k`; a settle gives back down to `g` at
+/// the most, or charges up to `g + 2 × capacity` (a debt of one capacity).
+struct Model {
+    capacity: u64,
+    interval: u64,
+    full_at: std::collections::HashMap<u8, u64>,
+}
+
+impl Model {
+    fn held(&self, key: u8, g: u64) -> u64 {
+        let full_at = self.full_at.get(&key).copied().unwrap_or(0);
+        self.capacity.saturating_sub(full_at.saturating_sub(g))
+    }
+
+    fn acquire(&mut self, key: u8, now: u64, cost: u32) -> Decision {
+        let g = now / self.interval;
+        let held = self.held(key, g);
+        let cost = u64::from(cost);
+        let full_at = self.full_at.get(&key).copied().unwrap_or(0);
+        if cost > self.capacity {
+            Decision::ExceedsCapacity {
+                remaining: held as u32,
+                capacity: self.capacity as u32,
+            }
+        } else if held >= cost {
+            if cost > 0 {
+                self.full_at.insert(key, full_at.max(g) + cost);
+            }
+            Decision::Allowed {
+                remaining: (held - cost) as u32,
+            }
+        } else {
+            // Holding `cost` at the grid index where `full_at − g′ = capacity − cost`.
+            let ready = full_at + cost - self.capacity;
+            Decision::Denied {
+                remaining: held as u32,
+                retry_after: Duration::from_micros(ready * self.interval - now),
+            }
+        }
+    }
+
+    fn settle(&mut self, key: u8, now: u64, estimate: u32, actual: u32) -> Settlement {
+        let g = now / self.interval;
+        let full_at = self.full_at.get(&key).copied().unwrap_or(0);
+        let (estimate, actual) = (u64::from(estimate), u64::from(actual));
+        let mut settled = Settlement::default();
+        let new = if actual < estimate {
+            let new = full_at
+                .saturating_sub(estimate - actual)
+                .max(g)
+                .min(full_at);
+            settled.refunded = (full_at - new) as u32;
+            new
+        } else {
+            let from = full_at.max(g);
+            let charged = (actual - estimate).min((g + 2 * self.capacity).saturating_sub(from));
+            settled.charged = charged as u32;
+            settled.forgiven = (actual - estimate - charged) as u32;
+            if charged > 0 { from + charged } else { full_at }
+        };
+        self.full_at.insert(key, new);
+        settled
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Acquire {
+        by: u64,
+        key: u8,
+        cost: u32,
+    },
+    Settle {
+        by: u64,
+        key: u8,
+        estimate: u32,
+        actual: u32,
+    },
+    Peek {
+        by: u64,
+        key: u8,
+    },
+}
+
+async fn agree_with_the_model(
+    conn: ConnectionManager,
+    capacity: u32,
+    interval: u64,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let redis = RedisTokenBucket::builder(
+        Quota::new(capacity, Duration::from_micros(interval)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-model"))
+    .timeout(Duration::from_secs(5))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .build(conn)
+    .unwrap();
+    let mut model = Model {
+        capacity: capacity.into(),
+        interval,
+        full_at: Default::default(),
+    };
+    let mut now = 0;
+    let fail = |e: CheckError| TestCaseError::fail(e.to_string());
+    for (i, step) in steps.iter().enumerate() {
+        match *step {
+            Step::Acquire { by, key, cost } => {
+                now += by;
+                clock.set(Duration::from_micros(now));
+                let got = decided(redis.acquire([key], cost)).await;
+                prop_assert_eq!(
+                    got,
+                    model.acquire(key, now, cost),
+                    "step {} {:?} at {} µs",
+                    i,
+                    step,
+                    now
+                );
+            }
+            Step::Settle {
+                by,
+                key,
+                estimate,
+                actual,
+            } => {
+                now += by;
+                clock.set(Duration::from_micros(now));
+                let got = redis.settle([key], estimate, actual).await.map_err(fail)?;
+                let expected = model.settle(key, now, estimate, actual);
+                prop_assert_eq!(got, expected, "step {} {:?} at {} µs", i, step, now);
+            }
+            Step::Peek { by, key } => {
+                now += by;
+                clock.set(Duration::from_micros(now));
+                let got = redis.peek([key]).await.map_err(fail)?;
+                let expected = model.held(key, now / interval) as u32;
+                prop_assert_eq!(got, expected, "step {} peek at {} µs", i, now);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bucket_settles_and_owes_as_the_model_with_debt_decision_by_decision() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let conn = rt.block_on(manager(&server));
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (1u32..=6, 1u64..=2000).prop_flat_map(|(capacity, interval)| {
+        let by = prop_oneof![
+            6 => 0..interval * 3,
+            2 => (0u64..4).prop_map(move |k| k * interval),
+            1 => 0..interval * 30,
+        ];
+        let step = prop_oneof![
+            5 => (by.clone(), 0u8..3, 0..=capacity + 1)
+                .prop_map(|(by, key, cost)| Step::Acquire { by, key, cost }),
+            3 => (by.clone(), 0u8..3, 0..=capacity + 1, 0..=3 * capacity)
+                .prop_map(|(by, key, estimate, actual)| Step::Settle { by, key, estimate, actual }),
+            1 => (by, 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+        ];
+        (
+            Just(capacity),
+            Just(interval),
+            prop::collection::vec(step, 1..60),
+        )
+    });
+    let result = runner.run(&strategy, |(capacity, interval, steps)| {
+        rt.block_on(agree_with_the_model(
+            conn.clone(),
+            capacity,
+            interval,
+            &steps,
+        ))
+    });
+    if let Err(error) = result {
+        panic!("{error}");
+    }
 }
 
 #[tokio::test]
