@@ -549,3 +549,48 @@ async fn a_settle_that_does_not_reach_redis_is_an_error_and_counted() {
         Settlement::default()
     );
 }
+
+/// A lost settle is visible where a lost refund is: in the named limiter's Redis
+/// failure metric, by cause.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn a_named_limiter_reports_a_lost_settle_as_a_redis_failure() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let mut server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let conn = manager(&server).await;
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        RedisTokenBucket::builder(Quota::per_hour(10).unwrap(), FailurePolicy::Open)
+            .prefix(fresh_prefix("settle-observe"))
+            .timeout(Duration::from_millis(200))
+            .client_clock(ManualClock::new())
+            .circuit_breaker(CircuitBreaker::off())
+            .name("settled")
+            .build(conn)
+            .unwrap()
+    });
+    assert_eq!(limiter.settle("k", 0, 2).await.unwrap(), charged(2, 0));
+    server.kill();
+    assert!(limiter.settle("k", 0, 2).await.is_err());
+    let failures: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == "turnstile_redis_failures_total"
+                && key
+                    .labels()
+                    .any(|l| l.key() == "limiter" && l.value() == "settled")
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            other => panic!("not a counter: {other:?}"),
+        })
+        .sum();
+    assert_eq!(failures, 1);
+    let counted = limiter.failures();
+    assert_eq!(counted.errors + counted.timeouts, 1, "{counted:?}");
+}
