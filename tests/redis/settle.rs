@@ -594,3 +594,93 @@ async fn a_named_limiter_reports_a_lost_settle_as_a_redis_failure() {
     let counted = limiter.failures();
     assert_eq!(counted.errors + counted.timeouts, 1, "{counted:?}");
 }
+
+/// A connection that counts the commands it sends.
+#[derive(Clone)]
+struct Counting(
+    ConnectionManager,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+);
+
+impl Counting {
+    fn sent(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl ::redis::aio::ConnectionLike for Counting {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, ::redis::Value> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<::redis::Value>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+#[tokio::test]
+async fn a_settle_is_one_round_trip_and_none_when_a_lease_covers_it() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let conn = Counting(manager(&server).await, Default::default());
+    let plain = RedisTokenBucket::builder(
+        Quota::new(4, Duration::from_millis(100)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-trips"))
+    .timeout(Duration::from_secs(5))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .build(conn.clone())
+    .unwrap();
+    // The first call loads the script (a NOSCRIPT, then the load and a retry).
+    assert!(plain.acquire("k", 2).await.is_allowed());
+    for (estimate, actual) in [(2, 1), (1, 6), (0, 100)] {
+        let before = conn.sent();
+        plain.settle("k", estimate, actual).await.unwrap();
+        assert_eq!(conn.sent() - before, 1, "{estimate} → {actual}");
+    }
+    let before = conn.sent();
+    plain.settle("k", 3, 3).await.unwrap();
+    assert_eq!(conn.sent(), before, "nothing to settle");
+
+    let leased = RedisLeasedTokenBucket::builder(
+        Quota::new(100, Duration::from_secs(864)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-trips-lease"))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .refill_ahead(false)
+    .timeout(Duration::from_secs(5))
+    .build(conn.clone())
+    .unwrap();
+    for _ in 0..4 {
+        assert!(leased.acquire("k", 1).await.is_allowed());
+    }
+    let held = leased.held("k");
+    assert!(held >= 2, "held {held}");
+    let before = conn.sent();
+    assert_eq!(leased.settle("k", 1, 2).await.unwrap(), charged(1, 0));
+    assert_eq!(leased.settle("k", 2, 1).await.unwrap(), refunded(1));
+    assert_eq!(conn.sent(), before, "the lease covered both");
+    assert_eq!(
+        leased.settle("k", 0, held + 1).await.unwrap(),
+        charged(held + 1, 0)
+    );
+    assert_eq!(conn.sent() - before, 1, "the rest in one round trip");
+}
