@@ -88,7 +88,8 @@
 //! # State and expiry
 //! One Redis hash per key: tokens and last refill time for a bucket, window start and
 //! count for a window. Every written key gets a `PEXPIRE` for the moment it stops
-//! mattering, rounded up to the millisecond: the bucket full again, the window over;
+//! mattering, rounded up to the millisecond: the bucket full again, the window over
+//! (for a key in debt, its debt repaid too: [reserve, then settle](#reserve-then-settle));
 //! a check that finds a bucket full deletes it rather than writing it. A missing key
 //! is a full bucket (or an empty window), so Redis forgets idle clients by itself and
 //! nothing needs sweeping. Forgetting is exact with one caveat: a forgotten key no
