@@ -48,14 +48,18 @@
 //! When a request's cost is known only after it ran — tokens an LLM call used, bytes
 //! sent — take an estimate when admitting it and settle at the actual cost once it is
 //! known. A Redis settle is one script call on the key's own state: a cost below the
-//! estimate gives the difference back; a cost above it is charged even beyond what
-//! the key has left, and the key owes it, denied until refill has repaid the debt
-//! (each denial's `retry_after` counts it). A debt is capped at one capacity; what the
-//! cap turns away is reported as [`Settlement::forgiven`](crate::Settlement::forgiven).
-//! A settle that does not reach Redis is an error, counted in the limiter's
-//! failures: a lost charge is an admission nobody paid for. The rules, the fixed
-//! window's debt, expiry and the leased limiter's part are in
-//! [`crate::redis`](crate::redis#reserve-then-settle).
+//! estimate gives the difference back on a token bucket (a fixed window gives nothing
+//! back: it cannot tell which window counted the estimate, so for refunds on settle,
+//! use the token bucket); a cost above it is charged even beyond what the key has
+//! left, and the key owes it, denied — even a cost of zero — until refill has repaid
+//! the debt (each denial's `retry_after` counts it). A debt is capped at one
+//! capacity; what the cap turns away is reported as
+//! [`Settlement::forgiven`](crate::Settlement::forgiven). A settle is applied as
+//! given: settle only what an allowed acquire that Redis decided took (a fallback
+//! that allowed took nothing: `settle(key, 0, actual)`). A settle that does not reach
+//! Redis is an error, counted in the limiter's failures: a lost charge is an
+//! admission nobody paid for. The rules, the fixed window's debt, expiry and the
+//! leased limiter's part are in [`crate::redis`](crate::redis#reserve-then-settle).
 //!
 //! ```no_run
 //! use turnstile::Quota;

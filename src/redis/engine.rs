@@ -80,7 +80,8 @@ pub struct ScriptedAlgorithm {
 impl ScriptedAlgorithm {
     /// The decision an acquire reply for `cost` gives, or `None` when the reply is not
     /// one the script gives or decides what no script can: a request allowed with
-    /// more left than the capacity less its cost, denied with enough, or told it
+    /// more left than the capacity less its cost, denied with enough (for a cost of
+    /// 0, with anything left), or told it
     /// exceeds a capacity it fits (a proxy's reply, a foreign script's). Passed on,
     /// such a reply would tell the caller of tokens that do not exist.
     pub(super) fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
@@ -91,7 +92,10 @@ impl ScriptedAlgorithm {
             Decision::Allowed { remaining } => {
                 cost <= capacity && u64::from(remaining) <= capacity - cost
             }
-            Decision::Denied { remaining, .. } => cost <= capacity && u64::from(remaining) < cost,
+            // A cost of 0 is denied only to a key in debt, which has nothing left.
+            Decision::Denied { remaining, .. } => {
+                cost <= capacity && u64::from(remaining) < cost.max(1)
+            }
             Decision::ExceedsCapacity { .. } => cost > capacity,
             Decision::Overflow { .. } => false,
         };

@@ -13,17 +13,24 @@
 --
 -- Reply: {status, remaining, wait, replaced}; status 0 allowed, 1 denied, 2 cost
 -- above the limit; remaining after the decision; for a denial, wait = microseconds
--- until the window ends; replaced 1 when the key held something other than a
--- counter, which this check replaced by an empty window. A peek replies with
--- remaining alone, a refund with remaining after it, a settle with {refunded,
--- charged, forgiven, replaced}.
+-- until the first window with room for the cost (the next one, or a later one for a
+-- key in debt); replaced 1 when the key held something other than a counter, which
+-- this check replaced by an empty window. A peek replies with remaining alone, a
+-- refund with remaining after it, a settle with {refunded, charged, forgiven,
+-- replaced}.
 --
 -- Debt: a settle may count past the limit. What a window counts past the limit is
 -- carried into the next windows, each of which starts having counted the carry less
 -- one limit (the window's refill), so n counted in window w is max(0, n - k * limit)
--- in the window k later; counts within the limit carry nothing, as before. A denial
--- waits for the first window with room for the cost, and a key in debt expires when
--- its debt is repaid, not at its window's end.
+-- in the window k later; counts within the limit carry nothing, as before. A request
+-- is allowed iff the count plus its cost is at most the limit, so a key counting
+-- past the limit is denied even a cost of 0. A denial waits for the first window
+-- with room for the cost, and a key in debt expires when its debt is repaid, not at
+-- its window's end.
+--
+-- A settle below the estimate gives nothing back: the state cannot tell which window
+-- counted the estimate, and giving it to a later window would admit more than the
+-- limit there (refunds on settle are the token bucket's).
 --
 -- The increment and the expiry are one script, so no client sees one without the
 -- other. The window's start is stored beside the count, and it, not the key's
@@ -64,12 +71,10 @@ if cost < 0 then
 end
 if settle then
   local actual, debt_cap = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local refunded, charged, forgiven = 0, 0, 0
-  if actual < cost then
-    -- Only what the window being counted (debt included) counts can come back.
-    refunded = math.min(cost - actual, count)
-    count = count - refunded
-  elseif actual > cost then
+  local charged, forgiven = 0, 0
+  -- Below the estimate nothing comes back (see the top): the estimate may have been
+  -- counted in an earlier window than this one.
+  if actual > cost then
     -- Counted even past the limit, up to limit + debt_cap; the rest is forgiven (and
     -- reported).
     local extra = actual - cost
@@ -77,19 +82,19 @@ if settle then
     forgiven = extra - charged
     count = count + charged
   end
-  if refunded + charged > 0 then
+  if charged > 0 then
     redis.call('HSET', KEYS[1], 'w', int(start), 'n', int(count))
-    -- A charge keeps the key until its count is repaid (a refund leaves the expiry
-    -- that covered the larger count).
-    if expire and charged > 0 then
+    -- A charge keeps the key until its count is repaid.
+    if expire then
       expire_after(start + windows_until(count) * window - now)
     end
   end
-  return {refunded, charged, forgiven, replaced}
+  return {0, charged, forgiven, replaced}
 end
 if refund then
   -- Only the window being counted can take back what it counted; a window that is
-  -- over has nothing to give back. The key keeps its expiry, the window's end.
+  -- over has nothing to give back. The key keeps its expiry (the window's end, or
+  -- later: a debt's repayment).
   if count > 0 then
     count = math.max(0, count - cost)
     redis.call('HSET', KEYS[1], 'w', int(start), 'n', int(count))
@@ -100,9 +105,10 @@ local remaining = math.max(limit - count, 0)
 if cost > limit then
   return {2, remaining, 0, replaced}
 end
-if cost > remaining then
+if count + cost > limit then
   -- The first window with room for the cost: the next one, unless a debt carries
-  -- further (count + cost - limit > limit).
+  -- further (count + cost - limit > limit). A cost of 0 is denied here too when the
+  -- key counts past the limit: it has less than nothing.
   return {1, remaining, start + windows_until(count + cost - limit) * window - now, replaced}
 end
 if cost > 0 then
@@ -114,5 +120,4 @@ if cost > 0 then
     expire_after(start + window - now)
   end
 end
--- What remains less the cost (a cost of 0 is allowed in debt too, with none left).
-return {0, remaining - cost, 0, replaced}
+return {0, limit - count, 0, replaced}

@@ -80,7 +80,10 @@ where
     /// nothing, in one round trip: one script call.
     ///
     /// A key's first request finds its whole allowance; a denial changes nothing; a
-    /// cost of zero is always allowed. When Redis does not answer within the timeout,
+    /// cost of zero is allowed unless the key is in debt (a
+    /// [settle](Self::settle) charged it beyond what it had, and refill has not yet
+    /// repaid it): a key in debt has less than nothing, so even a cost of zero waits
+    /// until the debt is repaid. When Redis does not answer within the timeout,
     /// or answers with an error, the failure policy answers
     /// ([`SharedDecision::Fallback`]) and the failure is counted (`failures`); the
     /// check never waits longer than the timeout.
@@ -113,14 +116,26 @@ where
 
     /// Settles a request admitted for `estimate` (an ordinary
     /// [`acquire`](Self::acquire)) at what it actually cost, in one round trip (none
-    /// when `actual == estimate`): below the estimate the difference is given back,
-    /// capped at the capacity ([`Settlement::refunded`] says what was); above it the
-    /// difference is charged even beyond what the key has left, and the key owes it:
-    /// refused until refill has repaid the debt, each denial's `retry_after` counting
-    /// the debt exactly. A debt is capped at one capacity; what the cap turns away is
-    /// [`Settlement::forgiven`]. The key's expiry covers the debt's repayment, so
-    /// Redis does not forget what it owes. See the
+    /// when `actual == estimate`): below the estimate the token bucket gives the
+    /// difference back, capped at the capacity ([`Settlement::refunded`] says what
+    /// was), and the fixed window gives nothing back (see
+    /// [`RedisFixedWindow`](super::RedisFixedWindow)); above it the difference is
+    /// charged even beyond what the key has left, and the key owes it: refused, even
+    /// a cost of zero, until refill has repaid the debt, each denial's `retry_after`
+    /// counting the debt exactly. A debt is capped at one capacity; what the cap
+    /// turns away is [`Settlement::forgiven`]. The key's expiry covers the debt's
+    /// repayment, so Redis does not forget what it owes. See the
     /// [module docs](super#reserve-then-settle).
+    ///
+    /// **A settle is applied as given**: nothing in Redis records what an acquire
+    /// took, so settle only what an allowed acquire decided by Redis took, once. A
+    /// [`SharedDecision::Fallback`] that allowed took nothing: charge such a request
+    /// as `settle(key, 0, actual)`. Only the difference between `estimate` and
+    /// `actual` moves the key's state, so an estimate above the capacity (which no
+    /// acquire can have taken: it is answered
+    /// [`ExceedsCapacity`](crate::Decision::ExceedsCapacity)) is not refused: it is
+    /// settled as given, a refund still capped at what the key is short of full, a
+    /// charge at the debt cap.
     ///
     /// # Errors
     /// Redis did not answer within the timeout, answered with an error, or gave a

@@ -32,7 +32,9 @@
 -- point p is stored as t = 0 at r = p + d * interval, a refill point in the future:
 -- a check reads it as a reading behind the last refill (below), holding nothing,
 -- and its wait counts the debt; the expiry, set for when the bucket is full again,
--- covers the debt's repayment.
+-- covers the debt's repayment. A request is allowed iff what the reading has covers
+-- its cost, and a reading in debt has less than nothing (tokens - behind < 0): it
+-- is denied even a cost of 0, until the debt is repaid.
 
 local capacity, interval = first, second
 local up_to = nil
@@ -135,7 +137,8 @@ if cost > capacity then
 end
 
 local status, ahead, missing, taken = 0, 0, 0, 0
-if held >= cost then
+-- tokens - behind, not held: a reading in debt denies a cost of 0 too.
+if tokens - behind >= cost then
   -- A lease takes whatever else the reading holds, up to up_to.
   taken = cost
   if up_to and up_to > cost then
@@ -145,7 +148,8 @@ if held >= cost then
   held = held - taken
 else
   -- Allowed at the grid point where the bucket, stepped at point, has cost tokens:
-  -- the next (cost - tokens) after point.
+  -- the next (cost - tokens) after point (for a reading behind point, possibly one
+  -- before it: missing < 0).
   status, ahead, missing = 1, point - now, cost - tokens
 end
 

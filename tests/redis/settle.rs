@@ -65,9 +65,11 @@ fn bucket(conn: ConnectionManager, clock: &ManualClock) -> RedisTokenBucket {
 
 /// The token bucket with debt as the design notes state it, on one number per key:
 /// `full_at`, the grid index at which the bucket is full again. At grid index `g` it
-/// holds `capacity − (full_at − g)` tokens, none when that is negative (a debt); an
-/// admission of `k` stores `max(full_at, g) + k`; a settle gives back down to `g` at
-/// the most, or charges up to `g + 2 × capacity` (a debt of one capacity).
+/// has `capacity − (full_at − g)` tokens (capped at the capacity), less than nothing
+/// when that is negative (a debt: it holds none, and is refused even a cost of 0); an
+/// admission of `k` (0 included) stores `max(full_at, g) + k`; a settle gives back down to `g` at
+/// the most, or charges up to `g + 2 × capacity` (a debt of one capacity). A clock
+/// stepped back reads a smaller `g`: the same rules, with more still to come.
 struct Model {
     capacity: u64,
     interval: u64,
@@ -90,10 +92,12 @@ impl Model {
                 remaining: held as u32,
                 capacity: self.capacity as u32,
             }
-        } else if held >= cost {
-            if cost > 0 {
-                self.full_at.insert(key, full_at.max(g) + cost);
-            }
+        } else if full_at.saturating_sub(g) + cost <= self.capacity {
+            // What the key has (capacity − (full_at − g), less than nothing in debt)
+            // covers the cost: a cost of 0 is refused to a key that owes. Stored for
+            // a cost of 0 too, as in process: a bucket full at `g` is full from `g`,
+            // which a reading behind it (a clock stepped back) sees.
+            self.full_at.insert(key, full_at.max(g) + cost);
             Decision::Allowed {
                 remaining: (held - cost) as u32,
             }
@@ -147,6 +151,10 @@ enum Step {
     Peek {
         by: u64,
         key: u8,
+    },
+    /// The clock steps back by this many µs (a server's clock behind another's).
+    Rewind {
+        by: u64,
     },
 }
 
@@ -208,6 +216,9 @@ async fn agree_with_the_model(
                 let expected = model.held(key, now / interval) as u32;
                 prop_assert_eq!(got, expected, "step {} peek at {} µs", i, now);
             }
+            Step::Rewind { by } => {
+                now = now.saturating_sub(by);
+            }
         }
     }
     Ok(())
@@ -235,6 +246,7 @@ fn a_bucket_settles_and_owes_as_the_model_with_debt_decision_by_decision() {
             3 => (by.clone(), 0u8..3, 0..=capacity + 1, 0..=3 * capacity)
                 .prop_map(|(by, key, estimate, actual)| Step::Settle { by, key, estimate, actual }),
             1 => (by, 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+            1 => (0..interval * 5).prop_map(|by| Step::Rewind { by }),
         ];
         (
             Just(capacity),
@@ -274,6 +286,16 @@ async fn a_bucket_charged_past_empty_owes_and_denials_wait_out_the_debt_exactly(
         assert_eq!(decided(limiter.acquire("k", 1)).await, denied(370));
     }
     assert_eq!(decided(limiter.acquire("k", 4)).await, denied(670));
+    // A key in debt has less than nothing: even a cost of 0 waits until the 3 owed
+    // are repaid (300 ms).
+    assert_eq!(decided(limiter.acquire("k", 0)).await, denied(270));
+    clock.set(Duration::from_millis(299));
+    assert_eq!(decided(limiter.acquire("k", 0)).await, denied(1));
+    clock.set(Duration::from_millis(300));
+    assert_eq!(
+        decided(limiter.acquire("k", 0)).await,
+        Decision::Allowed { remaining: 0 }
+    );
     clock.set(Duration::from_millis(399));
     assert_eq!(decided(limiter.acquire("k", 1)).await, denied(1));
     assert_eq!(limiter.peek("k").await.unwrap(), 0);
@@ -348,23 +370,31 @@ async fn a_fixed_window_counts_past_its_limit_and_carries_the_debt_into_the_next
     assert_eq!(limiter.peek("k").await.unwrap(), 0);
     // 6 counted: the next window starts at 3, full; the one after at 0.
     assert_eq!(decided(limiter.acquire("k", 1)).await, denied(190));
+    // Counting past the limit, even a cost of 0 waits: for the next window, where
+    // the count is back at the limit.
+    assert_eq!(decided(limiter.acquire("k", 0)).await, denied(90));
     clock.set(Duration::from_millis(100));
     assert_eq!(limiter.peek("k").await.unwrap(), 0);
     assert_eq!(decided(limiter.acquire("k", 1)).await, denied(100));
-    // A refund in that window gives back from the carried count.
-    assert_eq!(limiter.settle("k", 2, 0).await.unwrap(), refunded(2));
     assert_eq!(
-        decided(limiter.acquire("k", 2)).await,
+        decided(limiter.acquire("k", 0)).await,
         Decision::Allowed { remaining: 0 }
     );
+    // A settle below its estimate gives nothing back, not even from the carried count.
+    assert_eq!(
+        limiter.settle("k", 2, 0).await.unwrap(),
+        Settlement::default()
+    );
+    assert_eq!(decided(limiter.acquire("k", 2)).await, denied(100));
     clock.set(Duration::from_millis(200));
     assert_eq!(
         decided(limiter.acquire("k", 3)).await,
         Decision::Allowed { remaining: 0 }
     );
-    // A window over has nothing to give back.
-    clock.set(Duration::from_millis(300));
-    assert_eq!(limiter.settle("k", 3, 0).await.unwrap(), refunded(0));
+    assert_eq!(
+        limiter.settle("k", 3, 0).await.unwrap(),
+        Settlement::default()
+    );
 }
 
 #[tokio::test]
@@ -478,14 +508,15 @@ async fn a_leased_settle_refunds_to_the_lease_and_charges_the_lease_before_redis
     );
     assert_eq!(leased.held("k"), 0);
     assert_eq!(leased.peek("k").await.unwrap(), in_redis - 3);
-    // A charge the lease covers is no round trip: Redis's count does not move.
+    // A charge the lease covers is no round trip: Redis's count does not move. (The
+    // fetch this acquire makes is the fourth within half a lifetime: a lease of 8.)
     assert!(leased.acquire("k", 1).await.is_allowed());
     let held = leased.held("k");
-    if held > 0 {
-        let in_redis = leased.peek("k").await.unwrap();
-        assert_eq!(leased.settle("k", 0, held).await.unwrap(), charged(held, 0));
-        assert_eq!(leased.peek("k").await.unwrap(), in_redis);
-    }
+    assert_eq!(held, 7);
+    let in_redis = leased.peek("k").await.unwrap();
+    assert_eq!(leased.settle("k", 0, held).await.unwrap(), charged(held, 0));
+    assert_eq!(leased.held("k"), 0);
+    assert_eq!(leased.peek("k").await.unwrap(), in_redis);
     // Every token leased is accounted for: the charges among those served.
     let counts = leased.counts();
     assert_eq!(counts.refunded, 1);
