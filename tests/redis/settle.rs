@@ -715,3 +715,224 @@ async fn a_settle_is_one_round_trip_and_none_when_a_lease_covers_it() {
     );
     assert_eq!(conn.sent() - before, 1, "the rest in one round trip");
 }
+
+/// A leased limiter of 100 tokens a day (nothing refills within a test), leases of
+/// at most 8 living 1 s on `clock`.
+fn leased_daily(conn: ConnectionManager, clock: &ManualClock) -> RedisLeasedTokenBucket {
+    RedisLeasedTokenBucket::builder(
+        Quota::new(100, Duration::from_secs(864)).unwrap(),
+        FailurePolicy::Closed,
+    )
+    .prefix(fresh_prefix("settle-lease-back"))
+    .client_clock(clock.clone())
+    .expire_idle_keys(false)
+    .refill_ahead(false)
+    .max_lease(8)
+    .lifetime(Duration::from_secs(1))
+    .timeout(Duration::from_secs(5))
+    .build(conn)
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_leased_refund_the_lease_cannot_take_goes_back_to_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let leased = leased_daily(manager(&server).await, &clock);
+    // The first sighting's plain check, then leases of 2, 4 and 8 (each fetch within
+    // half a lifetime doubles the next), each spent before the next: 7 held of the
+    // last.
+    for _ in 0..8 {
+        assert!(leased.acquire("k", 1).await.is_allowed());
+    }
+    assert_eq!(leased.held("k"), 7);
+    let in_redis = leased.peek("k").await.unwrap();
+    let before = leased.counts();
+    // Past max_lease: 1 fills the lease to 8, the other 4 go to Redis, in the same
+    // settle.
+    assert_eq!(leased.settle("k", 5, 0).await.unwrap(), refunded(5));
+    assert_eq!(leased.held("k"), 8);
+    assert_eq!(leased.peek("k").await.unwrap(), in_redis + 4);
+    let after = leased.counts();
+    assert_eq!(after.refunded - before.refunded, 1);
+    assert_eq!(after.expired, before.expired, "nothing dropped");
+    // The lease expired: all of it goes to Redis.
+    clock.set(Duration::from_secs(2));
+    assert_eq!(leased.held("k"), 0);
+    assert_eq!(leased.settle("k", 3, 1).await.unwrap(), refunded(2));
+    assert_eq!(leased.peek("k").await.unwrap(), in_redis + 6);
+    let last = leased.counts();
+    assert_eq!(last.refunded, after.refunded);
+    assert_eq!(last.expired, after.expired);
+}
+
+#[tokio::test]
+async fn a_leased_charge_in_redis_forgets_the_denial_this_process_remembered() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let leased = leased_daily(manager(&server).await, &clock);
+    let interval = Duration::from_secs(864);
+    // Emptied by the first sighting's plain check; the next request, with an entry
+    // now, is denied by Redis: one token, one interval from the epoch's grid point.
+    assert!(leased.acquire("k", 100).await.is_allowed());
+    let first = decided(leased.acquire("k", 1)).await;
+    assert_eq!(first.retry_after(), Some(interval));
+    // Remembered: denied again without Redis.
+    assert_eq!(decided(leased.acquire("k", 1)).await, first);
+    assert_eq!(leased.counts().denied_locally, 1);
+    // Charged 5 beyond the empty bucket (the lease holds none): Redis owes 5, and the
+    // remembered denial, whose wait does not count them, is forgotten.
+    assert_eq!(leased.settle("k", 0, 5).await.unwrap(), charged(5, 0));
+    let owed = decided(leased.acquire("k", 1)).await;
+    assert_eq!(owed.retry_after(), Some(interval * 6));
+    assert_eq!(leased.counts().denied_locally, 1, "asked Redis");
+    // That denial is remembered in turn.
+    assert_eq!(decided(leased.acquire("k", 1)).await, owed);
+    assert_eq!(leased.counts().denied_locally, 2);
+}
+
+/// The extremes of the arguments: nothing panics, nothing wraps, a debt stays at
+/// its cap and the rest is forgiven, a refund stays within what the key can hold.
+#[tokio::test]
+async fn settles_at_the_extremes_of_u32_are_capped_and_reported() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let max = u32::MAX;
+    let limiter = bucket(manager(&server).await, &clock);
+    assert_eq!(
+        limiter.settle("k", 0, max).await.unwrap(),
+        charged(8, max - 8)
+    );
+    assert_eq!(decided(limiter.acquire("k", 0)).await, denied(400));
+    assert_eq!(
+        limiter.settle("k", max, max).await.unwrap(),
+        Settlement::default()
+    );
+    assert_eq!(
+        limiter.settle("k", max - 1, max).await.unwrap(),
+        charged(0, 1)
+    );
+    // An estimate no acquire can have taken is settled as given: the refund is
+    // what the key is short of full.
+    assert_eq!(limiter.settle("k", max, 0).await.unwrap(), refunded(8));
+    assert_eq!(limiter.peek("k").await.unwrap(), 4);
+    assert_eq!(
+        decided(limiter.acquire("k", max)).await,
+        Decision::ExceedsCapacity {
+            remaining: 4,
+            capacity: 4
+        }
+    );
+
+    let window = RedisFixedWindow::builder(3, Duration::from_millis(100), FailurePolicy::Closed)
+        .prefix(fresh_prefix("settle-fw-max"))
+        .timeout(Duration::from_secs(5))
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .build(manager(&server).await)
+        .unwrap();
+    assert_eq!(
+        window.settle("k", 0, max).await.unwrap(),
+        charged(6, max - 6)
+    );
+    assert_eq!(
+        window.settle("k", max, 0).await.unwrap(),
+        Settlement::default()
+    );
+    assert_eq!(window.peek("k").await.unwrap(), 0);
+
+    let leased = leased_daily(manager(&server).await, &clock);
+    assert_eq!(leased.settle("k", max, 0).await.unwrap(), refunded(0));
+    assert_eq!(
+        leased.settle("k", 0, max).await.unwrap(),
+        charged(200, max - 200)
+    );
+    assert_eq!(leased.settle("k", max, 0).await.unwrap(), refunded(200));
+    assert_eq!(leased.peek("k").await.unwrap(), 100);
+}
+
+/// A gate for one command: sent to Redis and run there at once, its reply held
+/// back until released (`ran` is notified when it has run).
+type Gate = Option<(
+    std::sync::Arc<tokio::sync::Notify>,
+    tokio::sync::oneshot::Receiver<()>,
+)>;
+
+/// A connection whose next command, when a gate is set, runs in Redis but answers
+/// only when the gate is released: a reply still on its way.
+#[derive(Clone)]
+struct Gated(ConnectionManager, std::sync::Arc<std::sync::Mutex<Gate>>);
+
+impl ::redis::aio::ConnectionLike for Gated {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, ::redis::Value> {
+        let gate = self.1.lock().unwrap().take();
+        let mut conn = self.0.clone();
+        Box::pin(async move {
+            let reply = conn.req_packed_command(cmd).await;
+            if let Some((ran, release)) = gate {
+                ran.notify_one();
+                let _ = release.await;
+            }
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<::redis::Value>> {
+        self.0.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+/// A fetch that Redis denied before a settle's charge, whose reply lands after the
+/// charge: its denial does not count the debt, so it is not remembered, and the
+/// next request asks Redis.
+#[tokio::test]
+async fn a_denial_decided_before_a_charge_is_not_remembered_after_it() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let gate = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let conn = Gated(manager(&server).await, std::sync::Arc::clone(&gate));
+    let interval = Duration::from_secs(864);
+    let leased =
+        RedisLeasedTokenBucket::builder(Quota::new(100, interval).unwrap(), FailurePolicy::Closed)
+            .prefix(fresh_prefix("settle-lease-race"))
+            .client_clock(clock.clone())
+            .expire_idle_keys(false)
+            .refill_ahead(false)
+            .timeout(Duration::from_secs(5))
+            .build(conn)
+            .unwrap();
+    // The first sighting empties the bucket (and loads the script).
+    assert!(leased.acquire("k", 100).await.is_allowed());
+    let ran = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (release, held) = tokio::sync::oneshot::channel();
+    *gate.lock().unwrap() = Some((std::sync::Arc::clone(&ran), held));
+    let fetching = tokio::spawn({
+        let leased = leased.clone();
+        async move { leased.acquire("k", 1).await }
+    });
+    ran.notified().await;
+    // Denied in Redis already; its reply is held back while the charge runs.
+    assert_eq!(leased.settle("k", 0, 5).await.unwrap(), charged(5, 0));
+    release.send(()).unwrap();
+    let before = decided(async { fetching.await.unwrap() }).await;
+    assert_eq!(
+        before.retry_after(),
+        Some(interval),
+        "decided before the charge"
+    );
+    let after = decided(leased.acquire("k", 1)).await;
+    assert_eq!(after.retry_after(), Some(interval * 6), "the debt counted");
+    assert_eq!(leased.counts().denied_locally, 0);
+}
