@@ -72,6 +72,10 @@ pub struct ScriptedAlgorithm {
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
     /// (microseconds).
     pub(crate) params: [u64; 2],
+    /// Whether a settle below the estimate can give anything back: the token
+    /// bucket's does, the fixed window's never does (it cannot tell which window
+    /// counted the estimate), so a reply saying it did is not the script's.
+    pub(crate) refunds_on_settle: bool,
     /// Reads an acquire reply for a cost, less its last element (the `replaced` flag
     /// every script appends); `None` when it is not one the script gives.
     pub(crate) decide: fn(params: [u64; 2], reply: &[i64], cost: u32) -> Option<Decision>,
@@ -232,6 +236,7 @@ where
         // within capacity × interval of now, which construction has checked fits
         // the scripts' 2^52 µs.
         let debt_cap = self.core.algorithm.params[0];
+        let refunds = self.core.algorithm.refunds_on_settle;
         let run = (estimate != actual)
             .then(|| self.run(key, i64::from(estimate), Extra::Settle { actual, debt_cap }));
         async move {
@@ -243,7 +248,7 @@ where
             };
             read_reply(&run.await?, |numbers| {
                 let (replaced, reply) = replaced_flag(numbers)?;
-                let settlement = settlement_reply(reply, estimate, actual)?;
+                let settlement = settlement_reply(reply, estimate, actual, refunds)?;
                 Some(Settled {
                     settlement,
                     replaced,
@@ -533,10 +538,16 @@ fn count_reply(reply: Value, capacity: u64, what: &str) -> Result<u32, CheckErro
 
 /// A settle's reply `{refunded, charged, forgiven}` (after its `replaced` flag is
 /// taken off), or `None` when the script never gives it for a reservation of
-/// `estimate` settled at `actual`: more given back than the difference, a charge
-/// beside a refund, or a charge and a forgiven part that do not add up to the
-/// difference. Passed on, such a reply would report tokens that did not move.
-fn settlement_reply(reply: &[i64], estimate: u32, actual: u32) -> Option<Settlement> {
+/// `estimate` settled at `actual`: more given back than the difference (anything,
+/// for a script that `refunds` nothing on settle), a charge beside a refund, or a
+/// charge and a forgiven part that do not add up to the difference. Passed on, such
+/// a reply would report tokens that did not move.
+fn settlement_reply(
+    reply: &[i64],
+    estimate: u32,
+    actual: u32,
+    refunds: bool,
+) -> Option<Settlement> {
     let &[refunded, charged, forgiven] = reply else {
         return None;
     };
@@ -544,7 +555,7 @@ fn settlement_reply(reply: &[i64], estimate: u32, actual: u32) -> Option<Settlem
         [refunded, charged, forgiven].map(|n| u32::try_from(n).ok());
     let (refunded, charged, forgiven) = (refunded?, charged?, forgiven?);
     let possible = if actual < estimate {
-        refunded <= estimate - actual && charged == 0 && forgiven == 0
+        refunded <= estimate - actual && (refunds || refunded == 0) && charged == 0 && forgiven == 0
     } else {
         refunded == 0 && u64::from(charged) + u64::from(forgiven) == u64::from(actual - estimate)
     };
@@ -574,7 +585,8 @@ mod tests {
 
     #[test]
     fn settle_replies_that_do_not_add_up_are_unexpected() {
-        let read = settlement_reply;
+        let read =
+            |reply: &[i64], estimate, actual| settlement_reply(reply, estimate, actual, true);
         let settled = |refunded, charged, forgiven| {
             Some(Settlement {
                 refunded,
@@ -600,6 +612,13 @@ mod tests {
         ] {
             assert_eq!(read(wrong, estimate, actual), None, "{wrong:?}");
         }
+        // The fixed window gives nothing back on settle: a refund is not its reply.
+        assert_eq!(
+            settlement_reply(&[0, 0, 0], 5, 2, false),
+            Some(Settlement::default())
+        );
+        assert_eq!(settlement_reply(&[1, 0, 0], 5, 2, false), None);
+        assert_eq!(settlement_reply(&[0, 1, 3], 2, 6, false), settled(0, 1, 3));
     }
 
     /// Found by the `redis_reply` fuzz target: a server (or a proxy) answering a peek

@@ -133,6 +133,7 @@ pub(super) fn algorithm(
         script: &SCRIPT,
         params: [u64::from(limit), micros],
         decide,
+        refunds_on_settle: false,
     })
 }
 
