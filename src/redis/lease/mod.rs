@@ -69,8 +69,9 @@
 //!   [shared checks](crate::policy#shared-checks)) or a settle below its estimate —
 //!   and the bucket lost the tokens the fetches took (with settles, read "admit" as
 //!   the tokens requests keep: a settle's refund gives tokens back, to the lease or
-//!   to the bucket, and a charge takes more); tested across five leased limiters and a plain one on connections of their
-//!   own (in one OS process), and on a cluster. That is for the fetches Redis
+//!   to the bucket, and a charge takes more); tested across five leased limiters
+//!   and a plain one on connections of their own (in one OS process), and on a
+//!   cluster. That is for the fetches Redis
 //!   answered. A fetch sent whose answer is lost — it timed out, its connection
 //!   dropped, its caller dropped it — may still run in Redis and take up to what it
 //!   asked, unseen: never admitted, so never more than the bound; counted in
@@ -299,8 +300,9 @@ where
     /// A cost of zero is allowed in process, without asking Redis — even while the
     /// key owes in Redis, which only Redis knows (the plain
     /// [`RedisTokenBucket`](super::RedisTokenBucket) refuses it then); a cost above
-    /// the capacity is answered [`Decision::ExceedsCapacity`] without asking Redis. When the lease is short and
-    /// Redis does not answer within the timeout, the failure policy answers
+    /// the capacity is answered [`Decision::ExceedsCapacity`] without asking Redis.
+    /// When the lease is short and Redis does not answer within the timeout, the
+    /// failure policy answers
     /// ([`SharedDecision::Fallback`]). A check waits at most the timeout for a fetch in flight
     /// and at most the timeout for a fetch of its own (which it starts only when the
     /// one it waited for answered with too few tokens): at most twice the timeout.
