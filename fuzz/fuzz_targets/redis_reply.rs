@@ -13,6 +13,9 @@
 //! - every decision is consistent with the limit (`remaining` at most the capacity,
 //!   a denial's wait positive, a cost over the capacity refused as such), and so is
 //!   every count a peek reads.
+//! - every settle that is not an error is consistent with what it settles: a refund
+//!   of at most the difference (none, for the fixed window), or a charge and a
+//!   forgiven part that add up to it.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -135,6 +138,7 @@ impl ConnectionLike for Scripted {
 enum Call {
     Acquire { key: Vec<u8>, cost: u8 },
     Peek { key: Vec<u8> },
+    Settle { key: Vec<u8>, estimate: u8, actual: u16 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -162,8 +166,12 @@ fn check_outcome(
                 remaining,
                 retry_after,
             } => {
-                assert!(cost > 0 && cost <= capacity, "{decision:?} for {cost}");
-                assert!(remaining < cost, "{decision:?}: it had enough for {cost}");
+                assert!(cost <= capacity, "{decision:?} for {cost}");
+                // A cost of 0 is denied only to a key in debt: nothing left.
+                assert!(
+                    remaining < cost.max(1),
+                    "{decision:?}: it had enough for {cost}"
+                );
                 assert!(retry_after > Duration::ZERO, "{decision:?}");
             }
             Decision::ExceedsCapacity {
@@ -199,20 +207,22 @@ enum Script {
 /// Token bucket, `{status, held, ahead, missing, replaced}`:
 /// - 2 (cost above the capacity): `held` in `0..=capacity`, `ahead = missing = 0`;
 /// - 0 (allowed): `held` in `0..=capacity − cost`, `ahead = missing = 0`;
-/// - 1 (denied, `0 < cost <= capacity`): `held < cost`; `ahead` is the refill point
-///   less the reading: the latest grid point at or before it (`−interval < ahead <=
-///   0`), then `missing = cost − held`; or a later one the key was last refilled at
-///   (a reading behind it: `ahead > 0`), `behind = ⌈ahead / interval⌉` grid points
-///   ahead, where the bucket holds `tokens = cost − missing` in `0..=capacity` and
-///   the reading `held = max(0, tokens − behind)`. The wait is `ahead + missing ×
-///   interval` µs.
+/// - 1 (denied, `cost <= capacity`): `held < cost` (0 for a cost of 0); `ahead` is
+///   the refill point less the reading: the latest grid point at or before it
+///   (`−interval < ahead <= 0`, only for `cost > 0`), then `missing = cost − held`;
+///   or a later one the key was last refilled at (a reading behind it, or a key in
+///   debt: `ahead > 0`), `behind = ⌈ahead / interval⌉` grid points ahead, where the
+///   bucket holds `tokens = cost − missing` in `0..=capacity`, the reading `held =
+///   max(0, tokens − behind)`, and `tokens − behind < cost` (a cost of 0 is denied
+///   only to a reading that owes). The wait is `ahead + missing × interval` µs.
 ///
 /// Fixed window, `{status, remaining, wait, replaced}`:
 /// - 2: `remaining` in `0..=capacity`, `wait = 0`;
 /// - 0: `remaining` in `0..=capacity − cost`, `wait = 0`;
-/// - 1 (`0 < cost <= capacity`): `remaining < cost`, `wait >= 1` µs (to the end of the
-///   counted window, which can lie further than one window ahead for a reading
-///   behind it).
+/// - 1 (`cost <= capacity`): `remaining < cost` (0 for a cost of 0, denied only to a
+///   key counting past its limit), `wait >= 1` µs (to the first window with room for
+///   the cost, which can lie further than one window ahead for a reading behind the
+///   counted window or a key in debt).
 fn script_decision(script: Script, reply: &Value, cost: u32, capacity: u32) -> Option<Decision> {
     let Value::Array(items) = reply else {
         return None;
@@ -246,15 +256,17 @@ fn script_decision(script: Script, reply: &Value, cost: u32, capacity: u32) -> O
             Decision::Allowed { remaining }
         }
         (Script::Bucket { interval }, &[1, held, ahead, missing])
-            if 0 < cost && cost <= capacity && (0..cost).contains(&held) =>
+            if cost <= capacity && (0..cost.max(1)).contains(&held) =>
         {
             let interval = i128::from(interval);
             let possible = if ahead <= 0 {
-                ahead > -interval && missing == cost - held
+                cost > 0 && ahead > -interval && missing == cost - held
             } else {
                 let behind = (ahead + interval - 1) / interval;
                 let tokens = cost - missing;
-                (0..=capacity).contains(&tokens) && held == (tokens - behind).max(0)
+                (0..=capacity).contains(&tokens)
+                    && held == (tokens - behind).max(0)
+                    && tokens - behind < cost
             };
             if !possible {
                 return None;
@@ -267,7 +279,7 @@ fn script_decision(script: Script, reply: &Value, cost: u32, capacity: u32) -> O
             }
         }
         (Script::Window, &[1, held, wait])
-            if 0 < cost && cost <= capacity && held < cost && held >= 0 && wait >= 1 =>
+            if cost <= capacity && held < cost.max(1) && held >= 0 && wait >= 1 =>
         {
             Decision::Denied {
                 remaining,
@@ -363,6 +375,31 @@ fuzz_target!(|input: Input| {
                                 "{script:?} replied {reply:?} for {cost} of {capacity}: \
                                  {outcome:?}, but the scripts give {expected:?}"
                             ),
+                        }
+                    }
+                }
+                Call::Settle {
+                    key,
+                    estimate,
+                    actual,
+                } => {
+                    let (estimate, actual) = (u32::from(*estimate), u32::from(*actual));
+                    let settled = match &limiter {
+                        Limiter::Bucket(l) => l.settle(key, estimate, actual).await,
+                        Limiter::Window(l) => l.settle(key, estimate, actual).await,
+                        Limiter::Leased(l) => l.settle(key, estimate, actual).await,
+                    };
+                    if let Ok(settled) = settled {
+                        if matches!(limiter, Limiter::Window(_)) {
+                            // A fixed window gives nothing back on settle.
+                            assert_eq!(settled.refunded, 0, "{settled:?}");
+                        }
+                        if actual < estimate {
+                            assert!(settled.refunded <= estimate - actual, "{settled:?}");
+                            assert_eq!((settled.charged, settled.forgiven), (0, 0));
+                        } else {
+                            assert_eq!(settled.refunded, 0, "{settled:?}");
+                            assert_eq!(settled.charged + settled.forgiven, actual - estimate);
                         }
                     }
                 }

@@ -44,6 +44,46 @@
 //! across five limiters on connections of their own (`tests/redis/lease.rs`); the
 //! lease word is model-checked (`loom-tests/tests/lease.rs`).
 //!
+//! # Reserve, then settle
+//! When a request's cost is known only after it ran — tokens an LLM call used, bytes
+//! sent — take an estimate when admitting it and settle at the actual cost once it is
+//! known. A Redis settle is one script call on the key's own state: a cost below the
+//! estimate gives the difference back on a token bucket (a fixed window gives nothing
+//! back: it cannot tell which window counted the estimate, so for refunds on settle,
+//! use the token bucket); a cost above it is charged even beyond what the key has
+//! left, and the key owes it, denied — even a cost of zero — until refill has repaid
+//! the debt (each denial's `retry_after` counts it). A debt is capped at one
+//! capacity; what the cap turns away is reported as
+//! [`Settlement::forgiven`](crate::Settlement::forgiven). A settle is applied as
+//! given: settle only what an allowed acquire that Redis decided took (a fallback
+//! that allowed took nothing: `settle(key, 0, actual)`). A settle that does not reach
+//! Redis is an error, counted in the limiter's failures: a lost charge is an
+//! admission nobody paid for. The rules, the fixed window's debt, expiry and the
+//! leased limiter's part are in [`crate::redis`](crate::redis#reserve-then-settle).
+//!
+//! ```no_run
+//! use turnstile::Quota;
+//! use turnstile::redis::{FailurePolicy, RedisTokenBucket};
+//!
+//! # async fn call_the_model(_prompt: &str) -> u32 { 0 }
+//! # async fn example(prompt: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! // 10,000 tokens a minute per user, shared by every server.
+//! let tokens = RedisTokenBucket::builder(Quota::per_minute(10_000)?, FailurePolicy::Closed)
+//!     .prefix("llm:tokens:")
+//!     .connect("redis://127.0.0.1/")?;
+//! let estimate = 500;
+//! if tokens.acquire("alice", estimate).await.is_allowed() {
+//!     let used = call_the_model(prompt).await;
+//!     // Gives back what was not used, or charges the rest: alice may now owe.
+//!     if let Err(error) = tokens.settle("alice", estimate, used).await {
+//!         // Not settled: log it (it is counted in `tokens.failures()`).
+//!         eprintln!("unsettled: {error}");
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What was measured
 //! All on the shared 2-core VM against a local `redis-server` 7.0.15; the tables,
 //! commands and caveats are in `results/redis.md`, under the section each point names.

@@ -99,6 +99,16 @@ pub trait SharedLimiter: Send + Sync + 'static {
     /// left (the key then owes, up to the debt cap). The store's answer, or why there
     /// was none: a settlement that does not reach the store is lost (a charge lost is
     /// an admission the key did not pay for, so it is reported, never hidden).
+    ///
+    /// A settle is applied as given: the store keeps no record of what an acquire
+    /// took, so settle only what an allowed acquire that the store (or the limiter's
+    /// own held tokens) decided took, and once. A
+    /// [`SharedDecision::Fallback`] with `allowed: true` took nothing: charge its
+    /// request as `settle(key, 0, actual)`. Only the difference between `estimate`
+    /// and `actual` moves the key's state; an estimate above the capacity, which no
+    /// acquire can have taken, is not refused by the Redis limiters (settled as
+    /// given: a refund capped at what the key is short of full, a charge at the debt
+    /// cap).
     fn settle<'a>(
         &'a self,
         key: &'a [u8],

@@ -9,7 +9,7 @@ use super::failure::{CheckError, FailureCounts};
 use super::fixed_window::FixedWindowScript;
 use super::limiter::{LimiterScript, RedisLimiter, RedisLimiterBuilder};
 use super::token_bucket::TokenBucketScript;
-use crate::{Quota, SharedDecision};
+use crate::{Quota, Settlement, SharedDecision};
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use std::fmt;
 use std::future::Future;
@@ -256,6 +256,23 @@ where
         let available = limiter.available(key);
         block_on(&self.runtime, limiter.timeout(), available)
             .inspect_err(|error| limiter.count_error(key, error))
+    }
+
+    /// As [`RedisLimiter::settle`], blocking for at most the timeout.
+    ///
+    /// # Errors
+    /// As [`RedisLimiter::settle`].
+    pub fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, CheckError> {
+        let limiter: &ScriptLimiter<C> = &self.inner.limiter;
+        let key = key.as_ref();
+        let settle = limiter.settle_reservation(key, estimate, actual);
+        let result = block_on(&self.runtime, limiter.timeout(), settle);
+        limiter.count_settled(key, result)
     }
 
     /// How often Redis gave no decision.

@@ -5,7 +5,7 @@
 use super::breaker::{Admission, Breaker, CircuitState, Transition};
 use super::config::{Settings, TimeSource};
 use super::failure::{CheckError, FailureCounters, FailureCounts, FailurePolicy};
-use crate::{Decision, SharedDecision};
+use crate::{Decision, Settlement, SharedDecision};
 use ::redis::aio::ConnectionLike;
 use ::redis::{Script, Value};
 use std::future::Future;
@@ -33,6 +33,9 @@ enum Extra {
     UpTo(u32),
     /// Give the cost back.
     Refund,
+    /// Settle a reservation of the cost (its estimate) at `actual`, owing at most
+    /// `debt_cap` beyond the capacity.
+    Settle { actual: u32, debt_cap: u64 },
 }
 
 /// A check's reply: Redis's decision, and whether the script found something other
@@ -51,6 +54,14 @@ pub(crate) struct Leased {
     pub(crate) taken: u32,
 }
 
+/// A settle's reply: what it did, and whether the script found something other than
+/// the limiter's own state at the key and replaced it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settled {
+    pub(crate) settlement: Settlement,
+    pub(crate) replaced: bool,
+}
+
 /// One algorithm's script and how to read its replies. `pub` only to be named by the
 /// sealed side of [`LimiterScript`](super::LimiterScript), in this private module:
 /// out of reach outside the crate.
@@ -61,6 +72,10 @@ pub struct ScriptedAlgorithm {
     /// The script's ARGV[1] and ARGV[2]: capacity and interval, or limit and window
     /// (microseconds).
     pub(crate) params: [u64; 2],
+    /// Whether a settle below the estimate can give anything back: the token
+    /// bucket's does, the fixed window's never does (it cannot tell which window
+    /// counted the estimate), so a reply saying it did is not the script's.
+    pub(crate) refunds_on_settle: bool,
     /// Reads an acquire reply for a cost, less its last element (the `replaced` flag
     /// every script appends); `None` when it is not one the script gives.
     pub(crate) decide: fn(params: [u64; 2], reply: &[i64], cost: u32) -> Option<Decision>,
@@ -69,7 +84,8 @@ pub struct ScriptedAlgorithm {
 impl ScriptedAlgorithm {
     /// The decision an acquire reply for `cost` gives, or `None` when the reply is not
     /// one the script gives or decides what no script can: a request allowed with
-    /// more left than the capacity less its cost, denied with enough, or told it
+    /// more left than the capacity less its cost, denied with enough (for a cost of
+    /// 0, with anything left), or told it
     /// exceeds a capacity it fits (a proxy's reply, a foreign script's). Passed on,
     /// such a reply would tell the caller of tokens that do not exist.
     pub(super) fn decision(&self, reply: &[i64], cost: u32) -> Option<Decision> {
@@ -80,7 +96,10 @@ impl ScriptedAlgorithm {
             Decision::Allowed { remaining } => {
                 cost <= capacity && u64::from(remaining) <= capacity - cost
             }
-            Decision::Denied { remaining, .. } => cost <= capacity && u64::from(remaining) < cost,
+            // A cost of 0 is denied only to a key in debt, which has nothing left.
+            Decision::Denied { remaining, .. } => {
+                cost <= capacity && u64::from(remaining) < cost.max(1)
+            }
             Decision::ExceedsCapacity { .. } => cost > capacity,
             Decision::Overflow { .. } => false,
         };
@@ -201,6 +220,69 @@ where
         async move { count_reply(run.await?, capacity, "a refund reply out of range") }
     }
 
+    /// Settles a reservation of `estimate` for `key` at `actual`, in one script call
+    /// (none when the two are equal: nothing to settle): the difference given back
+    /// (capped at the capacity), or charged even beyond what the key holds, up to a
+    /// debt of one capacity. Failures are not yet counted: see
+    /// [`ScriptLimiter::count_settled`].
+    pub(crate) fn settle_reservation(
+        &self,
+        key: &[u8],
+        estimate: u32,
+        actual: u32,
+    ) -> impl Future<Output = Result<Settled, CheckError>> + Send + use<C> {
+        // The debt cap: one capacity, as in process. What a key owes is then repaid
+        // within one full refill (a window), and a bucket's stored refill point stays
+        // within capacity × interval of now, which construction has checked fits
+        // the scripts' 2^52 µs.
+        let debt_cap = self.core.algorithm.params[0];
+        let refunds = self.core.algorithm.refunds_on_settle;
+        let run = (estimate != actual)
+            .then(|| self.run(key, i64::from(estimate), Extra::Settle { actual, debt_cap }));
+        async move {
+            let Some(run) = run else {
+                return Ok(Settled {
+                    settlement: Settlement::default(),
+                    replaced: false,
+                });
+            };
+            read_reply(&run.await?, |numbers| {
+                let (replaced, reply) = replaced_flag(numbers)?;
+                let settlement = settlement_reply(reply, estimate, actual, refunds)?;
+                Some(Settled {
+                    settlement,
+                    replaced,
+                })
+            })
+        }
+    }
+
+    /// Counts (and, for a named limiter, reports) a settle's result for `key`: a
+    /// failure as a refund's or a peek's, never as a check's (there is nothing to
+    /// allow or deny); a replaced key as a check's.
+    pub(crate) fn count_settled(
+        &self,
+        key: &[u8],
+        result: Result<Settled, CheckError>,
+    ) -> Result<Settlement, CheckError> {
+        match result {
+            Ok(settled) => {
+                if settled.replaced {
+                    self.core.counters.count_replaced();
+                    #[cfg(any(feature = "metrics", feature = "tracing"))]
+                    if let Some(observer) = &self.core.observer {
+                        observer.replaced(key);
+                    }
+                }
+                Ok(settled.settlement)
+            }
+            Err(error) => {
+                self.count_error(key, &error);
+                Err(error)
+            }
+        }
+    }
+
     /// Whether the failure policy allows.
     pub(crate) fn fails_open(&self) -> bool {
         self.core.policy == FailurePolicy::Open
@@ -276,6 +358,9 @@ where
             }
             Extra::Refund => {
                 invocation.arg("refund");
+            }
+            Extra::Settle { actual, debt_cap } => {
+                invocation.arg("settle").arg(actual).arg(debt_cap);
             }
         }
         let timeout = core.timeout;
@@ -451,6 +536,36 @@ fn count_reply(reply: Value, capacity: u64, what: &str) -> Result<u32, CheckErro
     .ok_or_else(|| CheckError::UnexpectedReply(what.into()))
 }
 
+/// A settle's reply `{refunded, charged, forgiven}` (after its `replaced` flag is
+/// taken off), or `None` when the script never gives it for a reservation of
+/// `estimate` settled at `actual`: more given back than the difference (anything,
+/// for a script that `refunds` nothing on settle), a charge beside a refund, or a
+/// charge and a forgiven part that do not add up to the difference. Passed on, such
+/// a reply would report tokens that did not move.
+fn settlement_reply(
+    reply: &[i64],
+    estimate: u32,
+    actual: u32,
+    refunds: bool,
+) -> Option<Settlement> {
+    let &[refunded, charged, forgiven] = reply else {
+        return None;
+    };
+    let [refunded, charged, forgiven] =
+        [refunded, charged, forgiven].map(|n| u32::try_from(n).ok());
+    let (refunded, charged, forgiven) = (refunded?, charged?, forgiven?);
+    let possible = if actual < estimate {
+        refunded <= estimate - actual && (refunds || refunded == 0) && charged == 0 && forgiven == 0
+    } else {
+        refunded == 0 && u64::from(charged) + u64::from(forgiven) == u64::from(actual - estimate)
+    };
+    possible.then_some(Settlement {
+        refunded,
+        charged,
+        forgiven,
+    })
+}
+
 fn integers(reply: &Value) -> Option<Vec<i64>> {
     match reply {
         Value::Array(items) => items
@@ -467,6 +582,44 @@ fn integers(reply: &Value) -> Option<Vec<i64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settle_replies_that_do_not_add_up_are_unexpected() {
+        let read =
+            |reply: &[i64], estimate, actual| settlement_reply(reply, estimate, actual, true);
+        let settled = |refunded, charged, forgiven| {
+            Some(Settlement {
+                refunded,
+                charged,
+                forgiven,
+            })
+        };
+        assert_eq!(read(&[3, 0, 0], 5, 2), settled(3, 0, 0));
+        // Capped at the capacity: less given back than the difference.
+        assert_eq!(read(&[1, 0, 0], 5, 2), settled(1, 0, 0));
+        assert_eq!(read(&[0, 4, 0], 2, 6), settled(0, 4, 0));
+        assert_eq!(read(&[0, 1, 3], 2, 6), settled(0, 1, 3));
+        for (wrong, estimate, actual) in [
+            (&[4, 0, 0][..], 5, 2),
+            (&[3, 1, 0], 5, 2),
+            (&[0, 0, 1], 5, 2),
+            (&[0, 3, 0], 2, 6),
+            (&[1, 4, 0], 2, 6),
+            (&[0, 5, 0], 2, 6),
+            (&[0, -1, 5], 2, 6),
+            (&[0, 4], 2, 6),
+            (&[0, 4, 0, 0], 2, 6),
+        ] {
+            assert_eq!(read(wrong, estimate, actual), None, "{wrong:?}");
+        }
+        // The fixed window gives nothing back on settle: a refund is not its reply.
+        assert_eq!(
+            settlement_reply(&[0, 0, 0], 5, 2, false),
+            Some(Settlement::default())
+        );
+        assert_eq!(settlement_reply(&[1, 0, 0], 5, 2, false), None);
+        assert_eq!(settlement_reply(&[0, 1, 3], 2, 6, false), settled(0, 1, 3));
+    }
 
     /// Found by the `redis_reply` fuzz target: a server (or a proxy) answering a peek
     /// of a capacity-8 limiter with 56 had the limiter report 56 tokens.

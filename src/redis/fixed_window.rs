@@ -23,11 +23,23 @@ static SCRIPT: LazyLock<Script> =
 /// Semantics, exact:
 /// - A request of `cost` is allowed iff the key's count in the current window plus
 ///   `cost` is at most `limit`; then it is counted. A denial changes nothing and is
-///   not counted. A cost of zero is always allowed.
+///   not counted. A cost of zero is allowed unless the key is in debt (counts past
+///   its limit, below).
 /// - `retry_after` of a denial is the exact time until the window ends, when the
-///   count starts over. A cost above `limit` is reported as never satisfiable.
+///   count starts over (for a key in debt, until the first window with room for the
+///   cost). A cost above `limit` is reported as never satisfiable.
 /// - A time older than the key's counted window (a server clock stepped back) counts
 ///   as inside that window.
+/// - A settle above the estimate ([`RedisLimiter::settle`]) counts past the limit,
+///   up to twice the limit. What a window counts past the limit is carried into the
+///   next windows, each starting one limit lower, and a denial waits for the first
+///   window with room for its cost (see the
+///   [module docs](super#reserve-then-settle)).
+/// - **A settle below the estimate gives nothing back** (`refunded: 0`): the stored
+///   count cannot tell which window counted the estimate, and giving it to a later
+///   window would admit more than the limit there. For refunds on settle, use the
+///   token bucket. (A policy's [`refund`](crate::policy::SharedLimiter::refund),
+///   right after the take, still gives back to the window being counted.)
 ///
 /// The count and its expiry are set by one script, so no client ever sees one without
 /// the other (the classic `INCR` followed by a separate `EXPIRE` leaks a key that
@@ -121,6 +133,7 @@ pub(super) fn algorithm(
         script: &SCRIPT,
         params: [u64::from(limit), micros],
         decide,
+        refunds_on_settle: false,
     })
 }
 

@@ -9,7 +9,7 @@ use super::config::{RedisConfigError, Settings, TimeSource};
 use super::connect::lazy_manager;
 use super::engine::{ScriptLimiter, ScriptedAlgorithm};
 use super::failure::{CheckError, FailureCounts, FailurePolicy};
-use crate::SharedDecision;
+use crate::{Settlement, SharedDecision};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use std::fmt;
 use std::time::Duration;
@@ -80,7 +80,10 @@ where
     /// nothing, in one round trip: one script call.
     ///
     /// A key's first request finds its whole allowance; a denial changes nothing; a
-    /// cost of zero is always allowed. When Redis does not answer within the timeout,
+    /// cost of zero is allowed unless the key is in debt (a
+    /// [settle](Self::settle) charged it beyond what it had, and refill has not yet
+    /// repaid it): a key in debt has less than nothing, so even a cost of zero waits
+    /// until the debt is repaid. When Redis does not answer within the timeout,
     /// or answers with an error, the failure policy answers
     /// ([`SharedDecision::Fallback`]) and the failure is counted (`failures`); the
     /// check never waits longer than the timeout.
@@ -109,6 +112,46 @@ where
         available
             .await
             .inspect_err(|error| self.limiter.count_error(key.as_ref(), error))
+    }
+
+    /// Settles a request admitted for `estimate` (an ordinary
+    /// [`acquire`](Self::acquire)) at what it actually cost, in one round trip (none
+    /// when `actual == estimate`): below the estimate the token bucket gives the
+    /// difference back, capped at the capacity ([`Settlement::refunded`] says what
+    /// was), and the fixed window gives nothing back (see
+    /// [`RedisFixedWindow`](super::RedisFixedWindow)); above it the difference is
+    /// charged even beyond what the key has left, and the key owes it: refused, even
+    /// a cost of zero, until refill has repaid the debt, each denial's `retry_after`
+    /// counting the debt exactly. A debt is capped at one capacity; what the cap
+    /// turns away is [`Settlement::forgiven`]. The key's expiry covers the debt's
+    /// repayment, so Redis does not forget what it owes. See the
+    /// [module docs](super#reserve-then-settle).
+    ///
+    /// **A settle is applied as given**: nothing in Redis records what an acquire
+    /// took, so settle only what an allowed acquire decided by Redis took, once. A
+    /// [`SharedDecision::Fallback`] that allowed took nothing: charge such a request
+    /// as `settle(key, 0, actual)`. Only the difference between `estimate` and
+    /// `actual` moves the key's state, so an estimate above the capacity (which no
+    /// acquire can have taken: it is answered
+    /// [`ExceedsCapacity`](crate::Decision::ExceedsCapacity)) is not refused: it is
+    /// settled as given, a refund still capped at what the key is short of full, a
+    /// charge at the debt cap.
+    ///
+    /// # Errors
+    /// Redis did not answer within the timeout, answered with an error, or gave a
+    /// reply the scripts never give. Nothing was settled that this limiter knows of
+    /// (a timed-out settle may still run in Redis), and the failure policy does not
+    /// apply: a lost charge is an admission not paid for, so the error is returned,
+    /// and counted in [`FailureCounts`] as a failed peek is.
+    pub async fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, CheckError> {
+        let key = key.as_ref();
+        let settle = self.limiter.settle_reservation(key, estimate, actual);
+        self.limiter.count_settled(key, settle.await)
     }
 
     /// How often Redis gave no decision, since this limiter (or the one it was

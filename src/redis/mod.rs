@@ -59,7 +59,10 @@
 //! under a [`ManualClock`](crate::ManualClock) the Redis limiter then makes exactly the
 //! in-process limiter's decisions (with times in whole microseconds; otherwise the
 //! reading is floored to the microsecond, which decides identically and can only
-//! lengthen a `retry_after`, never shorten it).
+//! lengthen a `retry_after`, never shorten it). Settles follow the same rules as in
+//! process; what the tests check against is reference models of those rules
+//! (`tests/redis/settle.rs`, `tests/redis/fixed_window.rs`), not the in-process
+//! limiters.
 //!
 //! # Units and limits
 //! Lua's numbers are doubles, exact for integers below 2^53. In microseconds that is
@@ -69,9 +72,17 @@
 //!   names the interval rounded up (`Quota::per_second(3)` has 333,333,334 ns; use
 //!   `Quota::new(3, Duration::from_micros(333_334))`). Nothing is rounded silently;
 //! - capacity × interval (the time to refill an empty bucket) and the window must be
-//!   at most 2^52 µs, about 142 years, so every sum in the script stays below 2^53;
-//! - server time is exact until 2^53 µs after 1970, the year 2255; a client clock's
-//!   readings saturate 2^52 µs (142 years) after the limiter's epoch;
+//!   at most 2^52 µs, about 142 years, so each span a script adds to a time (twice
+//!   it, at most: a debt's) is at most 2^53;
+//! - a script's numbers are exact while the latest time it stores or sums stays
+//!   below 2^53 µs after 1970 (the year 2255): that is now plus how far ahead the
+//!   key's state reaches — a window's end, a bucket's refill time, and for a key in
+//!   debt ([reserve, then settle](#reserve-then-settle)) up to now + capacity ×
+//!   interval for a bucket, now + two windows for a fixed window. So server time is
+//!   exact until 2255 less that span: for spans of days, 2255; for a bucket whose
+//!   full refill is the longest accepted (2^52 µs, 142 years) and that owes, 2112; a
+//!   fixed window over 2^51 µs (71 years) in debt reaches past 2^53 at once. A
+//!   client clock's readings saturate 2^52 µs (142 years) after the limiter's epoch;
 //! - numbers the script writes are formatted as integers by hand, and the grid point
 //!   is `now - fmod(now, interval)`, exact, never `floor(now / interval)`, whose
 //!   quotient is rounded first.
@@ -88,7 +99,8 @@
 //! # State and expiry
 //! One Redis hash per key: tokens and last refill time for a bucket, window start and
 //! count for a window. Every written key gets a `PEXPIRE` for the moment it stops
-//! mattering, rounded up to the millisecond: the bucket full again, the window over;
+//! mattering, rounded up to the millisecond: the bucket full again, the window over
+//! (for a key in debt, its debt repaid too: [reserve, then settle](#reserve-then-settle));
 //! a check that finds a bucket full deletes it rather than writing it. A missing key
 //! is a full bucket (or an empty window), so Redis forgets idle clients by itself and
 //! nothing needs sweeping. Forgetting is exact with one caveat: a forgotten key no
@@ -209,11 +221,64 @@
 //! What a [`Policy`](crate::policy::Policy) asks of them is
 //! [`SharedLimiter`](crate::policy::SharedLimiter), which all three implement: an
 //! async check answering a decision or a fallback, an answer without waiting when
-//! there is one at hand (the leased limiter's held tokens), and a refund — one script
+//! there is one at hand (the leased limiter's held tokens), a refund — one script
 //! call, atomic, capped at the capacity, for the plain limiters; the lease, for the
-//! leased one. So a per-user limit in Redis, a per-IP limit in process and a
+//! leased one — and a settle ([reserve, then settle](#reserve-then-settle)). So a per-user limit in Redis, a per-IP limit in process and a
 //! fleet-wide leased limit sit in one policy, all or nothing (see
 //! [shared checks](crate::policy#shared-checks)).
+//!
+//! # Reserve, then settle
+//! A request whose cost is known only after it ran (tokens an LLM call used, bytes
+//! sent) takes an estimate with an ordinary `acquire(key, estimate)`, then settles at
+//! the actual cost with `settle(key, estimate, actual)` ([`RedisLimiter::settle`],
+//! [`BlockingRedisLimiter::settle`], [`lease::RedisLeasedTokenBucket::settle`], and
+//! [`SharedLimiter::settle`](crate::policy::SharedLimiter::settle) in a policy): one
+//! `EVALSHA` of the check's own script, on the same key, so the same hash-tag and
+//! Cluster rules hold (none when `actual == estimate`). Its
+//! [`Settlement`](crate::Settlement) says what it did:
+//!
+//! - **Below the estimate** the token bucket gives the difference back, never past
+//!   a full bucket: `refunded` is what was, exactly. **The fixed window gives nothing
+//!   back** (`refunded: 0`): its stored count cannot tell which window counted the
+//!   estimate, and giving it to a later window would admit more than the limit there
+//!   (a limit of 10: 10 taken at the end of one window, 10 more in the next, then a
+//!   refund of the first 10 would let 10 more into that next window). For refunds on
+//!   settle, use the token bucket.
+//! - **Above it** the difference is charged even beyond what the key has left: the key
+//!   then owes it, and is denied — even a cost of zero: a key in debt has less than
+//!   nothing — until refill has repaid the debt, each denial's `retry_after`
+//!   counting the debt exactly. A token bucket's debt follows the same rules as the
+//!   in-process token bucket's (the refill time `full_at` past now + capacity ×
+//!   interval; no test compares the two), stored as an empty bucket refilled at a
+//!   grid point still to come; a fixed window counts past its limit, and what it
+//!   counts past the limit is carried into the next windows, each starting one limit
+//!   lower, so the first window with room for a cost may lie several windows ahead.
+//! - **A debt is capped at one capacity** (a limit, for the window): the most a key
+//!   owes is repaid within one full refill, and a stored bucket's refill time stays
+//!   within capacity × interval of now, which construction has checked is at most
+//!   2^52 µs (see [units and limits](#units-and-limits)). What the cap turns away is
+//!   `forgiven`, reported, never dropped silently.
+//! - **The expiry covers the debt**: a key in debt expires only when its state stops
+//!   mattering — its bucket full again, its window's carried count repaid — so Redis
+//!   never forgets what a key owes.
+//! - **A settle is applied as given.** Redis keeps no record of what an acquire took,
+//!   so settle only what an allowed acquire that Redis decided took, and once: a
+//!   [`SharedDecision::Fallback`](crate::SharedDecision::Fallback) that allowed took
+//!   nothing, so charge its request as `settle(key, 0, actual)`. Only the difference
+//!   between the estimate and the actual cost moves the state: an estimate above the
+//!   capacity, which no acquire took, is not refused, and is settled as given.
+//!
+//! "Estimate 0, charge only what fails" (count only failed logins) works on the plain
+//! limiters: each failure is `settle(key, 0, 1)`, and once the key owes, `acquire(key,
+//! 0)` is denied until the debt is repaid. The leased limiter answers a cost of zero
+//! in process, allowed (see [`lease::RedisLeasedTokenBucket::acquire`]): use a plain
+//! limiter for that pattern.
+//!
+//! A settle that does not reach Redis is an `Err`: a lost charge is an admission not
+//! paid for, so the failure policy, which answers checks, does not hide it. It is
+//! counted in [`FailureCounts`] (`timeouts`, `errors`, `short_circuited`) and reported
+//! by a named limiter as a failed refund or peek is. A timed-out settle may still run
+//! in Redis.
 //!
 //! # Cost
 //! A check is one network round trip: tens of microseconds to a Redis on the same
@@ -309,7 +374,7 @@ mod tests {
                 (0, 6, 3),
                 (0, 0, 9),
                 (1, 3, 3),
-                (1, 0, 0),
+                (1, 1, 0),
                 (1, 0, 9),
                 (2, 8, 8),
             ] {
@@ -321,5 +386,21 @@ mod tests {
                 );
             }
         }
+        // A cost of 0 is denied to a key in debt, with nothing left: the window
+        // counting past its limit; the bucket's reading 3 grid points (of 1 ms)
+        // behind a refill point 2.5 ms ahead where it holds 1, so it owes 2 and has
+        // nothing one grid point before that refill point, 1.5 ms from now.
+        assert!(matches!(
+            window.decision(&[1, 0, 1000], 0),
+            Some(Decision::Denied { remaining: 0, .. })
+        ));
+        assert_eq!(
+            bucket.decision(&[1, 0, 2500, -1], 0),
+            Some(Decision::Denied {
+                remaining: 0,
+                retry_after: Duration::from_micros(1500)
+            })
+        );
+        assert_eq!(window.decision(&[1, 1, 1000], 0), None);
     }
 }

@@ -9,7 +9,9 @@
 -- ARGV[4]  now, microseconds since the grid's epoch; empty: the server's TIME
 -- ARGV[5]  "1": expire the key when it stops mattering
 -- ARGV[6]  optional: "refund", give back the cost (capped) taken by a request that did
---          not go ahead; or, for a lease of the token bucket, how many to take
+--          not go ahead; "settle", settle a reservation of the cost (its estimate) at
+--          ARGV[7], its actual cost, with a debt of at most ARGV[8]; or, for a lease
+--          of the token bucket, how many to take
 --
 -- The prefix is the limiter's namespace: anything else found at the key (another
 -- type, the limiter's fields missing one of the two or not integers in range) is not
@@ -31,6 +33,7 @@ if now == nil then
 end
 local expire = ARGV[5] == '1'
 local refund = ARGV[6] == 'refund'
+local settle = ARGV[6] == 'settle'
 
 local function int(x)
   return string.format('%.0f', x)

@@ -1,12 +1,12 @@
 //! The Redis limiters as checks of a [`Policy`](crate::policy::Policy): the
-//! [`SharedLimiter`] contract, with refunds as one atomic script each.
+//! [`SharedLimiter`] contract, with refunds and settles as one atomic script each.
 
 use super::engine::ScriptLimiter;
 use super::failure::CheckError;
 use super::lease::RedisLeasedTokenBucket;
 use super::limiter::{LimiterScript, RedisLimiter};
-use crate::SharedDecision;
 use crate::policy::{SharedFuture, SharedLimiter};
+use crate::{Settlement, SharedDecision, SharedError};
 use ::redis::aio::ConnectionLike;
 use std::future::Future;
 
@@ -51,9 +51,12 @@ where
         key: &'a [u8],
         estimate: u32,
         actual: u32,
-    ) -> SharedFuture<'a, Result<crate::Settlement, crate::SharedError>> {
-        let _ = (key, estimate, actual);
-        todo!("settle-api scaffold: the Redis settle")
+    ) -> SharedFuture<'a, Result<Settlement, SharedError>> {
+        Box::pin(async move {
+            RedisLimiter::settle(self, key, estimate, actual)
+                .await
+                .map_err(Into::into)
+        })
     }
 
     fn fails_open(&self) -> bool {
@@ -63,7 +66,8 @@ where
 
 /// A leased check answers from its lease without waiting when the lease holds the
 /// cost, and gives refunds back to the lease; only a key without a lease entry is
-/// refunded in Redis.
+/// refunded in Redis. A settle charges the lease first, then Redis
+/// ([`RedisLeasedTokenBucket::settle`]).
 impl<C> SharedLimiter for RedisLeasedTokenBucket<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -97,9 +101,12 @@ where
         key: &'a [u8],
         estimate: u32,
         actual: u32,
-    ) -> SharedFuture<'a, Result<crate::Settlement, crate::SharedError>> {
-        let _ = (key, estimate, actual);
-        todo!("settle-api scaffold: the leased settle")
+    ) -> SharedFuture<'a, Result<Settlement, SharedError>> {
+        Box::pin(async move {
+            RedisLeasedTokenBucket::settle(self, key, estimate, actual)
+                .await
+                .map_err(Into::into)
+        })
     }
 
     fn fails_open(&self) -> bool {

@@ -124,6 +124,7 @@ pub(super) fn algorithm(quota: &Quota) -> Result<ScriptedAlgorithm, RedisConfigE
         script: &SCRIPT,
         params: [u64::from(capacity), interval],
         decide,
+        refunds_on_settle: true,
     })
 }
 

@@ -192,7 +192,7 @@ async fn a_master_restarted_mid_run_keeps_every_decision_exact() {
     assert!(refills <= 1, "the run spanned {refills} refill times");
 }
 
-/// The blocking limiters take a cluster client too.
+/// The blocking limiters take a cluster client too; settles go where checks go.
 #[cfg(feature = "redis-cluster")]
 #[test]
 fn a_blocking_limiter_on_a_cluster_decides_exactly() {
@@ -225,5 +225,14 @@ fn a_blocking_limiter_on_a_cluster_decides_exactly() {
         let allowed = [2, 1, 0].map(|remaining| Some(Decision::Allowed { remaining }));
         assert_eq!(decisions[..3], allowed);
         assert!(matches!(decisions[3], Some(Decision::Denied { .. })));
+    }
+    // A settle runs on the key's own master, as a check does: the three given back,
+    // then five charged, two of them owed.
+    for k in 0..KEYS {
+        let key = format!("user{k}");
+        assert_eq!(limiter.settle(&key, 3, 0).unwrap().refunded, 3, "{key}");
+        assert_eq!(limiter.peek(&key).unwrap(), 3, "{key}");
+        assert_eq!(limiter.settle(&key, 0, 5).unwrap().charged, 5, "{key}");
+        assert!(!limiter.acquire(&key, 1).is_allowed(), "{key}");
     }
 }

@@ -1,4 +1,5 @@
-//! `RedisFixedWindow` agrees with a plain reference model, decision by decision.
+//! `RedisFixedWindow` agrees with a plain reference model, decision by decision and
+//! settle by settle (debt included).
 
 use crate::server::RedisServer;
 use crate::{fresh_prefix, inspector, manager, runtime, server_time};
@@ -9,10 +10,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 use turnstile::SharedDecision;
 use turnstile::redis::{FailurePolicy, RedisFixedWindow};
-use turnstile::{Decision, ManualClock};
+use turnstile::{Decision, ManualClock, Settlement};
 
 /// The fixed window as plainly as possible: per key, the start of the window it
-/// counts and the count, times in microseconds since the epoch.
+/// counts and the count, times in microseconds since the epoch. A request is allowed
+/// iff the count plus its cost is at most the limit (so a cost of 0 is refused to a
+/// key counting past it). A settle may count up to twice the limit (a debt of one
+/// limit); what a window counts past the limit is the next window's starting count.
+/// A settle below the estimate gives nothing back, whatever was counted: the model
+/// does not know which window counted the estimate, and neither does the script.
 struct Reference {
     limit: u64,
     window: u64,
@@ -26,13 +32,16 @@ impl Reference {
         let current = now / self.window * self.window;
         match self.keys.get(&key) {
             Some(&(start, count)) if start >= current => (start, count),
+            Some(&(start, count)) if start + self.window == current && count > self.limit => {
+                (current, count - self.limit)
+            }
             _ => (current, 0),
         }
     }
 
     fn acquire(&mut self, key: u8, now: u64, cost: u32) -> Decision {
         let (start, count) = self.counted(key, now);
-        let remaining = (self.limit - count) as u32;
+        let remaining = self.limit.saturating_sub(count) as u32;
         let cost = u64::from(cost);
         if cost > self.limit {
             Decision::ExceedsCapacity {
@@ -40,9 +49,12 @@ impl Reference {
                 capacity: self.limit as u32,
             }
         } else if count + cost > self.limit {
+            // The next window starts with the debt, if any; the one after, empty.
+            let carried = count.saturating_sub(self.limit);
+            let windows = if carried + cost <= self.limit { 1 } else { 2 };
             Decision::Denied {
                 remaining,
-                retry_after: Duration::from_micros(start + self.window - now),
+                retry_after: Duration::from_micros(start + windows * self.window - now),
             }
         } else {
             if cost > 0 {
@@ -55,7 +67,23 @@ impl Reference {
     }
 
     fn peek(&self, key: u8, now: u64) -> u32 {
-        (self.limit - self.counted(key, now).1) as u32
+        self.limit.saturating_sub(self.counted(key, now).1) as u32
+    }
+
+    fn settle(&mut self, key: u8, now: u64, estimate: u32, actual: u32) -> Settlement {
+        let (start, count) = self.counted(key, now);
+        let (estimate, actual) = (u64::from(estimate), u64::from(actual));
+        let mut settled = Settlement::default();
+        if actual > estimate {
+            let extra = actual - estimate;
+            let charged = extra.min((2 * self.limit).saturating_sub(count));
+            settled.charged = charged as u32;
+            settled.forgiven = (extra - charged) as u32;
+            if charged > 0 {
+                self.keys.insert(key, (start, count + charged));
+            }
+        }
+        settled
     }
 }
 
@@ -67,6 +95,13 @@ enum Step {
     Back { by: u64, key: u8, cost: u32 },
     /// Clock forward, then peek.
     Peek { by: u64, key: u8 },
+    /// Clock forward, then settle a reservation of `estimate` at `actual`.
+    Settle {
+        by: u64,
+        key: u8,
+        estimate: u32,
+        actual: u32,
+    },
 }
 
 fn schedule(limit: u32, window: u64) -> impl Strategy<Value = Vec<Step>> {
@@ -81,7 +116,9 @@ fn schedule(limit: u32, window: u64) -> impl Strategy<Value = Vec<Step>> {
         8 => (by.clone(), 0u8..3, cost.clone())
             .prop_map(|(by, key, cost)| Step::Forward { by, key, cost }),
         1 => (0..window * 2, 0u8..3, cost).prop_map(|(by, key, cost)| Step::Back { by, key, cost }),
-        1 => (by, 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+        1 => (by.clone(), 0u8..3).prop_map(|(by, key)| Step::Peek { by, key }),
+        2 => (by, 0u8..3, 0..=limit + 1, 0..=3 * limit)
+            .prop_map(|(by, key, estimate, actual)| Step::Settle { by, key, estimate, actual }),
     ];
     prop::collection::vec(step, 1..80)
 }
@@ -137,6 +174,27 @@ async fn agree(
                     reference.peek(key, now),
                     "step {} peek at {} µs",
                     i,
+                    now
+                );
+            }
+            Step::Settle {
+                by,
+                key,
+                estimate,
+                actual,
+            } => {
+                now += by;
+                clock.set(Duration::from_micros(now));
+                let got = redis
+                    .settle([key], estimate, actual)
+                    .await
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    got,
+                    reference.settle(key, now, estimate, actual),
+                    "step {} {:?} at {} µs",
+                    i,
+                    step,
                     now
                 );
             }
@@ -229,4 +287,106 @@ async fn server_time_windows_start_at_the_unix_epoch() {
         let wait = denied.retry_after().expect("denied").as_micros() as u64;
         assert!((end(after) - after..=end(before) - before).contains(&wait));
     }
+}
+
+/// The review's case for "a fixed window gives nothing back on settle": a reservation
+/// of the whole limit taken at the end of one window and settled at 0 in the next,
+/// after that window admitted its own limit. Giving the 10 back to the window being
+/// counted would let 10 more through it: 20 in one window.
+#[tokio::test]
+async fn a_settle_below_the_estimate_gives_nothing_back_to_a_later_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = RedisFixedWindow::builder(10, Duration::from_secs(1), FailurePolicy::Closed)
+        .prefix(fresh_prefix("fw-settle-late"))
+        .timeout(Duration::from_secs(5))
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .build(manager(&server).await)
+        .unwrap();
+    let decide = |cost| {
+        let limiter = limiter.clone();
+        async move {
+            match limiter.acquire("k", cost).await {
+                SharedDecision::Decided(decision) => decision,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    clock.set(Duration::from_millis(999));
+    assert_eq!(decide(10).await, Decision::Allowed { remaining: 0 });
+    clock.set(Duration::from_millis(1000));
+    for left in (0..10).rev() {
+        assert_eq!(decide(1).await, Decision::Allowed { remaining: left });
+    }
+    clock.set(Duration::from_millis(1500));
+    assert_eq!(
+        limiter.settle("k", 10, 0).await.unwrap(),
+        Settlement::default()
+    );
+    // Nothing came back: the window has admitted its 10 and admits no more.
+    assert_eq!(limiter.peek("k").await.unwrap(), 0);
+    assert_eq!(
+        decide(1).await,
+        Decision::Denied {
+            remaining: 0,
+            retry_after: Duration::from_millis(500)
+        }
+    );
+    // Within one window, too: a settle gives nothing back (a policy's refund does).
+    clock.set(Duration::from_millis(2000));
+    assert_eq!(decide(4).await, Decision::Allowed { remaining: 6 });
+    assert_eq!(
+        limiter.settle("k", 4, 1).await.unwrap(),
+        Settlement::default()
+    );
+    assert_eq!(limiter.peek("k").await.unwrap(), 6);
+}
+
+/// A cost of 0 is allowed unless the key counts past its limit: then it waits for
+/// the first window where the count is back within the limit.
+#[tokio::test]
+async fn a_cost_of_zero_is_refused_while_the_window_counts_past_its_limit() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = RedisFixedWindow::builder(3, Duration::from_secs(1), FailurePolicy::Closed)
+        .prefix(fresh_prefix("fw-zero"))
+        .timeout(Duration::from_secs(5))
+        .client_clock(clock.clone())
+        .expire_idle_keys(false)
+        .build(manager(&server).await)
+        .unwrap();
+    let decide = |cost| {
+        let limiter = limiter.clone();
+        async move {
+            match limiter.acquire("k", cost).await {
+                SharedDecision::Decided(decision) => decision,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    clock.set(Duration::from_millis(200));
+    // Counted to the limit, not past it: a cost of 0 is still allowed.
+    assert_eq!(decide(3).await, Decision::Allowed { remaining: 0 });
+    assert_eq!(decide(0).await, Decision::Allowed { remaining: 0 });
+    // "Estimate 0, charge what fails": two charges put the key 2 past its limit.
+    for _ in 0..2 {
+        assert_eq!(
+            limiter.settle("k", 0, 1).await.unwrap(),
+            Settlement {
+                charged: 1,
+                ..Settlement::default()
+            }
+        );
+    }
+    let refused = Decision::Denied {
+        remaining: 0,
+        retry_after: Duration::from_millis(800),
+    };
+    assert_eq!(decide(0).await, refused);
+    // The next window starts at 2 counted: within the limit, a cost of 0 passes, and
+    // one more.
+    clock.set(Duration::from_millis(1000));
+    assert_eq!(decide(0).await, Decision::Allowed { remaining: 1 });
+    assert_eq!(decide(1).await, Decision::Allowed { remaining: 0 });
 }

@@ -21,6 +21,7 @@ mod policy;
 mod sentinel;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel_set;
+mod settle;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod token_bucket;

@@ -11,11 +11,14 @@ use crate::sync::{AtomicU64, Ordering};
 ///
 /// Every token taken from Redis is accounted for exactly: at any moment,
 /// `leased + refunded = served_by_fetch + served_locally + expired + held`, where
-/// `refunded` is what refused requests of a policy gave back to the leases and `held` is what
-/// the process's leases still hold ([`RedisLeasedTokenBucket::held`](super::RedisLeasedTokenBucket::held)
-/// per key) and `served_locally` the tokens requests took from leases without a round
-/// trip ([`LeaseCounts::served_locally`] computes it for a set of keys whose held
-/// tokens you know).
+/// `refunded` is what went back into the leases (a policy's refused requests, settles
+/// below their estimate), `held` is what the process's leases still hold
+/// ([`RedisLeasedTokenBucket::held`](super::RedisLeasedTokenBucket::held) per key)
+/// and `served_locally` the tokens requests took from leases without a round trip, a
+/// settle's charge taken from a lease among them ([`LeaseCounts::served_locally`]
+/// computes it for a set of keys whose held tokens you know). A token served and
+/// then given back to Redis by a settle (the part a lease could not take back) stays
+/// counted as served: these counts follow the tokens fetches took, not the bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeaseCounts {
     /// Lease fetches Redis answered: each one round trip (failed ones are in
@@ -31,10 +34,13 @@ pub struct LeaseCounts {
     /// returned to Redis (see the [module docs](super#expiry-tokens-stop-counting)).
     /// Tokens a policy's refused request gave back to a lease that had expired, or
     /// that had no room under `max_lease` for them, are counted here too: dropped.
+    /// (A settle's refund that a lease cannot take goes to Redis instead: not here.)
     pub expired: u64,
-    /// Tokens a refused request of a [`Policy`](crate::policy::Policy) gave back to
-    /// the key's lease, where later requests take them (a refund that found no room
-    /// is in `expired`).
+    /// Tokens given back to a key's lease, where later requests take them: by a
+    /// refused request of a [`Policy`](crate::policy::Policy) (what found no room is
+    /// in `expired`), and by a settle below its estimate
+    /// ([`RedisLeasedTokenBucket::settle`](super::RedisLeasedTokenBucket::settle):
+    /// what found no room went to Redis, counted in neither).
     pub refunded: u64,
     /// Requests denied without a round trip, from a denial Redis gave for the key.
     pub denied_locally: u64,

@@ -31,6 +31,9 @@ struct Sizing {
     size: u32,
     resize: size::Resize,
     at: u64,
+    /// The key's charges ([`Slow::charges`]) when the fetch was sized, before it was
+    /// sent.
+    charges: u64,
 }
 
 /// Counts a fetch as unanswered when dropped before an answer came (see
@@ -251,7 +254,7 @@ where
                     .refill_below
                     .store(u64::from(refill_below(sizing.size)), Ordering::Relaxed);
                 self.counters.fetched(cost == 0, leased.taken, cost);
-                self.settle_lease(lease, &mut slow, leased, cost, now)
+                self.settle_lease(lease, &mut slow, leased, cost, now, sizing.charges)
             }
             Err(error) => {
                 if !may_have_run(error) {
@@ -287,11 +290,14 @@ where
             size,
             resize,
             at: now,
+            charges: slow.charges,
         })
     }
 
-    /// Puts what a fetch Redis answered into the lease, or remembers its denial; the
-    /// tokens held after it.
+    /// Puts what a fetch Redis answered into the lease, or remembers its denial
+    /// unless a settle charged the key in Redis since the fetch was sized (`charges`,
+    /// then): the denial may have been decided before that charge, and its wait not
+    /// count the debt. The tokens held after it.
     fn settle_lease(
         &self,
         lease: &KeyLease,
@@ -299,6 +305,7 @@ where
         leased: &Leased,
         cost: u32,
         now: u64,
+        charges: u64,
     ) -> u32 {
         match leased.checked.decision {
             Decision::Allowed { .. } => {
@@ -315,11 +322,17 @@ where
                 added.held
             }
             Decision::Denied { retry_after, .. } => {
-                let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
-                slow.denied = Some(Denial {
-                    until: now.saturating_add(wait),
-                    cost,
-                });
+                // A charge counted after the fetch was sized came back after it was
+                // sent: the fetch may have run in Redis before the charge. Not
+                // remembered, the next request asks Redis (a charge that ran first
+                // costs only that round trip).
+                if slow.charges == charges {
+                    let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
+                    slow.denied = Some(Denial {
+                        until: now.saturating_add(wait),
+                        cost,
+                    });
+                }
                 held(lease, now)
             }
             _ => held(lease, now),

@@ -45,6 +45,19 @@ pub(super) struct Slow {
     pub(super) failure: Option<CheckError>,
     /// The sweep removed this entry: a fetch must look the key up again.
     pub(super) retired: bool,
+    /// Settles that charged this key in Redis, counted when their reply arrives
+    /// (wrapping): a fetch sized before a charge and answered after it does not
+    /// remember its denial, which Redis may have decided before the charge.
+    pub(super) charges: u64,
+}
+
+impl Slow {
+    /// A settle charged the key in Redis: the bucket owes more than any denial
+    /// remembered, or in flight, says.
+    pub(super) fn charged(&mut self) {
+        self.denied = None;
+        self.charges = self.charges.wrapping_add(1);
+    }
 }
 
 /// A denial remembered: the bucket had fewer than `cost` tokens, and none are added
@@ -72,6 +85,7 @@ impl KeyLease {
                 denied: None,
                 failure: None,
                 retired: false,
+                charges: 0,
             }),
         }
     }

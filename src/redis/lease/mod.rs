@@ -20,12 +20,16 @@
 //!    task fetches the next lease ahead of need, off the request path.
 //! 2. **A remembered denial**: Redis denied this key a cost at most this one's, and its
 //!    `retry_after` is not over: [`Decision::Denied`] at once, with the rest of that
-//!    wait. Exact in one direction: only refill adds tokens to a bucket (no process
-//!    returns any), so until then the bucket cannot have the cost. The wait is
-//!    measured from the reply's arrival, so it may end up to one round trip after
-//!    Redis's: such a denial can be a round trip late, never early. (A bucket reset in
-//!    Redis meanwhile — its key deleted, the database flushed — is seen when the wait
-//!    is over.)
+//!    wait. It never admits: it only refuses until the wait is over, then asks Redis
+//!    again. It can refuse a request Redis would admit: the wait is measured from the
+//!    reply's arrival, so it may end up to one round trip after Redis's, and tokens
+//!    given back to the bucket meanwhile — a refund or a settle below its estimate,
+//!    by any process, or a reset (the key deleted, the database flushed) — are seen
+//!    only when the wait is over. Its `retry_after` can be short: a settle charged
+//!    in Redis by another process meanwhile puts the bucket in debt that the
+//!    remembered wait does not count (a charge by this process forgets the denial,
+//!    and a denial computed before it is not remembered after it); the request
+//!    after the wait then asks Redis, which counts the debt.
 //! 3. **A fetch**: one script call takes the cost, all or nothing, exactly as the plain
 //!    limiter's check, and when allowed, whatever else the bucket holds up to the
 //!    key's lease size less what the lease still holds; the rest of the grant goes
@@ -60,11 +64,14 @@
 //!   last fetch everywhere — that is at most `C + R(a, b]`: the most the one bucket can
 //!   admit over the span. Exactly: every token a fetch took is served to one request,
 //!   still held, or expired — [`LeaseCounts`]: `leased + refunded = served_by_fetch +
-//!   served_locally + expired + held`, where `refunded` counts tokens that a policy's
-//!   refused request took and gave back to the lease, to be served again (see
-//!   [shared checks](crate::policy#shared-checks)) — and the bucket lost the tokens the fetches
-//!   took; tested across five leased limiters and a plain one on connections of their
-//!   own (in one OS process), and on a cluster. That is for the fetches Redis
+//!   served_locally + expired + held`, where `refunded` counts tokens given back to
+//!   the lease, to be served again: by a policy's refused request (see
+//!   [shared checks](crate::policy#shared-checks)) or a settle below its estimate —
+//!   and the bucket lost the tokens the fetches took (with settles, read "admit" as
+//!   the tokens requests keep: a settle's refund gives tokens back, to the lease or
+//!   to the bucket, and a charge takes more); tested across five leased limiters
+//!   and a plain one on connections of their own (in one OS process), and on a
+//!   cluster. That is for the fetches Redis
 //!   answered. A fetch sent whose answer is lost — it timed out, its connection
 //!   dropped, its caller dropped it — may still run in Redis and take up to what it
 //!   asked, unseen: never admitted, so never more than the bound; counted in
@@ -170,10 +177,10 @@ pub use counts::LeaseCounts;
 use super::breaker::CircuitState;
 use super::engine::ScriptLimiter;
 use super::failure::{CheckError, FailureCounts};
-use crate::SharedDecision;
 use crate::evict::sweeper::Sweeper;
 use crate::sync::Ordering;
 use crate::{Clock, Decision, Quota};
+use crate::{Settlement, SharedDecision};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use counts::LeaseCounters;
 use hold::tick;
@@ -290,9 +297,12 @@ where
     /// Redis in one fetch that also refills the lease (see the
     /// [module docs](self#how-a-check-goes)).
     ///
-    /// A cost of zero is always allowed; a cost above the capacity is answered
-    /// [`Decision::ExceedsCapacity`] without asking Redis. When the lease is short and
-    /// Redis does not answer within the timeout, the failure policy answers
+    /// A cost of zero is allowed in process, without asking Redis — even while the
+    /// key owes in Redis, which only Redis knows (the plain
+    /// [`RedisTokenBucket`](super::RedisTokenBucket) refuses it then); a cost above
+    /// the capacity is answered [`Decision::ExceedsCapacity`] without asking Redis.
+    /// When the lease is short and Redis does not answer within the timeout, the
+    /// failure policy answers
     /// ([`SharedDecision::Fallback`]). A check waits at most the timeout for a fetch in flight
     /// and at most the timeout for a fetch of its own (which it starts only when the
     /// one it waited for answered with too few tokens): at most twice the timeout.
@@ -347,6 +357,91 @@ where
                 inner.counters.refunded(cost, back);
             })
             .is_some()
+    }
+
+    /// Settles a request admitted for `estimate` at what it actually cost (see
+    /// [`RedisTokenBucket::settle`](super::RedisTokenBucket::settle) for what settling
+    /// means, and for why a settle is applied as given: settle only what an allowed
+    /// acquire that this limiter or Redis decided took, and charge a request a
+    /// fallback allowed as `settle(key, 0, actual)`), through the key's lease when it
+    /// has one:
+    ///
+    /// - **Below the estimate**, the difference goes back to the key's lease, as a
+    ///   policy's refund does, up to `max_lease`, with no round trip; what the lease
+    ///   cannot take (all of it when the lease has expired or the key has no lease
+    ///   entry, the part above `max_lease` when it is full) goes back to Redis in one
+    ///   round trip, as the plain limiter's refund on settle. [`Settlement::refunded`]
+    ///   is the sum; what the lease took is counted in [`LeaseCounts::refunded`].
+    /// - **Above it**, the difference comes out of the key's lease first, as far as
+    ///   the lease holds it, with no round trip: those tokens already left the Redis
+    ///   bucket, so spending them on the request that used them is what serving
+    ///   another request would have done, and this process's lease is empty before
+    ///   the bucket is charged into debt. Only what the lease does not hold is charged
+    ///   in Redis, one round trip, into debt as the plain limiter's; a denial this
+    ///   process remembers for the key is then forgotten, and a fetch in flight that
+    ///   Redis denied before the charge is not remembered, so the next request asks
+    ///   Redis, whose `retry_after` counts the debt. The tokens taken from the lease
+    ///   count in [`LeaseCounts::served_locally`]. Tokens leased before the charge —
+    ///   by other processes, or by a fetch in flight here — are still served while
+    ///   the bucket owes: they left the bucket before the debt, so the bound of the
+    ///   [module docs](self#the-bound) holds.
+    ///
+    /// A settle waits for no other request: not for a fetch in flight, whose grant it
+    /// neither takes nor waits for.
+    ///
+    /// # Errors
+    /// As [`RedisTokenBucket::settle`](super::RedisTokenBucket::settle), for the part
+    /// charged or refunded in Redis; what the lease took back or gave to a charge
+    /// stays there.
+    pub async fn settle(
+        &self,
+        key: impl AsRef<[u8]>,
+        estimate: u32,
+        actual: u32,
+    ) -> Result<Settlement, CheckError> {
+        let key = key.as_ref();
+        let inner = &self.core;
+        let now = tick(inner.now());
+        let lease_part = if actual < estimate {
+            let back = inner
+                .leases
+                .with(key, |lease| {
+                    hold::give_back(&lease.word, estimate - actual, inner.max_lease, now)
+                })
+                .unwrap_or(0);
+            // What the lease took back, and nothing dropped: the rest goes to Redis.
+            inner.counters.refunded(back, back);
+            Settlement {
+                refunded: back,
+                ..Settlement::default()
+            }
+        } else {
+            let taken = inner
+                .leases
+                .with(key, |lease| take_up_to(&lease.word, actual - estimate, now))
+                .unwrap_or(0);
+            Settlement {
+                charged: taken,
+                ..Settlement::default()
+            }
+        };
+        // The rest, as a reservation of what the lease did not settle: only the
+        // difference moves the bucket.
+        let (estimate, actual) = (estimate - lease_part.refunded, actual - lease_part.charged);
+        if estimate == actual {
+            return Ok(lease_part);
+        }
+        let settle = inner.limiter.settle_reservation(key, estimate, actual);
+        let mut settlement = inner.limiter.count_settled(key, settle.await)?;
+        if settlement.charged > 0 {
+            // The bucket owes more than when Redis last denied this key: that denial's
+            // wait, or one a fetch in flight brings back, may end before the debt is
+            // repaid.
+            inner.leases.with(key, |lease| lease.slow().charged());
+        }
+        settlement.refunded += lease_part.refunded;
+        settlement.charged += lease_part.charged;
+        Ok(settlement)
     }
 
     /// The connection to Redis, for a refund of tokens no lease holds.
@@ -423,6 +518,18 @@ where
     /// The most tokens this process holds for one key.
     pub fn max_lease(&self) -> u32 {
         self.core.max_lease
+    }
+}
+
+/// Takes up to `want` tokens from a lease's word at tick `now`: what it took. Each
+/// try that finds fewer held asks for exactly those, fewer than before, so the loop
+/// ends; every change is [`hold::take`]'s compare-and-set.
+fn take_up_to(word: &crate::sync::AtomicU64, mut want: u32, now: u64) -> u32 {
+    loop {
+        match hold::take(word, want, now) {
+            Ok(_) => return want,
+            Err(held) => want = held,
+        }
     }
 }
 
