@@ -15,7 +15,9 @@ use std::path::Path;
 /// The floors, bottom first, by top-level module (`""`: `lib.rs`, which re-exports).
 const FLOORS: &[&[&str]] = &[
     // Time, quota, what a check answers, and what is reported of it.
-    &["sync", "clock", "quota", "decision", "settle", "limiter", "observe"],
+    &[
+        "sync", "clock", "quota", "decision", "settle", "limiter", "observe",
+    ],
     // The algorithm contract with the state's shape, and the pure rules; the per-key
     // wrapper around any of them; one state with no map.
     &[
