@@ -460,3 +460,53 @@ async fn a_shared_check_is_settled_on_its_store_before_the_response_returns() {
         Some(60)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_request_is_settled_too_and_waits_out_the_debt_before_it() {
+    let clock = crate::server::TokioClock::new();
+    let quota = Quota::new(10, Duration::from_millis(100)).unwrap();
+    let tokens = bucket::<String, _>(quota, &clock);
+    let policy = Policy::builder()
+        .check(
+            Check::new(
+                "tokens",
+                tokens.clone(),
+                Limit::steady(quota),
+                HeaderKey::new(API_KEY),
+            )
+            .settled(),
+        )
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(policy)
+        .delay(turnstile::wait::Wait::up_to(Duration::from_secs(2)))
+        .settle_from(|head| cost_in_header(head, &TOKENS_USED))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/chat",
+            route_get(|| async { ([(TOKENS_USED, "15")], "answer") }),
+        )
+        .layer(layer);
+    let server = serve_app(app).await;
+    let start = tokio::time::Instant::now();
+    // 1 estimated, 15 used: the key owes 5.
+    assert_eq!(
+        get(server, 1, "/chat", Some("alice")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // Held until the 5 owed and its own 1 have refilled, then served and settled:
+    // 14 more owed, of which the debt cap (10) charges 10.
+    assert_eq!(
+        get(server, 1, "/chat", Some("alice")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(600));
+    assert_eq!(
+        get(server, 1, "/chat", Some("alice")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(600 + 1100));
+}
