@@ -6,9 +6,19 @@
 //! | GET /balance   | 100 per minute |
 //! | POST /transfer | 10 per minute  |
 //! | POST /login    | 5 per minute   |
+//! | POST /chat     | 300 tokens per minute |
 //! | anything else  | 50 per minute  |
 //!
 //! plus 300 per minute per IP address. A request without an API key gets 400.
+//!
+//! **Tokens, reserved and settled**: `/chat` stands for a model call. A request
+//! reserves an estimate of its tokens — a quarter of its body's `Content-Length`, at
+//! most the capacity — and its handler answers with the tokens it used in
+//! `x-tokens-used` (`?used=N` makes it report N; otherwise the estimate), from which
+//! the layer settles the request: unused tokens go back, extra ones are charged, even
+//! into debt, which the next request's `Retry-After` counts. Try
+//! `curl -i -X POST -H 'x-api-key: alice' -d 'hello, model' 'http://127.0.0.1:3000/chat?used=500'`
+//! twice.
 //!
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
@@ -51,8 +61,10 @@ use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use turnstile::http::{Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp};
-use turnstile::policy::{Check, KeyExtractor, Limit, Policy, PolicyCheck};
+use turnstile::http::{
+    Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp, cost_in_header,
+};
+use turnstile::policy::{Check, KeyExtractor, Limit, PerRequest, Policy, PolicyCheck};
 use turnstile::redis::lease::RedisLeasedTokenBucket;
 use turnstile::redis::{FailurePolicy, RedisTokenBucket};
 use turnstile::{Quota, QuotaError, TokenBucket};
@@ -106,6 +118,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let app = app
         .route("/transfer", post(|| async { "transfer accepted\n" }))
         .route("/login", post(|| async { "welcome\n" }))
+        .route("/chat", post(chat))
         .fallback(|| async { "hello\n" });
     let app = if no_limits || bare {
         app
@@ -136,6 +149,58 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// The header in which `/chat` reports the tokens it used.
+const TOKENS_USED: HeaderName = HeaderName::from_static("x-tokens-used");
+
+/// `/chat`'s per-user tokens a minute.
+const CHAT_TOKENS_PER_MINUTE: u32 = 300;
+
+/// What a `/chat` request reserves: a quarter of its body's declared length (about
+/// four bytes a token), at most the capacity, so a long prompt waits rather than being
+/// refused outright.
+fn chat_estimate(request: &Parts) -> u32 {
+    estimate_from(&request.headers)
+}
+
+fn estimate_from(headers: &http::HeaderMap) -> u32 {
+    let length = headers.get(http::header::CONTENT_LENGTH);
+    let bytes = length.and_then(|value| value.to_str().ok()?.parse::<u32>().ok());
+    (bytes.unwrap_or(0) / 4).min(CHAT_TOKENS_PER_MINUTE)
+}
+
+/// A stand-in for a model call: answers, reporting the tokens it used in
+/// `x-tokens-used` — `?used=N` in the query, or else the estimate (the layer reads the
+/// header and settles the request).
+async fn chat(uri: http::Uri, headers: http::HeaderMap) -> impl axum::response::IntoResponse {
+    let asked = uri.query().and_then(|query| {
+        let used = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("used="))?;
+        used.parse::<u32>().ok()
+    });
+    let used = asked.unwrap_or_else(|| estimate_from(&headers));
+    (
+        [(TOKENS_USED, used.to_string())],
+        format!("answer ({used} tokens)\n"),
+    )
+}
+
+/// A per-request cost made from the request head.
+type Estimate = fn(&Parts) -> u32;
+
+/// `check` as a policy check; with an `estimate`, costing that per request and
+/// settled at the cost its response reports.
+fn costed<L: ?Sized, K, E>(check: Check<L, K, E>, estimate: Option<Estimate>) -> PolicyCheck<Parts>
+where
+    Check<L, K, E>: Into<PolicyCheck<Parts>>,
+    Check<L, K, E, PerRequest<Estimate>>: Into<PolicyCheck<Parts>>,
+{
+    match estimate {
+        None => check.into(),
+        Some(estimate) => check.cost_with(estimate).settled().into(),
+    }
 }
 
 /// Where the limits live.
@@ -202,13 +267,15 @@ impl Limits {
     }
 
     /// A check named `name` under `quota`, keyed by `key`, on a limiter in the store:
-    /// in process (`local` makes it), or in Redis under the prefix `turnstile:NAME:`.
+    /// in process (`local` makes it), or in Redis under the prefix `turnstile:NAME:`;
+    /// costing 1, or with an `estimate` that per request, settled from the response.
     fn check<E, K>(
         &self,
         name: &str,
         quota: Quota,
         key: E,
         local: impl FnOnce() -> Arc<TokenBucket<K>>,
+        estimate: Option<Estimate>,
     ) -> Result<PolicyCheck<Parts>, Box<dyn Error>>
     where
         E: KeyExtractor<Parts> + 'static,
@@ -218,20 +285,20 @@ impl Limits {
         let limit = Limit::steady(quota);
         let prefix = format!("turnstile:{name}:");
         let check = match &self.store {
-            Store::InProcess => Check::new(name, local(), limit, key).into(),
+            Store::InProcess => costed(Check::new(name, local(), limit, key), estimate),
             Store::Redis(url) => {
                 let limiter = RedisTokenBucket::builder(quota, FailurePolicy::Closed)
                     .prefix(prefix)
                     .name(name.to_owned())
                     .connect(url.as_str())?;
-                Check::shared(name, Arc::new(limiter), limit, key).into()
+                costed(Check::shared(name, Arc::new(limiter), limit, key), estimate)
             }
             Store::Leased(url) => {
                 let limiter = RedisLeasedTokenBucket::builder(quota, FailurePolicy::Closed)
                     .prefix(prefix)
                     .name(name.to_owned())
                     .connect(url.as_str())?;
-                Check::shared(name, Arc::new(limiter), limit, key).into()
+                costed(Check::shared(name, Arc::new(limiter), limit, key), estimate)
             }
         };
         Ok(check)
@@ -335,7 +402,10 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
         }
     };
 
-    let endpoint = |name: &str, per_minute: u32| -> Result<Policy<Parts>, Box<dyn Error>> {
+    let settled_endpoint = |name: &str,
+                            per_minute: u32,
+                            estimate: Option<Estimate>|
+     -> Result<Policy<Parts>, Box<dyn Error>> {
         let user_quota = limits.quota(per_minute)?;
         let per_user = || {
             Arc::new(
@@ -346,20 +416,29 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
             )
         };
         let key = HeaderKey::new(API_KEY);
-        let mut policy = Policy::builder().check(limits.check(name, user_quota, key, per_user)?);
+        let per_user = limits.check(name, user_quota, key, per_user, estimate)?;
+        let mut policy = Policy::builder().check(per_user);
         if !limits.one_check {
             // One limit per address across endpoints: the one in-process limiter, or
             // in Redis the one prefix.
-            let per_ip = limits.check("per-ip", ip_quota, peer(), || Arc::clone(&per_ip))?;
+            let per_ip = || Arc::clone(&per_ip);
+            let per_ip = limits.check("per-ip", ip_quota, peer(), per_ip, None)?;
             policy = policy.check(per_ip);
         }
         Ok(policy.name(name).build()?)
     };
+    let endpoint = |name: &str, per_minute: u32| settled_endpoint(name, per_minute, None);
 
     let layer = RateLimitLayer::builder(endpoint("default", 50)?)
         .prefix("/balance", endpoint("balance", 100)?)
         .prefix("/transfer", endpoint("transfer", 10)?)
         .prefix("/login", endpoint("login", 5)?)
+        .prefix(
+            "/chat",
+            settled_endpoint("chat", CHAT_TOKENS_PER_MINUTE, Some(chat_estimate))?,
+        )
+        // `/chat`'s handler reports the tokens it used; the other routes settle nothing.
+        .settle_from(|response| cost_in_header(response, &TOKENS_USED))
         .build()?;
     Ok(layer)
 }

@@ -82,3 +82,45 @@ fn existing_keys_allocate_nothing_when_allowed_denied_or_refused() {
         "allowed {allowed}, refunded {refunded}, refused {refused}"
     );
 }
+
+#[test]
+fn settling_existing_keys_allocates_nothing() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(1_000, Duration::from_millis(1)).unwrap();
+    let tokens = Arc::new(TokenBucket::<String, _>::with_clock(quota, clock.clone()).unwrap());
+    let policy: Policy<Request> = Policy::builder()
+        .check(
+            Check::new("tokens", tokens, Limit::steady(quota), ByUser)
+                .cost_with(|r: &Request| u32::try_from(r.ip).unwrap())
+                .settled(),
+        )
+        .build()
+        .unwrap();
+    let requests: Vec<Request> = (0..100)
+        .map(|i| Request {
+            user: format!("user-{i}"),
+            ip: i % 20,
+        })
+        .collect();
+    for request in &requests {
+        let _ = policy.acquire(request); // every key now exists
+    }
+    let (mut refunded, mut charged) = (0u32, 0u32);
+    let info = allocation_counter::measure(|| {
+        for round in 0..20 {
+            clock.advance(Duration::from_millis(50));
+            for request in &requests {
+                let verdict = policy.acquire(request);
+                // Half used less than estimated, half more.
+                let settled = policy.settle(request, &verdict, 10 + round % 2 * 20);
+                refunded += settled.refunded;
+                charged += settled.charged;
+            }
+        }
+    });
+    assert_eq!(info.count_total, 0, "allocations: {info:?}");
+    assert!(
+        refunded > 0 && charged > 0,
+        "refunded {refunded}, charged {charged}"
+    );
+}

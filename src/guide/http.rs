@@ -58,7 +58,9 @@
 //!
 //! # The example server, and what a client sees
 //! `examples/http_server.rs` serves an endpoint table: `GET /balance` 100 per minute
-//! per user, `POST /transfer` 10, `POST /login` 5, anything else 50; plus 300 per
+//! per user, `POST /transfer` 10, `POST /login` 5, `POST /chat` 300 tokens (reserved
+//! from the request, settled from the tokens its response reports:
+//! [`llm_token_budgets`](super::llm_token_budgets)), anything else 50; plus 300 per
 //! minute per IP; the user is the `x-api-key` header.
 //!
 //! ```sh

@@ -15,6 +15,7 @@
 //! | [`policies`] | several limits on one request, dry run, waiting instead of refusing |
 //! | [`http`] | the tower layer in a service, the example server, what it costs |
 //! | [`behind_a_proxy`] | the client's address behind load balancers: whom to trust, nginx's `real_ip` in turnstile's words |
+//! | [`llm_token_budgets`] | costs known only after the response: tokens a minute per user, reserved from an estimate and settled from the answer |
 //! | [`redis`] | limits shared by many servers: setting up, leases, what was measured |
 //! | [`coming_from_governor`] | governor's API in turnstile's words, and what differs |
 //!
@@ -26,6 +27,7 @@ pub mod behind_a_proxy;
 pub mod bounded_memory;
 pub mod coming_from_governor;
 pub mod http;
+pub mod llm_token_budgets;
 pub mod per_key_quotas;
 pub mod policies;
 pub mod redis;

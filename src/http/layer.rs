@@ -1,7 +1,7 @@
 //! The layer and its builder.
 
 use super::refusal::Statuses;
-use super::routes::{Matcher, Route, Routes};
+use super::routes::{ActualCost, Matcher, Route, Routes};
 use super::service::RateLimitService;
 use crate::policy::Policy;
 use crate::wait::Wait;
@@ -35,6 +35,7 @@ impl RateLimitLayer {
             },
             delay: None,
             dry_run: false,
+            actual_cost: None,
         }
     }
 }
@@ -63,6 +64,7 @@ pub struct RateLimitLayerBuilder {
     statuses: Statuses,
     delay: Option<Wait>,
     dry_run: bool,
+    actual_cost: Option<ActualCost>,
 }
 
 impl fmt::Debug for RateLimitLayerBuilder {
@@ -71,6 +73,7 @@ impl fmt::Debug for RateLimitLayerBuilder {
             .field("routes", &self.routes.len())
             .field("delay", &self.delay)
             .field("dry_run", &self.dry_run)
+            .field("settles", &self.actual_cost.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +143,21 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Settles each request's [settled](crate::policy::Check::settled) checks at the
+    /// cost its response reports: `actual` reads it off the response head (a header,
+    /// [`cost_in_header`](super::cost_in_header); the status; an extension the
+    /// handler set), or answers `None` to leave the request at its estimate. Read as
+    /// soon as the head arrives, before the response is returned; routes whose
+    /// policies settle nothing never call it. See
+    /// [charging from the response](super#charging-from-the-response).
+    pub fn settle_from(
+        mut self,
+        actual: impl Fn(&http::response::Parts) -> Option<u32> + Send + Sync + 'static,
+    ) -> Self {
+        self.actual_cost = Some(Box::new(actual));
+        self
+    }
+
     /// The layer.
     ///
     /// # Errors
@@ -181,6 +199,7 @@ impl RateLimitLayerBuilder {
                 routes,
                 statuses: self.statuses,
                 delay: self.delay,
+                actual_cost: self.actual_cost,
             }),
         })
     }

@@ -111,6 +111,38 @@
 //! Headers report the quota each check advertises ([`Limit`]); a limiter whose
 //! quota differs per key would need its own per-key `q`.
 //!
+//! # Charging from the response
+//! Some costs are known only once the response is: the tokens a model call used, a
+//! login that failed. A route's policy takes an estimate with each request and marks
+//! the checks to settle ([`Check::cost_with`](crate::policy::Check::cost_with),
+//! [`Check::settled`](crate::policy::Check::settled); see
+//! [reserve, then settle](crate::policy#reserve-then-settle)), and
+//! [`RateLimitLayerBuilder::settle_from`] reads the actual cost off each response's
+//! head — a header the handler sets ([`cost_in_header`]), the status, or an extension
+//! of the response:
+//!
+//! - **When**: as soon as the inner service returns the response head, before the
+//!   layer returns the response: the client's next request sees the charge. The body
+//!   is not waited for: a streaming body's cost must be known when its head is sent
+//!   (a trailer is not read). A cost known only at the end of a stream is settled by
+//!   the handler itself, with [`Policy::settle`](crate::policy::Policy::settle).
+//! - **No report** (`None`) leaves the request at its estimate; so does a response
+//!   future dropped before the response (the client went away) and an error from the
+//!   inner service.
+//! - **Counting only some responses** (a failed login, not a successful one) is a
+//!   settlement at 1 for the responses that count and 0 for the others, from an
+//!   estimate of 0 (counted, never refused: a zero cost is always allowed) or of 1
+//!   (refused once the quota's failures are charged; see
+//!   [reserve, then settle](crate::policy#reserve-then-settle)).
+//! - The response's `RateLimit` field reports its key as the request left it when
+//!   admitted (its estimate taken), not after the settlement, which is read from the
+//!   same head: the next response reports the settled state, and a refusal's
+//!   `Retry-After` counts any debt.
+//! - What each settlement did is left in the response's extensions as a
+//!   [`Settlement`](crate::Settlement) (absent when there was none, or when a shared
+//!   check's settlement did not reach its store); a route whose policy settles nothing
+//!   is not affected, and costs nothing more.
+//!
 //! # Delay mode
 //! With [`RateLimitLayerBuilder::delay`], a denied request (or a `max_keys`
 //! overflow, on its hint) whose wait fits the maximum is held, re-asked after its exact `retry_after` (plus optional jitter,
@@ -138,7 +170,9 @@
 //! In-process checks allocate nothing; the layer makes its `RateLimit` value and,
 //! for refusals, the body per response (the HTTP stack allocates per request anyway).
 //! A request whose policy awaits Redis also boxes its response future once, and the
-//! policy allocates what a Redis check allocates anyway (its key, its command).
+//! policy allocates what a Redis check allocates anyway (its key, its command). A
+//! request on a route that settles from the response copies its request head and
+//! boxes its response future.
 //! `results/http.md` measures the whole layer under a load generator.
 //!
 //! [draft-ietf-httpapi-ratelimit-headers-11]:
@@ -159,6 +193,7 @@ mod real_ip;
 mod refusal;
 mod routes;
 mod service;
+mod settle;
 
 pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
@@ -167,3 +202,4 @@ pub use key::{HeaderKey, PeerIp};
 pub use layer::{LayerConfigError, RateLimitLayer, RateLimitLayerBuilder};
 pub use real_ip::RealIp;
 pub use service::{RateLimitService, ResponseFuture};
+pub use settle::cost_in_header;

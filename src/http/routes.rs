@@ -40,7 +40,13 @@ pub(crate) struct Routes {
     pub(crate) routes: Box<[Route]>,
     pub(crate) statuses: Statuses,
     pub(crate) delay: Option<Wait>,
+    /// The actual cost a response reports, for the routes whose policies settle.
+    pub(crate) actual_cost: Option<ActualCost>,
 }
+
+/// What a response reports it cost, read off its head: `None` when it reports
+/// nothing (the request then stays at its estimate). See `settle.rs`.
+pub(crate) type ActualCost = Box<dyn Fn(&http::response::Parts) -> Option<u32> + Send + Sync>;
 
 impl Routes {
     /// The position of the first route matching `request`.

@@ -2,6 +2,7 @@
 
 use super::refusal::{self, Refusal};
 use super::routes::{RateLimitFields, Routes};
+use super::settle;
 use crate::policy::{Policy, Verdict};
 use crate::wait::{Attempt, Wait, keep_trying};
 use http::request::Parts;
@@ -82,13 +83,25 @@ where
             };
         };
         let state = match (Refusal::of(verdict.outcome()), self.routes.delay) {
-            (None, _) => State::Forwarded {
-                fields: Some(route.fields(&verdict)),
-                future: {
-                    hand_over(&route.policy, &mut parts, verdict);
-                    self.inner.call(Request::from_parts(parts, body))
-                },
-            },
+            (None, _) => {
+                hand_over(&route.policy, &mut parts, verdict);
+                match settle::settling(&self.routes, index, &parts) {
+                    None => State::Forwarded {
+                        fields: Some(route.fields(&verdict)),
+                        future: self.inner.call(Request::from_parts(parts, body)),
+                    },
+                    // Settled from the response: its head is read in a future of its own.
+                    Some(head) => {
+                        let future = self.inner.call(Request::from_parts(parts, body));
+                        let routes = Arc::clone(&self.routes);
+                        State::Delayed {
+                            future: Box::pin(async move {
+                                settle::respond(&routes, index, Some(head), verdict, future).await
+                            }),
+                        }
+                    }
+                }
+            }
             (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => State::Delayed {
                 future: Box::pin(delayed(
                     Arc::clone(&self.routes),
@@ -150,9 +163,9 @@ where
     match (Refusal::of(verdict.outcome()), routes.delay) {
         (None, _) => {
             hand_over(&route.policy, &mut parts, verdict);
-            let mut response = inner.call(Request::from_parts(parts, body)).await?;
-            route.fields(&verdict).add_to(response.headers_mut());
-            Ok(response)
+            let head = settle::settling(&routes, index, &parts);
+            let response = inner.call(Request::from_parts(parts, body));
+            settle::respond(&routes, index, head, verdict, response).await
         }
         (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => {
             let request = Request::from_parts(parts, body);
@@ -188,9 +201,9 @@ where
             poll_fn(|cx| inner.poll_ready(cx)).await?;
             let mut parts = parts;
             hand_over(&route.policy, &mut parts, verdict);
-            let mut response = inner.call(Request::from_parts(parts, body)).await?;
-            route.fields(&verdict).add_to(response.headers_mut());
-            Ok(response)
+            let head = settle::settling(&routes, index, &parts);
+            let response = inner.call(Request::from_parts(parts, body));
+            settle::respond(&routes, index, head, verdict, response).await
         }
     }
 }

@@ -152,6 +152,69 @@
 //! - A dry-run check whose request can never pass (cost above capacity, missing key)
 //!   does not end the evaluation as an enforced one does: the later checks are still
 //!   asked.
+//!
+//! # Reserve, then settle
+//! Some costs are known only after the response: the tokens a model call used, the
+//! bytes sent, whether a login failed. A check then takes an *estimate* when the
+//! request is admitted — a fixed [`cost`](Check::cost), or one made from the request,
+//! [`Check::cost_with`] — and is marked [`settled`](Check::settled); once the actual
+//! cost is known, [`Policy::settle`] (or [`Policy::settle_async`], for shared checks)
+//! settles it through its limiter's [`settle`](RateLimiter::settle): what the request
+//! did not use goes back, what it used beyond the estimate is charged even past what
+//! the key has left. A key that owes is refused, and the refusal's `retry_after`
+//! counts the debt, until refill has repaid it.
+//! - **Each check settles its own share**: its own estimate (made again from the
+//!   request, so an estimate must be a function of the request), on its own key. The
+//!   checks that are not settled keep their estimate: a requests-per-second check
+//!   beside a tokens-per-minute one takes 1 per request whatever the tokens.
+//! - **Only what was kept is settled**: an allowed request's enforced checks; a
+//!   dry-run check when every check passed (its keys then hold what they would hold
+//!   were it enforced, debt included); never a refused request (it kept nothing), a
+//!   check that skipped the request for lack of a key, or a shared check its failure
+//!   policy answered (it took nothing anyone knows of).
+//! - **Counting only some responses** — a failed login, not a successful one — is a
+//!   settlement at 1 for the responses that count and 0 for the others. With an
+//!   estimate of 0 the check counts (each failure is charged, into debt past the
+//!   quota) but never refuses: a cost of zero is always allowed
+//!   ([`RateLimiter::acquire`]). To refuse, estimate 1: each attempt holds one unit
+//!   while it is tried, a success gives it back, and once the quota's failures have
+//!   been charged the next attempt is refused until one has refilled.
+//! - **A reservation never settled stays at its estimate**: nothing to do (a client
+//!   gone before the response).
+//! - Across checks, a settlement is as atomic as a refund: each key settles in one
+//!   step, the policy's keys one after another.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use turnstile::policy::{Check, Policy};
+//! use turnstile::{ManualClock, Quota, TokenBucket};
+//!
+//! struct Prompt { user: u32, text: String }
+//!
+//! let clock = ManualClock::new();
+//! let tokens = Arc::new(TokenBucket::<u32, _>::with_clock(Quota::per_minute(1_000)?, clock.clone())?);
+//! let requests = Arc::new(TokenBucket::<u32, _>::with_clock(Quota::per_second(5)?, clock.clone())?);
+//! let policy: Policy<Prompt> = Policy::builder()
+//!     // About one token per four bytes of prompt, settled from what the model used.
+//!     .check(
+//!         Check::from_limiter("tokens", tokens.clone(), |p: &Prompt| Some(p.user))
+//!             .cost_with(|p: &Prompt| (p.text.len() / 4) as u32)
+//!             .settled(),
+//!     )
+//!     .check(Check::from_limiter("requests", requests.clone(), |p: &Prompt| Some(p.user)))
+//!     .build()?;
+//!
+//! let prompt = Prompt { user: 7, text: "x".repeat(400) }; // estimated at 100 tokens
+//! let verdict = policy.acquire(&prompt);
+//! assert!(verdict.is_allowed());
+//! assert_eq!(tokens.peek(&7), 900);
+//! // The model used 250 tokens: 150 more are charged; the request check keeps its 1.
+//! let settlement = policy.settle(&prompt, &verdict, 250);
+//! assert_eq!(settlement.charged, 150);
+//! assert_eq!(tokens.peek(&7), 750);
+//! assert_eq!(requests.peek(&7), 4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod check;
 mod key;
@@ -159,13 +222,13 @@ mod limit;
 mod shared;
 mod verdict;
 
-pub use check::{Check, MissingKey};
+pub use check::{Check, Cost, MissingKey, PerRequest};
 pub use key::KeyExtractor;
 pub use limit::{KnownLimit, Limit};
 pub use shared::{Shared, SharedFuture, SharedLimiter};
 pub use verdict::{Binding, Outcome, Verdict};
 
-use crate::{DynRateLimiter, KeyRef, RateLimiter};
+use crate::{DynRateLimiter, KeyRef, RateLimiter, Settlement, SharedError};
 use check::{Evaluate, Fetch, Fetched, Sharing};
 use std::borrow::Borrow;
 use std::fmt;
@@ -181,6 +244,8 @@ pub struct Policy<R: ?Sized> {
     dry_run_checks: bool,
     /// How the policy is asked: as its most demanding check needs.
     sharing: Sharing,
+    /// Whether any check is settled at the actual cost.
+    settles: bool,
     /// Metrics and events, for a named policy.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     observer: Option<Box<crate::observe::PolicyObserver>>,
@@ -203,6 +268,7 @@ impl<R: ?Sized> Policy<R> {
             checks: Box::new([]),
             dry_run_checks: false,
             sharing: Sharing::Local,
+            settles: false,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer: None,
         }
@@ -249,7 +315,7 @@ impl<R: ?Sized> Policy<R> {
         let fetches = self.checks.iter().map(|check| check.fetch(request));
         let mut fetched = join_all(fetches).await;
         let mut tally = Tally::new(self.dry_run_checks);
-        settle_in_turn(&self.checks, request, 0, &mut tally, &mut fetched);
+        decide_in_turn(&self.checks, request, 0, &mut tally, &mut fetched);
         // Only the refunds there are: an allowed request has none, and allocates none.
         let refunds = self
             .checks
@@ -259,6 +325,81 @@ impl<R: ?Sized> Policy<R> {
             .map(Some);
         join_all(refunds).await;
         self.observed(tally.verdict())
+    }
+
+    /// Settles what `request` took, admitted with `verdict` (what this policy's
+    /// [`acquire`](Policy::acquire) answered for it), at what it `actual`ly cost: each
+    /// [settled](Check::settled) check that kept a take for the request settles its
+    /// own share, its estimate made again from the request, through its limiter's
+    /// [`settle`](RateLimiter::settle) (the difference given back, or charged even
+    /// beyond what the key has left). See [reserve, then settle](self#reserve-then-settle).
+    ///
+    /// Returns the checks' settlements added up (each field saturating): with one
+    /// settled check, the usual case, that check's [`Settlement`]. A refused request,
+    /// a check that is not settled, that skipped the request (no key) or that its
+    /// failure policy answered settles nothing; a shared check is settled only by
+    /// [`Policy::settle_async`].
+    pub fn settle(&self, request: &R, verdict: &Verdict, actual: u32) -> Settlement {
+        if !self.settles {
+            return Settlement::default();
+        }
+        self.settled_checks(verdict)
+            .map(|check| check.settle(request, actual))
+            .fold(Settlement::default(), add_up)
+    }
+
+    /// As [`Policy::settle`], with the shared checks too, each settled on its store
+    /// (one round trip each, all at once, awaited). A policy of in-process checks
+    /// settles at once, as [`Policy::settle`].
+    ///
+    /// # Errors
+    /// The first error of a shared check whose settlement did not reach its store (the
+    /// other checks are settled all the same): what it was to charge is lost, an
+    /// admission its key did not pay for, so it is reported.
+    pub async fn settle_async(
+        &self,
+        request: &R,
+        verdict: &Verdict,
+        actual: u32,
+    ) -> Result<Settlement, SharedError> {
+        let in_process = self.settle(request, verdict, actual);
+        if !self.settles || !self.is_shared() {
+            return Ok(in_process);
+        }
+        let shared = self
+            .settled_checks(verdict)
+            .map(|check| check.settle_shared(request, actual));
+        let mut total = Ok(in_process);
+        for settled in join_all(shared).await.into_iter().flatten() {
+            total = match (total, settled) {
+                (Ok(total), Ok(settlement)) => Ok(add_up(total, settlement)),
+                (Err(first), _) | (Ok(_), Err(first)) => Err(first),
+            };
+        }
+        total
+    }
+
+    /// The settled checks that kept a take for the request `verdict` answered: an
+    /// enforced one when the request went ahead, a dry-run one when it would have
+    /// with every check enforced (its keys hold what they would hold enforced), and in
+    /// either case not answered by its failure policy.
+    fn settled_checks<'a>(
+        &'a self,
+        verdict: &'a Verdict,
+    ) -> impl Iterator<Item = &'a dyn Evaluate<R>> + 'a {
+        self.checks
+            .iter()
+            .enumerate()
+            .filter(move |(index, check)| {
+                check.settles() && verdict.kept(*index, check.is_dry_run())
+            })
+            .map(|(_, check)| &**check)
+    }
+
+    /// Whether any check is [settled](Check::settled) at the actual cost: only then
+    /// has [`Policy::settle`] anything to do.
+    pub fn settles(&self) -> bool {
+        self.settles
     }
 
     /// Whether any check is on a shared limiter ([`Check::shared`]): then
@@ -353,12 +494,17 @@ struct Described<'a, R: ?Sized>(&'a dyn Evaluate<R>);
 impl<R: ?Sized> fmt::Debug for Described<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (name, limit, cost) = self.0.describe();
-        let mode = if self.0.is_dry_run() {
-            " (dry run)"
-        } else {
-            ""
-        };
-        write!(f, "{name}: cost {cost} of {limit:?}{mode}")
+        match cost {
+            Some(cost) => write!(f, "{name}: cost {cost} of {limit:?}")?,
+            None => write!(f, "{name}: cost per request of {limit:?}")?,
+        }
+        if self.0.settles() {
+            f.write_str(", settled")?;
+        }
+        if self.0.is_dry_run() {
+            f.write_str(" (dry run)")?;
+        }
+        Ok(())
     }
 }
 
@@ -388,7 +534,7 @@ fn acquire_in_turn<R: ?Sized>(
 
 /// As [`acquire_in_turn`], for a policy whose shared checks were fetched first: `fetched[0]`
 /// is what check `index` fetched, if anything.
-fn settle_in_turn<R: ?Sized>(
+fn decide_in_turn<R: ?Sized>(
     checks: &[Box<dyn Evaluate<R>>],
     request: &R,
     index: usize,
@@ -400,9 +546,9 @@ fn settle_in_turn<R: ?Sized>(
     };
     let dry_run = check.is_dry_run();
     let mut passed = Passed::NEITHER;
-    check.settle_then(request, here.as_mut(), &mut |taken| {
+    check.decide_then(request, here.as_mut(), &mut |taken| {
         if tally.record(index, taken, dry_run) {
-            passed = settle_in_turn(checks, request, index + 1, tally, later);
+            passed = decide_in_turn(checks, request, index + 1, tally, later);
         }
         if dry_run { passed.all } else { passed.enforced }
     });
@@ -449,42 +595,45 @@ impl<R: ?Sized> fmt::Debug for PolicyCheck<R> {
     }
 }
 
-impl<R, L, K, E> From<Check<L, K, E>> for PolicyCheck<R>
+impl<R, L, K, E, C> From<Check<L, K, E, C>> for PolicyCheck<R>
 where
     R: ?Sized,
     L: RateLimiter<K> + Send + Sync + 'static,
     K: Borrow<E::Key> + Send + Sync + 'static,
     E: KeyExtractor<R> + 'static,
     E::Key: KeyRef<K>,
+    C: Cost<R> + 'static,
 {
-    fn from(check: Check<L, K, E>) -> Self {
+    fn from(check: Check<L, K, E, C>) -> Self {
         PolicyCheck(Box::new(check))
     }
 }
 
 /// A check on a limiter chosen at run time ([`DynRateLimiter`]), asked with the
 /// extractor's key borrowed as `Q`.
-impl<R, K, Q, E> From<Check<dyn DynRateLimiter<K, Q>, K, E>> for PolicyCheck<R>
+impl<R, K, Q, E, C> From<Check<dyn DynRateLimiter<K, Q>, K, E, C>> for PolicyCheck<R>
 where
     R: ?Sized,
     K: Borrow<Q> + Send + Sync + 'static,
     Q: ?Sized + KeyRef<K> + 'static,
     E: KeyExtractor<R> + 'static,
     E::Key: Borrow<Q>,
+    C: Cost<R> + 'static,
 {
-    fn from(check: Check<dyn DynRateLimiter<K, Q>, K, E>) -> Self {
+    fn from(check: Check<dyn DynRateLimiter<K, Q>, K, E, C>) -> Self {
         PolicyCheck(Box::new(check))
     }
 }
 
-impl<R, L, E> From<Check<Shared<L>, Vec<u8>, E>> for PolicyCheck<R>
+impl<R, L, E, C> From<Check<Shared<L>, Vec<u8>, E, C>> for PolicyCheck<R>
 where
     R: ?Sized,
     L: SharedLimiter + ?Sized,
     E: KeyExtractor<R> + 'static,
     E::Key: AsRef<[u8]>,
+    C: Cost<R> + 'static,
 {
-    fn from(check: Check<Shared<L>, Vec<u8>, E>) -> Self {
+    fn from(check: Check<Shared<L>, Vec<u8>, E, C>) -> Self {
         PolicyCheck(Box::new(check))
     }
 }
@@ -563,7 +712,9 @@ impl<R: ?Sized> PolicyBuilder<R> {
                 return Err(PolicyError::DuplicateName { name: name.into() });
             }
             let capacity = limit.quota().capacity();
-            if cost > capacity {
+            if let Some(cost) = cost
+                && cost > capacity
+            {
                 return Err(PolicyError::CostExceedsCapacity {
                     name: name.into(),
                     cost,
@@ -590,13 +741,24 @@ impl<R: ?Sized> PolicyBuilder<R> {
         });
         let dry_run_checks = self.checks.iter().any(|check| check.is_dry_run());
         let sharing = self.checks.iter().map(|check| check.sharing()).max();
+        let settles = self.checks.iter().any(|check| check.settles());
         Ok(Policy {
             checks: self.checks.into_boxed_slice(),
             dry_run_checks,
             sharing: sharing.unwrap_or(Sharing::Local),
+            settles,
             #[cfg(any(feature = "metrics", feature = "tracing"))]
             observer,
         })
+    }
+}
+
+/// Two settlements added up, each field saturating.
+fn add_up(a: Settlement, b: Settlement) -> Settlement {
+    Settlement {
+        refunded: a.refunded.saturating_add(b.refunded),
+        charged: a.charged.saturating_add(b.charged),
+        forgiven: a.forgiven.saturating_add(b.forgiven),
     }
 }
 

@@ -6,7 +6,9 @@
 //! says both, so a policy pays the round trip only when one is needed, and nothing
 //! when every check is in process.
 
-use super::check::{Check, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings};
+use super::check::{
+    Check, Cost, Evaluate, Fetch, Fetched, MissingKey, Sharing, Taken, check_settings,
+};
 use super::key::KeyExtractor;
 use super::limit::Limit;
 use crate::{Settlement, SharedDecision, SharedError};
@@ -153,12 +155,13 @@ impl<L: SharedLimiter + ?Sized, E> Check<Shared<L>, Vec<u8>, E> {
     }
 }
 
-impl<R, L, E> Evaluate<R> for Check<Shared<L>, Vec<u8>, E>
+impl<R, L, E, C> Evaluate<R> for Check<Shared<L>, Vec<u8>, E, C>
 where
     R: ?Sized,
     L: SharedLimiter + ?Sized,
     E: KeyExtractor<R>,
     E::Key: AsRef<[u8]>,
+    C: Cost<R>,
 {
     check_settings!();
 
@@ -175,40 +178,46 @@ where
     }
 
     fn acquire_then(&self, request: &R, rest: &mut dyn FnMut(Taken) -> bool) {
+        let cost = self.cost.of(request);
         let found = self.extractor.with_key(request, |key| {
-            self.acquire_now_for_key(key.as_ref(), &mut *rest)
+            self.acquire_now_for_key(key.as_ref(), cost, &mut *rest)
         });
         if found.is_some() {
             return;
         }
         match &self.missing {
-            MissingKey::Shared(key) => self.acquire_now_for_key(key, rest),
+            MissingKey::Shared(key) => self.acquire_now_for_key(key, cost, rest),
             MissingKey::Reject | MissingKey::Skip => self.keyless(rest),
         }
     }
 
     fn fetch<'a>(&'a self, request: &R) -> Option<Fetch<'a>> {
-        let key = match self
-            .extractor
-            .with_key(request, |key| key.as_ref().to_vec())
-        {
-            Some(key) => key,
-            None => match &self.missing {
-                MissingKey::Shared(key) => key.clone(),
-                MissingKey::Reject | MissingKey::Skip => return None,
-            },
-        };
+        let key = self.key_of(request)?;
+        let cost = self.cost.of(request);
         Some(Box::pin(async move {
-            let answer = self.limiter.0.acquire(&key, self.cost).await;
+            let answer = self.limiter.0.acquire(&key, cost).await;
             Fetched {
                 key,
+                cost,
                 answer,
                 keep: false,
             }
         }))
     }
 
-    fn settle_then(
+    fn settle_shared<'a>(
+        &'a self,
+        request: &R,
+        actual: u32,
+    ) -> Option<Fetch<'a, Result<Settlement, SharedError>>> {
+        let key = self.key_of(request)?;
+        let estimate = self.cost.of(request);
+        Some(Box::pin(async move {
+            self.limiter.0.settle(&key, estimate, actual).await
+        }))
+    }
+
+    fn decide_then(
         &self,
         _request: &R,
         fetched: Option<&mut Fetched>,
@@ -223,22 +232,41 @@ where
     }
 
     fn give_back<'a>(&'a self, fetched: Fetched) -> Option<Fetch<'a, ()>> {
-        if fetched.keep || self.cost == 0 || !took(&fetched.answer) {
+        if fetched.keep || fetched.cost == 0 || !took(&fetched.answer) {
             return None;
         }
         Some(Box::pin(async move {
-            self.limiter.0.refund(&fetched.key, self.cost).await;
+            self.limiter.0.refund(&fetched.key, fetched.cost).await;
         }))
     }
 }
 
-impl<L: SharedLimiter + ?Sized, E> Check<Shared<L>, Vec<u8>, E> {
+impl<L: SharedLimiter + ?Sized, E, C> Check<Shared<L>, Vec<u8>, E, C> {
+    /// The key `request` is counted under, copied out of it: its own, or the check's
+    /// shared one; `None` when it has neither.
+    fn key_of<R: ?Sized>(&self, request: &R) -> Option<Vec<u8>>
+    where
+        E: KeyExtractor<R>,
+        E::Key: AsRef<[u8]>,
+    {
+        match self
+            .extractor
+            .with_key(request, |key| key.as_ref().to_vec())
+        {
+            Some(key) => Some(key),
+            None => match &self.missing {
+                MissingKey::Shared(key) => Some(key.clone()),
+                MissingKey::Reject | MissingKey::Skip => None,
+            },
+        }
+    }
+
     /// The limiter's answer without waiting, then the rest of the policy; what was
     /// taken and not kept goes back at once. No answer at hand ends here: the policy
     /// awaits, or answers by the failure policy.
-    fn acquire_now_for_key(&self, key: &[u8], rest: &mut dyn FnMut(Taken) -> bool) {
+    fn acquire_now_for_key(&self, key: &[u8], cost: u32, rest: &mut dyn FnMut(Taken) -> bool) {
         let limiter = &self.limiter.0;
-        let Some(answer) = limiter.acquire_now(key, self.cost) else {
+        let Some(answer) = limiter.acquire_now(key, cost) else {
             rest(Taken::Later {
                 fails_open: limiter.fails_open(),
             });
@@ -246,8 +274,8 @@ impl<L: SharedLimiter + ?Sized, E> Check<Shared<L>, Vec<u8>, E> {
         };
         self.report(key, &answer);
         let keep = rest(taken(&answer));
-        if took(&answer) && !keep && self.cost > 0 {
-            limiter.refund_now(key, self.cost);
+        if took(&answer) && !keep && cost > 0 {
+            limiter.refund_now(key, cost);
         }
     }
 

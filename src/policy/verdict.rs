@@ -190,6 +190,24 @@ impl Verdict {
     pub fn refused_in_dry_run(&self) -> impl Iterator<Item = usize> + use<> {
         positions(self.if_enforced.refused & !self.enforced.refused)
     }
+
+    /// Whether check `check` (in dry run, or not) kept what it took: the request went
+    /// ahead in its world (the enforced checks' for an enforced check, every check's
+    /// for a dry-run one: see [dry run](super#dry-run)), and the check decided rather
+    /// than its failure policy. A check that skipped the request (no key) is not told
+    /// apart here: it finds no key again when settled.
+    pub(super) fn kept(&self, check: usize, dry_run: bool) -> bool {
+        let view = if dry_run {
+            &self.if_enforced
+        } else {
+            &self.enforced
+        };
+        let fell_back = u32::try_from(check)
+            .ok()
+            .and_then(|check| 1u64.checked_shl(check))
+            .is_none_or(|bit| view.fell_back & bit != 0);
+        view.kind == Kind::Allowed && !fell_back
+    }
 }
 
 /// The set bits of `mask`, lowest first.

@@ -11,6 +11,7 @@ mod real_ip;
 mod real_ip_props;
 mod routes;
 mod server;
+mod settle;
 #[cfg(feature = "redis")]
 mod shared;
 mod syntax;

@@ -1,0 +1,193 @@
+//! LLM-token budgets with reserve and settle: so many tokens a minute per user, when
+//! what a call costs is known only once the model has answered.
+//!
+//! # The problem
+//! A chat endpoint's cost is the tokens the model reads and writes. The prompt's share
+//! can be guessed from its length before the call; the answer's is known only after
+//! it. A limiter that takes a fixed cost per request limits requests, not tokens, and
+//! one that takes the tokens afterwards admits a user who has none left. The gateways
+//! that meter model calls reserve an estimate when the request is admitted and
+//! reconcile it with the actual use afterwards; so does turnstile:
+//!
+//! 1. **Reserve**: the request takes an *estimate* of its tokens, an ordinary
+//!    `acquire`. A user with fewer tokens left than the estimate is refused with the
+//!    exact wait, as for any cost.
+//! 2. **Settle**: once the model has answered, the request is settled at what it
+//!    actually used ([`RateLimiter::settle`](crate::RateLimiter::settle)). Used less:
+//!    the difference goes back. Used more: the difference is charged, even beyond what
+//!    the user has left — the user then *owes* tokens, is refused until refill has
+//!    repaid the debt, and the refusal's `retry_after` counts the debt exactly.
+//!
+//! A request never settled (the client went away, the handler failed) stays at its
+//! estimate. Debt is capped — by default at one capacity — so that one enormous call
+//! cannot lock a user out for hours, and what the cap turned away is reported in
+//! [`Settlement::forgiven`](crate::Settlement::forgiven), never dropped silently.
+//!
+//! # A policy: tokens a minute, settled, beside requests a second
+//! A [`Check`](crate::policy::Check) estimates from the request with
+//! [`cost_with`](crate::policy::Check::cost_with) and is marked
+//! [`settled`](crate::policy::Check::settled); [`Policy::settle`] then settles each
+//! such check at its own estimate. A check beside it that is not settled — requests a
+//! second — keeps its cost of 1 whatever the tokens. See
+//! [reserve, then settle](crate::policy#reserve-then-settle) for the exact rules.
+//!
+//! ```rust
+//! use std::sync::Arc;
+//! use turnstile::policy::{Check, Policy};
+//! use turnstile::{ManualClock, Quota, TokenBucket};
+//!
+//! struct Chat { user: String, prompt: String, max_answer_tokens: u32 }
+//!
+//! /// About four bytes a token for English text, plus the most the answer may use:
+//! /// an upper bound, so most calls give some back.
+//! fn estimate(chat: &Chat) -> u32 {
+//!     let prompt = u32::try_from(chat.prompt.len() / 4).unwrap_or(u32::MAX);
+//!     prompt.saturating_add(chat.max_answer_tokens)
+//! }
+//!
+//! let clock = ManualClock::new(); // a service uses the default clock
+//! // 10,000 tokens a minute per user: one token back every 6 ms.
+//! let per_minute = Quota::per_minute(10_000)?;
+//! let tokens = Arc::new(TokenBucket::<String, _>::with_clock(per_minute, clock.clone())?);
+//! let calls = Arc::new(TokenBucket::<String, _>::with_clock(Quota::per_second(2)?, clock.clone())?);
+//! let policy: Policy<Chat> = Policy::builder()
+//!     .check(
+//!         Check::from_limiter("tokens", tokens.clone(), |c: &Chat| Some(c.user.clone()))
+//!             .cost_with(estimate)
+//!             .settled(),
+//!     )
+//!     .check(Check::from_limiter("calls", calls, |c: &Chat| Some(c.user.clone())))
+//!     .build()?;
+//!
+//! let chat = Chat { user: "alice".into(), prompt: "x".repeat(4_000), max_answer_tokens: 1_000 };
+//! let verdict = policy.acquire(&chat); // reserves 2,000 tokens
+//! assert!(verdict.is_allowed());
+//! assert_eq!(tokens.peek("alice"), 8_000);
+//!
+//! // The model read 1,000 tokens and wrote 400: 600 of the estimate go back.
+//! let settlement = policy.settle(&chat, &verdict, 1_400);
+//! assert_eq!(settlement.refunded, 600);
+//! assert_eq!(tokens.peek("alice"), 8_600);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Estimating: high or low
+//! The estimate decides who waits, not what is charged (the settlement corrects it):
+//!
+//! - **An upper bound** (the prompt plus the answer's `max_tokens`): a user never owes,
+//!   but while a call runs its whole bound is held, so a user with several calls in
+//!   flight is refused earlier than their actual use would warrant.
+//! - **A guess** (the prompt alone, or the user's average): more calls start, and a call
+//!   that used more than its guess puts the user in debt, which the next request's wait
+//!   counts. The user still gets no more than the quota over time: what was not paid up
+//!   front is paid by waiting.
+//! - **At least 1**: a cost of zero is always allowed, even to a user in debt, so an
+//!   estimate of 0 counts the tokens without ever refusing a call.
+//!
+//! ```rust
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use turnstile::policy::{Check, Outcome, Policy};
+//! use turnstile::{ManualClock, Quota, TokenBucket};
+//!
+//! struct Chat { user: u64, prompt_tokens: u32 }
+//!
+//! let clock = ManualClock::new();
+//! let per_minute = Quota::per_minute(1_000)?; // a token back every 60 ms
+//! let tokens = Arc::new(TokenBucket::<u64, _>::with_clock(per_minute, clock.clone())?);
+//! let policy: Policy<Chat> = Policy::builder()
+//!     .check(
+//!         Check::from_limiter("tokens", tokens.clone(), |c: &Chat| Some(c.user))
+//!             .cost_with(|c: &Chat| c.prompt_tokens) // the prompt alone: a guess
+//!             .settled(),
+//!     )
+//!     .build()?;
+//!
+//! let chat = Chat { user: 7, prompt_tokens: 300 };
+//! let verdict = policy.acquire(&chat);
+//! assert!(verdict.is_allowed());
+//! // The answer was long: 1,500 used in all, 1,200 more than the guess. The user had
+//! // 700 left, so now owes 500.
+//! assert_eq!(policy.settle(&chat, &verdict, 1_500).charged, 1_200);
+//! assert_eq!(tokens.peek(&7), 0);
+//!
+//! // The next call (guessed at 300) waits until the debt and its own 300 have
+//! // refilled: 800 tokens of 60 ms.
+//! let next = policy.acquire(&chat);
+//! assert_eq!(next.outcome(), Outcome::Denied { retry_after: Duration::from_millis(800 * 60) });
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # In the handler, or in the HTTP layer
+//! **In the handler** is the general form: the handler reads the body (the prompt),
+//! asks the policy, calls the model, and settles with the verdict it got. It is also
+//! the form for **streaming answers** (server-sent events): the tokens used are known
+//! when the stream ends, so the handler settles then — a stream the client abandons
+//! half-way stays at its estimate unless the handler settles what was sent.
+//!
+//! **In the tower layer** (feature `tower`) the policy sees only the request head —
+//! the estimate comes from a header or the `Content-Length`, not from the prompt —
+//! and the layer settles from the response head:
+//! [`RateLimitLayerBuilder::settle_from`](crate::http::RateLimitLayerBuilder::settle_from)
+//! reads the actual cost, here from a header the handler sets with
+//! [`cost_in_header`](crate::http::cost_in_header). The cost is read when the head
+//! arrives, before the response is returned, so the client's next request sees the
+//! charge; a body still streaming does not delay it (and cannot change it). See
+//! [charging from the response](crate::http#charging-from-the-response).
+//!
+//! ```rust
+//! # #[cfg(feature = "tower")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use http::header::CONTENT_LENGTH;
+//! use http::request::Parts;
+//! use http::HeaderName;
+//! use std::sync::Arc;
+//! use turnstile::http::{HeaderKey, RateLimitLayer, cost_in_header};
+//! use turnstile::policy::{Check, Policy};
+//! use turnstile::{Quota, TokenBucket};
+//!
+//! const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+//! const TOKENS_USED: HeaderName = HeaderName::from_static("x-tokens-used");
+//!
+//! /// A quarter of the body's declared length: a guess at the prompt's tokens.
+//! fn from_length(request: &Parts) -> u32 {
+//!     let length = request.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+//!     length.and_then(|v| v.parse::<u32>().ok()).map_or(0, |bytes| bytes / 4)
+//! }
+//!
+//! let tokens = Arc::new(TokenBucket::<String>::new(Quota::per_minute(10_000)?)?);
+//! let chat = Policy::builder()
+//!     .check(
+//!         Check::from_limiter("tokens", tokens, HeaderKey::new(API_KEY))
+//!             .cost_with(from_length)
+//!             .settled(),
+//!     )
+//!     .build()?;
+//! let layer = RateLimitLayer::builder(Policy::unlimited())
+//!     .prefix("/v1/chat", chat)
+//!     // The handler answers with `x-tokens-used: N`.
+//!     .settle_from(|response| cost_in_header(response, &TOKENS_USED))
+//!     .build()?;
+//! # let _ = layer;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "tower"))]
+//! # fn main() {}
+//! ```
+//!
+//! An estimate above the key's capacity can never be admitted: the request is refused
+//! as exceeding capacity (429 without `Retry-After`), so clamp an estimate from an
+//! untrusted length to the capacity if such requests should wait instead.
+//!
+//! The example server (`examples/http_server.rs`) has such a route, `/chat`, whose
+//! handler reports the tokens it used; `results/http.md` shows a response reporting
+//! 500 tokens driving a key into debt, and the next request's `Retry-After`.
+//!
+//! # Shared across servers
+//! A check on Redis ([`Check::shared`](crate::policy::Check::shared)) settles on its
+//! store, one script call per check: [`Policy::settle_async`] awaits it (the layer does
+//! so for a route whose policy has shared checks). A settlement that does not reach the
+//! store is lost, and `settle_async` says so: an undercharge, where a lost refund is an
+//! overcharge.
+//!
+//! [`Policy::settle`]: crate::policy::Policy::settle
+//! [`Policy::settle_async`]: crate::policy::Policy::settle_async
