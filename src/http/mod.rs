@@ -159,6 +159,7 @@ mod real_ip;
 mod refusal;
 mod routes;
 mod service;
+mod table;
 
 pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
@@ -167,3 +168,5 @@ pub use key::{HeaderKey, PeerIp};
 pub use layer::{LayerConfigError, RateLimitLayer, RateLimitLayerBuilder};
 pub use real_ip::RealIp;
 pub use service::{RateLimitService, ResponseFuture};
+#[cfg(feature = "config")]
+pub(crate) use {routes::Routes, table::Table};

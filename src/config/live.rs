@@ -1,0 +1,467 @@
+//! The running configuration: built once, then replaced whole by each reload, one
+//! pointer swap, with every limiter whose limit did not change carried over.
+
+use super::Config;
+use super::build::{self, BuiltLimit, Checks, Extractors, Make, OnClock, Requota};
+use super::error::ConfigError;
+use super::schema::{Document, LimitSpec};
+use crate::http::{RateLimitLayer, Table};
+use crate::policy::Policy;
+use crate::{Clock, QuantaClock, Quota};
+use arc_swap::ArcSwap;
+use http::request::Parts;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Limits built from a [`Config`] and reloaded while they run: an HTTP layer
+/// ([`layer`](Self::layer)) and the policies by name ([`policy`](Self::policy)),
+/// each request reading the configuration of the moment with one lock-free pointer
+/// load (arc-swap's `ArcSwap`).
+///
+/// A [`reload`](Self::reload) builds the new configuration beside the running one and
+/// swaps it in only when all of it was built: a configuration that fails leaves the
+/// running one untouched. Then:
+/// - a limit whose algorithm, quota and key are unchanged keeps its limiter, so every
+///   key's state;
+/// - a limit whose quota changed keeps its limiter too, and each key moves to the new
+///   quota at its next request by the reconfiguration rules of [`crate::per_key`]: a
+///   key keeps what it had left, capped at the new quota, so a throttled key is never
+///   given a fresh allowance. The moves are lazy: the reload only publishes the new
+///   quota (the token bucket, fixed window and sliding log can move keys; a change of
+///   a GCRA's or sliding window counter's quota is refused, as their keys cannot
+///   move — give the limit a new name to start it afresh);
+/// - a limit whose algorithm or key changed is a new limit: a new limiter, the old
+///   one's state dropped, as a removed limit's is once no request holds it;
+/// - policies and routes are rebuilt on the limiters above; a request in flight
+///   finishes under the routes and policies it started with.
+///
+/// Clones share one configuration. The guide's page
+/// [Limits from a file](crate::guide::limits_from_a_file) has a whole example.
+#[derive(Clone)]
+pub struct LiveLimits {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    current: ArcSwap<Generation>,
+    /// The layer's routes, swapped with `current`, read by every service of
+    /// [`LiveLimits::layer`].
+    routes: Arc<ArcSwap<crate::http::Routes>>,
+    /// One reload at a time (requests never take it).
+    reloading: Mutex<()>,
+    extractors: Extractors,
+    make: Box<dyn Make>,
+}
+
+/// One configuration, built.
+struct Generation {
+    version: u64,
+    config: Config,
+    limits: BTreeMap<String, BuiltLimit>,
+    policies: BTreeMap<String, Arc<Policy<Parts>>>,
+}
+
+/// A configuration built beside the running one, not yet swapped in.
+struct Planned {
+    limits: BTreeMap<String, BuiltLimit>,
+    policies: BTreeMap<String, Arc<Policy<Parts>>>,
+    layer: RateLimitLayer,
+    /// Running limiters whose keys move to a new quota once the plan is applied.
+    moves: Vec<(Requota, Quota)>,
+    changes: Vec<Change>,
+}
+
+impl LiveLimits {
+    /// Limits built from `config` on the default clock, keys found by `extractors`:
+    /// version 1.
+    ///
+    /// # Errors
+    /// A limit that names an extractor `extractors` does not have (located in the
+    /// file), a policy the checks' rules refuse (a cost above its limit's capacity, a
+    /// dry-run check sharing a limiter with an enforced one).
+    pub fn new(config: Config, extractors: Extractors) -> Result<Self, ConfigError> {
+        Self::with_clock(config, extractors, QuantaClock::new())
+    }
+
+    /// [`LiveLimits::new`] with every limiter on `clock` (a
+    /// [`ManualClock`](crate::ManualClock) in tests).
+    ///
+    /// # Errors
+    /// As [`LiveLimits::new`].
+    pub fn with_clock<C: Clock + Clone + 'static>(
+        config: Config,
+        extractors: Extractors,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let make: Box<dyn Make> = Box::new(OnClock(clock));
+        let planned = plan(None, &config, &extractors, &*make)?;
+        let routes = Arc::new(ArcSwap::new(planned.layer.table.current()));
+        let generation = Generation {
+            version: 1,
+            config,
+            limits: planned.limits,
+            policies: planned.policies,
+        };
+        report_version(1);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                current: ArcSwap::from_pointee(generation),
+                routes,
+                reloading: Mutex::new(()),
+                extractors,
+                make,
+            }),
+        })
+    }
+
+    /// A layer whose services read the routes of the configuration running at each
+    /// request: put it in front of the service once; reloads reach it.
+    pub fn layer(&self) -> RateLimitLayer {
+        RateLimitLayer {
+            table: Table::Live(Arc::clone(&self.shared.routes)),
+        }
+    }
+
+    /// The policy `name` of the configuration running now, for a request that is not
+    /// served through the layer. Keep it for the request (it stays valid across a
+    /// reload: a request finishes under the policy it started with), and ask again
+    /// for the next one.
+    pub fn policy(&self, name: &str) -> Option<Arc<Policy<Parts>>> {
+        self.shared.current.load().policies.get(name).cloned()
+    }
+
+    /// The running configuration's version: 1 when built, one more at each
+    /// successful reload (a failed one leaves it).
+    pub fn version(&self) -> u64 {
+        self.shared.current.load().version
+    }
+
+    /// Where the running configuration came from.
+    pub fn origin(&self) -> String {
+        self.shared.current.load().config.origin().to_owned()
+    }
+
+    /// Swaps `config` in, as the [type's documentation](Self) says, and tells what
+    /// changed. Reloads run one at a time; requests never wait for one.
+    ///
+    /// # Errors
+    /// What [`LiveLimits::new`] refuses, and a change of quota for a limit whose keys
+    /// cannot move (GCRA, sliding window counter). The running configuration is then
+    /// untouched.
+    pub fn reload(&self, config: Config) -> Result<Changes, ConfigError> {
+        let _one_at_a_time = self
+            .shared
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let running = self.shared.current.load_full();
+        let planned = plan(
+            Some(&running),
+            &config,
+            &self.shared.extractors,
+            &*self.shared.make,
+        )?;
+        // Nothing running has been touched until here. The moves only publish each
+        // limiter's new quota (its keys move at their next requests); then the new
+        // routes and policies go in, each one pointer swap.
+        for (requota, quota) in &planned.moves {
+            requota(*quota);
+        }
+        let version = running.version + 1;
+        self.shared.routes.store(planned.layer.table.current());
+        self.shared.current.store(Arc::new(Generation {
+            version,
+            config,
+            limits: planned.limits,
+            policies: planned.policies,
+        }));
+        report_version(version);
+        Ok(Changes {
+            version,
+            changes: planned.changes,
+        })
+    }
+
+    /// Reads the file at `path` ([`Config::load`]) and [`reload`](Self::reload)s it.
+    ///
+    /// # Errors
+    /// As [`Config::load`] and [`LiveLimits::reload`].
+    pub fn reload_file(&self, path: impl AsRef<Path>) -> Result<Changes, ConfigError> {
+        self.reload(Config::load(path)?)
+    }
+}
+
+/// The version, origin and limits' names.
+impl fmt::Debug for LiveLimits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let current = self.shared.current.load();
+        f.debug_struct("LiveLimits")
+            .field("version", &current.version)
+            .field("origin", &current.config.origin())
+            .field("limits", &current.limits.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `turnstile_config_version` gauge, with the `metrics` feature.
+fn report_version(version: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::describe_gauge!(
+            "turnstile_config_version",
+            "The version of the limits configuration running (1 when built, one more per reload)."
+        );
+        // Exact up to 2^53 reloads.
+        metrics::gauge!("turnstile_config_version").set(version as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = version;
+}
+
+/// Builds `config` beside `running`, taking over its limiters where the limits allow.
+fn plan(
+    running: Option<&Generation>,
+    config: &Config,
+    extractors: &Extractors,
+    make: &dyn Make,
+) -> Result<Planned, ConfigError> {
+    config.resolve(Some(extractors.names()))?;
+    let document = &config.document;
+    let origin = config.origin();
+    let empty = BTreeMap::new();
+    let old_limits = running.map_or(&empty, |running| &running.limits);
+    let mut changes = Vec::new();
+    let mut moves = Vec::new();
+    let mut limits = BTreeMap::new();
+    for (name, spec) in &document.limits {
+        let built = match old_limits.get(name) {
+            Some(old) if old.spec == *spec => old.clone(),
+            Some(old) if old.spec.algorithm == spec.algorithm && old.spec.key == spec.key => {
+                let Some(requota) = &old.requota else {
+                    return Err(cannot_move(origin, name, spec));
+                };
+                moves.push((Arc::clone(requota), spec.quota.quota));
+                changes.push(Change::QuotaChanged {
+                    limit: name.clone(),
+                    from: old.spec.quota.text.clone(),
+                    to: spec.quota.text.clone(),
+                });
+                BuiltLimit {
+                    spec: spec.clone(),
+                    ..old.clone()
+                }
+            }
+            old => {
+                let built = make.make(name, spec).map_err(|error| {
+                    ConfigError::new(origin, format!("limits.{name}"), error.to_string())
+                })?;
+                changes.push(match old {
+                    None => Change::LimitAdded {
+                        limit: name.clone(),
+                    },
+                    Some(old) => Change::LimitReplaced {
+                        limit: name.clone(),
+                        why: if old.spec.algorithm == spec.algorithm {
+                            "its key changed"
+                        } else {
+                            "its algorithm changed"
+                        },
+                    },
+                });
+                built
+            }
+        };
+        limits.insert(name.clone(), built);
+    }
+    for name in old_limits.keys().filter(|name| !limits.contains_key(*name)) {
+        changes.push(Change::LimitRemoved {
+            limit: name.clone(),
+        });
+    }
+
+    let checks = Checks::new(&limits, extractors, document, origin);
+    let policy = |name: &str| checks.policy(name, &document.policies[name]);
+    let mut policies = BTreeMap::new();
+    for name in document.policies.keys() {
+        policies.insert(name.clone(), Arc::new(policy(name)?));
+    }
+    let layer = build::layer(document, origin, policy)?;
+    if let Some(running) = running {
+        changes.extend(what_else_changed(&running.config.document, document));
+    }
+    drop(checks);
+    Ok(Planned {
+        limits,
+        policies,
+        layer,
+        moves,
+        changes,
+    })
+}
+
+/// A quota change the algorithm's keys cannot follow.
+fn cannot_move(origin: &str, name: &str, spec: &LimitSpec) -> ConfigError {
+    ConfigError::new(
+        origin,
+        format!("limits.{name}.quota"),
+        format!(
+            "a running {} limit cannot move its keys to a new quota (token_bucket, \
+             fixed_window and sliding_log can): keep its quota {}, or give the limit a \
+             new name to start it afresh (dropping its keys' state)",
+            spec.algorithm.name(),
+            spec.quota.text
+        ),
+    )
+}
+
+/// The changes to policies, routes and how client addresses are found.
+fn what_else_changed(old: &Document, new: &Document) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for (name, spec) in &new.policies {
+        match old.policies.get(name) {
+            None => changes.push(Change::PolicyAdded {
+                policy: name.clone(),
+            }),
+            Some(old) if old != spec => changes.push(Change::PolicyChanged {
+                policy: name.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    for name in old
+        .policies
+        .keys()
+        .filter(|name| !new.policies.contains_key(*name))
+    {
+        changes.push(Change::PolicyRemoved {
+            policy: name.clone(),
+        });
+    }
+    if old.layer != new.layer {
+        changes.push(Change::LayerChanged);
+    }
+    if old.client_address != new.client_address {
+        changes.push(Change::ClientAddressChanged);
+    }
+    changes
+}
+
+/// What a reload changed: [`LiveLimits::reload`]'s answer, for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changes {
+    version: u64,
+    changes: Vec<Change>,
+}
+
+impl Changes {
+    /// The version now running.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Each change, limits first (in name order), then policies, the layer and how
+    /// client addresses are found.
+    pub fn changes(&self) -> &[Change] {
+        &self.changes
+    }
+
+    /// Whether the new configuration says what the old one did.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// `version N: ` and each change on a line of its own, or "no change".
+impl fmt::Display for Changes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "version {}:", self.version)?;
+        if self.changes.is_empty() {
+            return write!(f, " no change");
+        }
+        for change in &self.changes {
+            write!(f, "\n  {change}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One thing a reload changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Change {
+    /// A new limit, with a new limiter.
+    LimitAdded {
+        /// Its name.
+        limit: String,
+    },
+    /// A limit gone; its limiter and every key's state are dropped once no request
+    /// holds them.
+    LimitRemoved {
+        /// Its name.
+        limit: String,
+    },
+    /// A limit's quota changed: same limiter, each key moves at its next request.
+    QuotaChanged {
+        /// Its name.
+        limit: String,
+        /// The quota before, as written.
+        from: String,
+        /// The quota now, as written.
+        to: String,
+    },
+    /// A limit whose algorithm or key changed: a new limiter, the old one's state
+    /// dropped.
+    LimitReplaced {
+        /// Its name.
+        limit: String,
+        /// What changed.
+        why: &'static str,
+    },
+    /// A new policy.
+    PolicyAdded {
+        /// Its name.
+        policy: String,
+    },
+    /// A policy gone.
+    PolicyRemoved {
+        /// Its name.
+        policy: String,
+    },
+    /// A policy's checks or mode changed.
+    PolicyChanged {
+        /// Its name.
+        policy: String,
+    },
+    /// The layer's routes, fallback, statuses, delay or dry run changed.
+    LayerChanged,
+    /// How the client's address is found changed.
+    ClientAddressChanged,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::LimitAdded { limit } => write!(f, "limit {limit:?} added"),
+            Change::LimitRemoved { limit } => {
+                write!(f, "limit {limit:?} removed (its keys' state dropped)")
+            }
+            Change::QuotaChanged { limit, from, to } => write!(
+                f,
+                "limit {limit:?}: quota {from} -> {to} (each key moves at its next \
+                 request, keeping what it has left, capped at the new quota)"
+            ),
+            Change::LimitReplaced { limit, why } => write!(
+                f,
+                "limit {limit:?} replaced: {why} (a new limiter; the old one's keys' \
+                 state dropped)"
+            ),
+            Change::PolicyAdded { policy } => write!(f, "policy {policy:?} added"),
+            Change::PolicyRemoved { policy } => write!(f, "policy {policy:?} removed"),
+            Change::PolicyChanged { policy } => write!(f, "policy {policy:?} changed"),
+            Change::LayerChanged => write!(f, "layer changed (routes, statuses, delay or dry run)"),
+            Change::ClientAddressChanged => write!(f, "client_address changed"),
+        }
+    }
+}

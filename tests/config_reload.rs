@@ -1,0 +1,344 @@
+//! Reloading a limits file into running limits: a key's state survives every change
+//! but its own limit's removal, a changed quota moves keys without a fresh allowance
+//! for a throttled one, a refused file changes nothing, and requests racing reloads
+//! are never admitted beyond what any configuration allows.
+
+use http::request::Parts;
+use proptest::prelude::*;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use turnstile::ManualClock;
+use turnstile::config::{Change, Config, Extractors, LiveLimits};
+
+/// One limit `a` of `algorithm` and `quota`, keyed by `x-api-key`, in policy `p`
+/// (no checks when `quota` is `None`: the limit removed), the fallback of the layer.
+fn config(algorithm: &str, quota: Option<&str>) -> Config {
+    let text = match quota {
+        Some(quota) => format!(
+            "[limits.a]\nalgorithm = \"{algorithm}\"\nquota = {quota}\nkey = {{ header = \"x-api-key\" }}\n\
+             [policies.p]\nchecks = [\"a\"]\n[layer]\nfallback = \"p\"\n"
+        ),
+        None => "[policies.p]\nchecks = []\n[layer]\nfallback = \"p\"\n".to_owned(),
+    };
+    Config::from_toml(&text, "test.toml").unwrap()
+}
+
+/// `capacity` tokens, one a second.
+fn per_second(capacity: u32) -> String {
+    format!("{{ capacity = {capacity}, refill_every = \"1s\" }}")
+}
+
+fn request(user: &str) -> Parts {
+    http::Request::builder()
+        .uri("/anything")
+        .header("x-api-key", user)
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0
+}
+
+/// Whether `limits`' policy `p`, as running now, admits `user`'s request.
+fn admits(limits: &LiveLimits, user: &str) -> bool {
+    limits
+        .policy("p")
+        .unwrap()
+        .acquire(&request(user))
+        .is_allowed()
+}
+
+/// How many of `n` requests of `user` are admitted.
+fn admitted(limits: &LiveLimits, user: &str, n: u32) -> u32 {
+    (0..n).filter(|_| admits(limits, user)).count() as u32
+}
+
+fn live(config: Config, clock: &ManualClock) -> LiveLimits {
+    LiveLimits::with_clock(config, Extractors::new(), clock.clone()).unwrap()
+}
+
+#[test]
+fn an_unchanged_limit_keeps_every_keys_state_across_a_reload() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"3/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 2), 2);
+    // The same limit, and a new one beside it: alice's key is as it was.
+    let text = "[limits.a]\nquota = \"3/h\"\nkey = { header = \"x-api-key\" }\n\
+                [limits.b]\nquota = \"9/h\"\nkey = \"client_address\"\n\
+                [policies.p]\nchecks = [\"a\"]\n[layer]\nfallback = \"p\"\n";
+    let changes = limits
+        .reload(Config::from_toml(text, "test.toml").unwrap())
+        .unwrap();
+    assert_eq!(
+        changes.changes(),
+        [Change::LimitAdded { limit: "b".into() }]
+    );
+    assert_eq!(changes.version(), 2);
+    assert_eq!(admitted(&limits, "alice", 5), 1);
+}
+
+#[test]
+fn a_lowered_quota_caps_what_a_key_has_left_and_never_refills_a_throttled_key() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"10/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 2), 2); // 8 left
+    assert_eq!(admitted(&limits, "bob", 10), 10); // throttled
+    let changes = limits
+        .reload(config("token_bucket", Some("\"5/h\"")))
+        .unwrap();
+    assert_eq!(
+        changes.changes(),
+        [Change::QuotaChanged {
+            limit: "a".into(),
+            from: "\"10/h\"".into(),
+            to: "\"5/h\"".into()
+        }]
+    );
+    assert_eq!(admitted(&limits, "alice", 10), 5); // min(8, 5)
+    assert_eq!(admitted(&limits, "bob", 10), 0); // still throttled
+    assert_eq!(admitted(&limits, "carol", 10), 5); // a new key: the new quota
+    // Raised again: a throttled key gains nothing but refill.
+    limits
+        .reload(config("token_bucket", Some("\"50/h\"")))
+        .unwrap();
+    assert_eq!(admitted(&limits, "bob", 10), 0);
+}
+
+#[test]
+fn a_refused_reload_leaves_the_running_limits_untouched() {
+    let clock = ManualClock::new();
+    let limits = live(config("gcra", Some("\"4/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 3), 3);
+    // A GCRA's keys cannot move to a new quota: refused, and said why.
+    let error = limits.reload(config("gcra", Some("\"8/h\""))).unwrap_err();
+    assert_eq!(error.field(), "limits.a.quota");
+    assert!(error.message().contains("cannot move its keys"), "{error}");
+    // A file with a mistake in it: refused.
+    let broken = "[limits.a]\nquota = \"8/hour and a bit\"\nkey = \"client_address\"\n";
+    assert!(Config::from_toml(broken, "test.toml").is_err());
+    assert_eq!(limits.version(), 1);
+    assert_eq!(admitted(&limits, "alice", 3), 1);
+}
+
+#[test]
+fn a_removed_limit_drops_its_state_and_a_changed_algorithm_starts_a_new_limiter() {
+    let clock = ManualClock::new();
+    let limits = live(config("fixed_window", Some("\"2/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 5), 2);
+    let changes = limits.reload(config("fixed_window", None)).unwrap();
+    assert!(
+        changes
+            .changes()
+            .contains(&Change::LimitRemoved { limit: "a".into() })
+    );
+    assert_eq!(admitted(&limits, "alice", 5), 5); // no check left
+    limits
+        .reload(config("fixed_window", Some("\"2/h\"")))
+        .unwrap();
+    assert_eq!(admitted(&limits, "alice", 5), 2); // a new limiter
+    let changes = limits
+        .reload(config("sliding_log", Some("\"2/h\"")))
+        .unwrap();
+    assert_eq!(
+        changes.changes()[0],
+        Change::LimitReplaced {
+            limit: "a".into(),
+            why: "its algorithm changed"
+        }
+    );
+    assert_eq!(changes.version(), 4);
+}
+
+/// A service that answers 200 to everything.
+#[derive(Clone)]
+struct Ok200;
+
+impl tower::Service<http::Request<String>> for Ok200 {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        Box::pin(async { Ok(http::Response::new(String::new())) })
+    }
+}
+
+#[tokio::test]
+async fn a_service_built_before_a_reload_answers_under_the_new_quota() {
+    use tower::{Layer, Service};
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"4/h\"")), &clock);
+    let mut service = limits.layer().layer(Ok200);
+    let mut status = async |user: &str| {
+        let request = http::Request::builder()
+            .uri("/")
+            .header("x-api-key", user)
+            .body(String::new())
+            .unwrap();
+        service.call(request).await.unwrap().status().as_u16()
+    };
+    for _ in 0..3 {
+        assert_eq!(status("alice").await, 200);
+    }
+    limits
+        .reload(config("token_bucket", Some("\"2/h\"")))
+        .unwrap();
+    // alice had 1 left, and keeps it (a fresh limiter would give her 2).
+    assert_eq!(status("alice").await, 200);
+    assert_eq!(status("alice").await, 429);
+    assert_eq!(status("bob").await, 200);
+}
+
+#[test]
+fn requests_racing_reloads_are_never_admitted_beyond_the_largest_quota() {
+    let clock = ManualClock::new(); // frozen: no refill, so every admission counts
+    let limits = live(config("token_bucket", Some("\"10/h\"")), &clock);
+    let admitted = Arc::new(AtomicU32::new(0));
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            let (limits, admitted) = (limits.clone(), Arc::clone(&admitted));
+            scope.spawn(move || {
+                for _ in 0..2_000 {
+                    if admits(&limits, "hot") {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        let limits = limits.clone();
+        scope.spawn(move || {
+            for round in 0..200 {
+                let quota = if round % 2 == 0 {
+                    "\"20/h\""
+                } else {
+                    "\"10/h\""
+                };
+                limits.reload(config("token_bucket", Some(quota))).unwrap();
+            }
+        });
+    });
+    // The key starts full under 10 or 20; once it has given a token it is never full
+    // again (no time passes), so no move refills it: at most 20 in all, and at least
+    // the 10 of the smaller quota.
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert!((10..=20).contains(&admitted), "{admitted} admitted");
+    assert_eq!(limits.version(), 201);
+}
+
+/// One step of the state machine.
+#[derive(Clone, Debug)]
+enum Step {
+    /// A request of user `0..3`.
+    Request(usize),
+    /// A reload with limit `a` at this capacity (one token a second), or removed.
+    Reload(Option<u32>),
+    /// Time passes: whole seconds.
+    Wait(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..3usize).prop_map(Step::Request),
+        2 => prop_oneof![4 => (1..6u32).prop_map(Some), 1 => Just(None)].prop_map(Step::Reload),
+        1 => prop_oneof![(1..3u64), Just(3_600u64)].prop_map(Step::Wait),
+    ]
+}
+
+/// A key of the model: the capacity it was last moved to, and what it had left then,
+/// at whole second `at`.
+#[derive(Clone, Copy, Debug)]
+struct Key {
+    capacity: u32,
+    left: u32,
+    at: u64,
+}
+
+/// The rules of `turnstile::per_key` for a token bucket of one token a second, with
+/// every key moving lazily, at its next request: refill under the key's own quota,
+/// then a full key starts afresh under the new one, any other keeps what it has
+/// left, capped. A removed limit forgets every key.
+#[derive(Debug, Default)]
+struct Model {
+    capacity: Option<u32>,
+    keys: [Option<Key>; 3],
+    now: u64,
+}
+
+impl Model {
+    fn request(&mut self, user: usize) -> bool {
+        let Some(capacity) = self.capacity else {
+            return true;
+        };
+        let now = self.now;
+        let key = self.keys[user].get_or_insert(Key {
+            capacity,
+            left: capacity,
+            at: now,
+        });
+        let refilled = u64::from(key.left) + (now - key.at);
+        let left = refilled.min(u64::from(key.capacity)) as u32;
+        let left = if key.capacity == capacity {
+            left
+        } else if left == key.capacity {
+            capacity
+        } else {
+            left.min(capacity)
+        };
+        let allowed = left >= 1;
+        *key = Key {
+            capacity,
+            left: left - u32::from(allowed),
+            at: now,
+        };
+        allowed
+    }
+
+    fn reload(&mut self, capacity: Option<u32>) {
+        if capacity.is_none() {
+            self.keys = [None; 3];
+        }
+        self.capacity = capacity;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every decision is the model's: never an admission it refuses, never a
+    /// throttled key reset by a reload.
+    #[test]
+    fn reloads_interleaved_with_requests_decide_as_the_model(
+        first in 1..6u32,
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        let clock = ManualClock::new();
+        let limits = live(config("token_bucket", Some(&per_second(first))), &clock);
+        let mut model = Model { capacity: Some(first), ..Model::default() };
+        let users = ["alice", "bob", "carol"];
+        for (index, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Request(user) => {
+                    let expected = model.request(user);
+                    prop_assert_eq!(admits(&limits, users[user]), expected, "step {}", index);
+                }
+                Step::Reload(capacity) => {
+                    let quota = capacity.map(per_second);
+                    limits.reload(config("token_bucket", quota.as_deref())).unwrap();
+                    model.reload(capacity);
+                }
+                Step::Wait(seconds) => {
+                    clock.advance(Duration::from_secs(seconds));
+                    model.now += seconds;
+                }
+            }
+        }
+    }
+}
