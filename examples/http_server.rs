@@ -1,5 +1,6 @@
 //! An API behind turnstile's tower layer. The API key in `x-api-key` names the user;
-//! each endpoint has its own per-user limit, and one per-IP limit covers them all:
+//! each endpoint has its own per-user limit, and one per-IP limit covers them all —
+//! the endpoint table of `examples/limits.toml`:
 //!
 //! | endpoint       | per user       |
 //! |----------------|----------------|
@@ -10,25 +11,40 @@
 //!
 //! plus 300 per minute per IP address. A request without an API key gets 400.
 //!
+//! **Limits from a file, reloaded live** (feature `config`): the server reads its table
+//! from `examples/limits.toml` (`--limits PATH` for another file) and reloads it on
+//! SIGHUP and within a second of the file changing (a tokio task polls its
+//! modification time and length each second: no file-watching dependency for one
+//! file), logging what changed; a file with a mistake is refused with its line and
+//! field, and the running limits stay. Keys keep their state across a reload (a
+//! lowered quota caps what a key has left; a throttled key stays throttled).
+//! `/metrics` reports the running version as `turnstile_config_version`.
+//!
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
 //!
-//! Run:  `cargo run --release --example http_server --features tower,metrics,redis [-- ADDR] [--generous | --no-limits] [--no-recorder] [--trust-proxy CIDR ... [--forwarded]] [--redis URL [--leased] [--one-check] [--bare]]`
+//! Run:  `cargo run --release --example http_server --features tower,metrics,redis,config [-- ADDR] [--limits PATH] [--generous | --no-limits] [--in-code] [--no-recorder] [--trust-proxy CIDR ... [--forwarded]] [--redis URL [--leased] [--one-check] [--bare]]`
 //! Then: `curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/balance`
 //! and   `curl http://127.0.0.1:3000/metrics`
 //!
 //! `--generous` keeps the same layer and checks but with quotas of a million per
-//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing);
+//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing),
+//! read from `examples/limits-generous.toml`;
 //! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
 //! recorder (the limiters are named, but report to no one: the cost of the `metrics`
 //! feature alone). They exist for `results/http.md`.
+//!
+//! **The table in code**: `--in-code` builds the same table in code as a fixed layer
+//! (no reloads: the comparison for what reading routes through a reloadable table
+//! costs), and so do the modes the file format does not express yet — `--trust-proxy`,
+//! `--one-check` and the Redis modes below.
 //!
 //! **Behind a reverse proxy**: `--trust-proxy CIDR` (repeatable) trusts the proxies in
 //! that range, and the per-IP limit keys on the client's address from the
 //! `X-Forwarded-For` they append to (`--forwarded`: from `Forwarded`, RFC 7239),
 //! through `RealIp`: a client that is not a trusted proxy is keyed by its own address,
 //! whatever it sends. Without it the per-IP limit keys on the peer (`PeerIp`) and
-//! reads no header.
+//! reads no header. (In a limits file: `[client_address] trusted_proxies = [...]`.)
 //!
 //! **Shared mode**, for a fleet: `--redis URL` keeps every limit in Redis (one
 //! `RedisTokenBucket` per endpoint's per-user limit and one for the per-IP limit,
@@ -49,8 +65,10 @@ use http::request::Parts;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+use turnstile::config::{Config, Extractors, LiveLimits};
 use turnstile::http::{Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp};
 use turnstile::policy::{Check, KeyExtractor, Limit, Policy, PolicyCheck};
 use turnstile::redis::lease::RedisLeasedTokenBucket;
@@ -64,7 +82,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let mut addr: SocketAddr = "127.0.0.1:3000".parse()?;
     let (mut generous, mut no_limits, mut recorder) = (false, false, true);
     let mut store = Store::InProcess;
-    let (mut one_check, mut bare) = (false, false);
+    let (mut one_check, mut bare, mut in_code) = (false, false, false);
+    let mut limits_file = None;
     let (mut trusted, mut header) = (Vec::new(), ProxyHeader::XForwardedFor);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -76,6 +95,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "--leased" => store = store.leased()?,
             "--one-check" => one_check = true,
             "--bare" => bare = true,
+            "--in-code" => in_code = true,
+            "--limits" => {
+                limits_file = Some(PathBuf::from(args.next().ok_or("--limits needs a path")?))
+            }
             "--trust-proxy" => {
                 let range = args.next().ok_or("--trust-proxy needs a CIDR")?;
                 trusted.push(range.parse::<Cidr>()?);
@@ -92,6 +115,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
     };
 
     let proxies = (!trusted.is_empty()).then_some(Proxies { trusted, header });
+    // The file, unless a flag asks for what only the table in code does.
+    let from_file =
+        !(in_code || one_check || proxies.is_some() || !matches!(store, Store::InProcess));
+    let limits_file = limits_file.unwrap_or_else(|| {
+        let name = if generous {
+            "limits-generous.toml"
+        } else {
+            "limits.toml"
+        };
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name)
+    });
     let limits = Limits {
         generous,
         store,
@@ -109,6 +145,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .fallback(|| async { "hello\n" });
     let app = if no_limits || bare {
         app
+    } else if from_file {
+        app.layer(live_limits(limits_file.clone())?)
     } else {
         app.layer(rate_limits(&limits)?)
     };
@@ -124,7 +162,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
         (false, true) => "generous limits",
         (false, false) => "limits on",
     };
-    let store = limits.store.describe();
+    let store = match from_file && !(no_limits || bare) {
+        true => format!("in process, from {}", limits_file.display()),
+        false => limits.store.describe(),
+    };
     let peers = match &limits.proxies {
         None => "per-IP by the peer address".to_owned(),
         Some(proxies) => proxies.describe(),
@@ -362,4 +403,57 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
         .prefix("/login", endpoint("login", 5)?)
         .build()?;
     Ok(layer)
+}
+
+/// The layer of the limits in `path`, reloaded on SIGHUP and when the file changes.
+fn live_limits(path: PathBuf) -> Result<RateLimitLayer, Box<dyn Error>> {
+    // axum records the peer address as `ConnectInfo<SocketAddr>`.
+    let extractors = Extractors::new().peer_address(|info: &ConnectInfo<SocketAddr>| info.0);
+    let limits = LiveLimits::new(Config::load(&path)?, extractors)?;
+    println!("limits: version 1 from {}", path.display());
+    let layer = limits.layer();
+    tokio::spawn(reload_on_change(limits.clone(), path.clone()));
+    tokio::spawn(reload_on_sighup(limits, path));
+    Ok(layer)
+}
+
+/// Reloads `path` into `limits` and says what changed, or why nothing did.
+fn reload(limits: &LiveLimits, path: &Path, why: &str) {
+    match limits.reload_file(path) {
+        Ok(changes) => println!("limits ({why}): {changes}"),
+        Err(error) => eprintln!(
+            "limits ({why}): refused, version {} still running: {error}",
+            limits.version()
+        ),
+    }
+}
+
+async fn reload_on_sighup(limits: LiveLimits, path: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        eprintln!("limits: cannot listen for SIGHUP; reloading on file changes only");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        reload(&limits, &path, "SIGHUP");
+    }
+}
+
+/// Polls the file's modification time and length once a second. (A file caught
+/// half-written fails to load and is logged; the next write changes them again.)
+async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
+    let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
+        let metadata = std::fs::metadata(path).ok()?;
+        Some((metadata.modified().ok()?, metadata.len()))
+    };
+    let mut seen = stamp(&path);
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticks.tick().await;
+        let now = stamp(&path);
+        if now != seen {
+            seen = now;
+            reload(&limits, &path, "file changed");
+        }
+    }
 }

@@ -59,10 +59,11 @@
 //! # The example server, and what a client sees
 //! `examples/http_server.rs` serves an endpoint table: `GET /balance` 100 per minute
 //! per user, `POST /transfer` 10, `POST /login` 5, anything else 50; plus 300 per
-//! minute per IP; the user is the `x-api-key` header.
+//! minute per IP; the user is the `x-api-key` header. It reads the table from
+//! `examples/limits.toml` and reloads it live ([`limits_from_a_file`](super::limits_from_a_file)).
 //!
 //! ```sh
-//! cargo run --release --example http_server --features tower,metrics,redis
+//! cargo run --release --example http_server --features tower,metrics,redis,config
 //! ```
 //!
 //! With `-- --redis redis://127.0.0.1/` every limit lives in Redis (add `--leased` for
