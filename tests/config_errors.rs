@@ -220,3 +220,26 @@ fn the_example_servers_file_loads() {
     let config = Config::load(path).unwrap();
     assert!(LiveLimits::new(config, Extractors::new()).is_ok());
 }
+
+#[test]
+fn the_guides_example_file_loads() {
+    let page = include_str!("../src/guide/limits_from_a_file.rs");
+    let block: String = page
+        .lines()
+        .skip_while(|line| *line != "//! ```toml")
+        .skip(1)
+        .take_while(|line| *line != "//! ```")
+        .map(|line| format!("{}\n", line.trim_start_matches("//!").trim_start()))
+        .collect();
+    assert!(block.contains("[limits.login]"));
+    let config = Config::from_toml(&block, "guide.toml").unwrap();
+    let tenant = |request: &http::request::Parts| {
+        request
+            .headers
+            .get("x-tenant")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let extractors = Extractors::new().key("tenant", tenant);
+    assert!(LiveLimits::new(config, extractors).is_ok());
+}

@@ -291,7 +291,6 @@ fn plan(
     if let Some(running) = running {
         changes.extend(what_else_changed(&running.config.document, document));
     }
-    drop(checks);
     Ok(Planned {
         limits,
         policies,

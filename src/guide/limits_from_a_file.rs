@@ -1,0 +1,180 @@
+//! Limits from a file, reloaded while running (feature `config`): the format, what a
+//! reload does to each key, and the example server's live table.
+//!
+//! Operators change quotas without a build: the limits, policies and the HTTP layer's
+//! routes are a file, read by [`Config`](crate::config::Config) and run by
+//! [`LiveLimits`](crate::config::LiveLimits), which swaps in an edited file while
+//! requests flow — Envoy's and limitador's limits file, nginx's reload of `limit_req`
+//! zones.
+//!
+//! # The format
+//! TOML, YAML or JSON, read through serde (`toml`, `serde_yaml_ng` — the maintained
+//! fork of the archived `serde_yaml` — and `serde_json`): one schema, the same names.
+//!
+//! ```toml
+//! # (tests/config_errors.rs reads this very block.)
+//! # A limit: an algorithm (default token_bucket), a quota, where the key is.
+//! [limits.login]
+//! quota = "5/min"                     # 5 per minute, in bursts of 5
+//! key = { header = "x-api-key" }      # a header's value
+//!
+//! [limits.search]
+//! algorithm = "gcra"                  # token_bucket, gcra, fixed_window,
+//!                                     # sliding_window, sliding_log
+//! quota = "10/s burst 50"             # 10 a second, in bursts of 50
+//! key = { extractor = "tenant" }      # an extractor the program registered
+//!
+//! [limits.per-ip]
+//! quota = { capacity = 300, refill_every = "200ms" }
+//! key = "client_address"              # the peer, or behind trusted proxies RealIp
+//!
+//! # A policy: the checks a request must pass, all or nothing.
+//! [policies.login]
+//! checks = ["login", { limit = "per-ip", cost = 1, dry_run = true, missing_key = "skip" }]
+//! dry_run = false                     # every check of the policy on trial
+//!
+//! [policies.search]
+//! checks = ["search", "per-ip"]
+//!
+//! # The HTTP layer: routes by path prefix (whole segments), tried in order.
+//! [layer]
+//! fallback = "search"
+//! routes = [{ prefix = "/login", policy = "login" }]
+//! statuses = { missing_key = 400, exceeds_capacity = 429, unavailable = 503 }
+//! delay = "500ms"                     # delay mode: wait up to this long, then refuse
+//! dry_run = false                     # the whole layer on trial
+//!
+//! # How the client's address is found (defaults: the peer, IPv6 by /64).
+//! [client_address]
+//! trusted_proxies = ["10.0.0.0/8"]
+//! header = "x-forwarded-for"          # or "forwarded" (RFC 7239)
+//! ipv6_prefix = 64
+//! ```
+//!
+//! - **Quotas** read as people write them: `"N/UNIT"` is `Quota::per_minute(N)` and
+//!   its kind (capacity N, one token every UNIT / N, rounded up to the nanosecond),
+//!   with units `ms`, `s`, `min`, `h`, `d` and an optional count (`"5/10s"`);
+//!   `burst B` sets the capacity and keeps the rate. A table `{ capacity,
+//!   refill_every }` is [`Quota::new`](crate::Quota::new)'s two arguments.
+//! - **Checks** are a limit's name, or a table with its `cost` (default 1), `dry_run`
+//!   (see [dry run](crate::policy#dry-run)) and `missing_key` (`"reject"`, the default,
+//!   or `"skip"`). The check reports under the limit's name in the `RateLimit` fields.
+//! - **Keys**: `{ header = "NAME" }`, `"client_address"`, or `{ extractor = "NAME" }`
+//!   for a key the program finds itself
+//!   ([`Extractors::key`](crate::config::Extractors::key)); where the server records
+//!   the peer address is [`Extractors::peer_address`](crate::config::Extractors::peer_address).
+//! - **Not yet in the format**: shared (Redis) checks, `max_keys` and the other
+//!   builder settings, predicate routes. Build those in code.
+//!
+//! Every table refuses a field it does not know, and a mistake is reported with its
+//! file, line, column and field, and what was expected —
+//! [`ConfigError`](crate::config::ConfigError):
+//!
+//! ```text
+//! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ms, s, min, h, d), or a table { capacity = 50, refill_every = "100ms" }
+//! limits.toml:4:1: limits.login.burts: unknown field `burts`, expected one of `algorithm`, `quota`, `key`
+//! limits.toml:7:23: policies.api.checks[1]: unknown limit "per-ip": expected one of the names under [limits]: per-user
+//! ```
+//!
+//! A quota no algorithm of its limit can hold (a GCRA or sliding window counter has
+//! bounds) is refused when the file is read, with the algorithm's own
+//! [`QuotaError`](crate::QuotaError). A name that points nowhere is found once the
+//! whole file is read, and located by reading the file a second time, knowing every
+//! name.
+//!
+//! # Reloading
+//! [`LiveLimits::reload`](crate::config::LiveLimits::reload) builds the new file beside
+//! the running one, and only once all of it was built swaps it in: one pointer store
+//! (arc-swap's `ArcSwap`). A file that fails to load or build leaves the running one
+//! untouched, and the error says why. What happens to each limit:
+//!
+//! | the limit in the new file | its limiter | its keys |
+//! |---|---|---|
+//! | the same algorithm, quota and key | kept (the same `Arc`) | every key's state kept |
+//! | the quota changed | kept | each key moves at its next request, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
+//! | the quota of a `gcra` or `sliding_window` limit changed | — | refused: their keys cannot move (rename the limit to start it afresh) |
+//! | the algorithm or key changed | a new one | the old state dropped (a new limit under the old name) |
+//! | gone | dropped once no request holds it | dropped |
+//!
+//! Policies and routes are rebuilt on those limiters each time. **On the request
+//! path** the layer reads its routes with one lock-free `ArcSwap` load at the start of
+//! each request, and keeps them to its end: a request in flight finishes under the
+//! routes it started with (a delayed or Redis-awaiting request holds them), a new one
+//! sees the new routes, and none sees half of each. A policy asked by name
+//! ([`LiveLimits::policy`](crate::config::LiveLimits::policy)) is the running one's,
+//! an `Arc` to keep for the request.
+//!
+//! **Key moves are lazy**: a reload only publishes each changed limiter's new quota
+//! ([`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota)), and each key moves
+//! at its own next request — so the swap costs the same whatever the number of keys,
+//! and no thread walks them. (A moving key is frozen for the moment of its own move;
+//! requests to other keys never wait.) Reloads run one at a time; requests never wait
+//! for one.
+//!
+//! ```
+//! # #[cfg(feature = "config")]
+//! # fn main() -> Result<(), turnstile::config::ConfigError> {
+//! use turnstile::ManualClock;
+//! use turnstile::config::{Config, Extractors, LiveLimits};
+//!
+//! let file = |quota: &str| {
+//!     let text = format!(r#"
+//!         [limits.login]
+//!         quota = "{quota}"
+//!         key = {{ header = "x-api-key" }}
+//!
+//!         [policies.login]
+//!         checks = ["login"]
+//!
+//!         [layer]
+//!         fallback = "login"
+//!     "#);
+//!     Config::from_toml(&text, "limits.toml")
+//! };
+//! let request = |user: &str| {
+//!     let request = http::Request::builder().header("x-api-key", user).body(()).unwrap();
+//!     request.into_parts().0
+//! };
+//! let clock = ManualClock::new(); // a service uses the default clock: LiveLimits::new
+//! let limits = LiveLimits::with_clock(file("5/min")?, Extractors::new(), clock)?;
+//! let layer = limits.layer(); // in front of the service: reloads reach it
+//! # let _ = layer;
+//! let login = |user: &str| limits.policy("login").unwrap().acquire(&request(user)).is_allowed();
+//! for _ in 0..4 {
+//!     assert!(login("alice")); // 1 of her 5 left
+//! }
+//!
+//! // The quota lowered on disk, and reloaded:
+//! let changes = limits.reload(file("2/min")?)?;
+//! assert_eq!(changes.version(), 2);
+//! println!("{changes}"); // version 2: limit "login": quota "5/min" -> "2/min" (...)
+//! assert!(login("alice")); // she keeps her 1 (capped at 2, not reset to 2)
+//! assert!(!login("alice"));
+//! assert!(login("bob") && login("bob") && !login("bob")); // a new key: the new quota
+//!
+//! // A file with a mistake is refused where it is read; version 2 runs on.
+//! let error = file("2 a minute").unwrap_err();
+//! assert_eq!((error.field(), error.line()), ("limits.login.quota", Some(3)));
+//! assert_eq!(limits.version(), 2);
+//! # Ok(()) }
+//! # #[cfg(not(feature = "config"))]
+//! # fn main() {}
+//! ```
+//!
+//! # The example server
+//! `examples/http_server.rs` reads its endpoint table from `examples/limits.toml`,
+//! reloads it on SIGHUP and within a second of the file changing (a tokio task
+//! polls the file's modification time and length: one file needs no watcher
+//! dependency), logs what changed (the [`Changes`](crate::config::Changes) of each
+//! reload, or why a file was refused), and reports the running version at `/metrics`
+//! as the gauge `turnstile_config_version` (feature `metrics`). A transcript — a quota
+//! lowered on disk, then 429s at the new rate with no key reset — is in
+//! `results/http.md`, "Limits reloaded live" (`results/http-reload.sh`).
+//!
+//! # What it costs
+//! A request through a reloadable layer pays one `ArcSwap` load (a thread-local debt
+//! slot and an atomic or two, no reference count) over a fixed layer's pointer read.
+//! Nothing was measured for this page: `benches/config_reload.rs` (built in CI, not
+//! run) measures a request through a fixed and a reloadable layer side by side, and
+//! the swap of a 1,000-route table while a limiter holds a million keys. The figures,
+//! once run, belong in `results/http.md`.
