@@ -197,6 +197,60 @@ async fn a_service_built_before_a_reload_answers_under_the_new_quota() {
     assert_eq!(status("bob").await, 200);
 }
 
+/// A service whose responses each wait for a permit.
+#[derive(Clone)]
+struct Held(Arc<tokio::sync::Semaphore>);
+
+impl tower::Service<http::Request<String>> for Held {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        let release = Arc::clone(&self.0);
+        Box::pin(async move {
+            let _permit = release.acquire().await;
+            Ok(http::Response::new(String::new()))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_request_in_flight_finishes_under_the_routes_it_started_with() {
+    use tower::{Layer, Service};
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"4/h\"")), &clock);
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut service = limits.layer().layer(Held(Arc::clone(&release)));
+    let request = || {
+        let request = http::Request::builder()
+            .uri("/")
+            .header("x-api-key", "alice");
+        request.body(String::new()).unwrap()
+    };
+    let in_flight = tokio::spawn(service.call(request()));
+    tokio::task::yield_now().await; // admitted; its response waits
+    limits
+        .reload(config("token_bucket", Some("\"2/h\"")))
+        .unwrap();
+    let after = tokio::spawn(service.call(request()));
+    release.add_permits(2);
+    let policy = |response: http::Response<String>| {
+        let field = response.headers().get("ratelimit-policy").unwrap();
+        field.to_str().unwrap().to_owned()
+    };
+    // Admitted and answered under the old routes: their quota in its fields.
+    assert_eq!(
+        policy(in_flight.await.unwrap().unwrap()),
+        "\"a\";q=4;w=3600"
+    );
+    assert_eq!(policy(after.await.unwrap().unwrap()), "\"a\";q=2;w=3600");
+}
+
 #[test]
 fn requests_racing_reloads_are_never_admitted_beyond_the_largest_quota() {
     let clock = ManualClock::new(); // frozen: no refill, so every admission counts
