@@ -36,15 +36,17 @@
 //!
 //! **The table in code**: `--in-code` builds the same table in code as a fixed layer
 //! (no reloads: the comparison for what reading routes through a reloadable table
-//! costs), and so do the modes the file format does not express yet — `--trust-proxy`,
-//! `--one-check` and the Redis modes below.
+//! costs), and so do `--trust-proxy`, `--one-check` and the Redis modes below, which
+//! `results/http.md`'s scripts call. (A limits file says the same with
+//! `[client_address] trusted_proxies = [...]` and `store = { redis = "URL" }`; leased
+//! limits are not in the format yet.)
 //!
 //! **Behind a reverse proxy**: `--trust-proxy CIDR` (repeatable) trusts the proxies in
 //! that range, and the per-IP limit keys on the client's address from the
 //! `X-Forwarded-For` they append to (`--forwarded`: from `Forwarded`, RFC 7239),
 //! through `RealIp`: a client that is not a trusted proxy is keyed by its own address,
 //! whatever it sends. Without it the per-IP limit keys on the peer (`PeerIp`) and
-//! reads no header. (In a limits file: `[client_address] trusted_proxies = [...]`.)
+//! reads no header.
 //!
 //! **Shared mode**, for a fleet: `--redis URL` keeps every limit in Redis (one
 //! `RedisTokenBucket` per endpoint's per-user limit and one for the per-IP limit,

@@ -243,3 +243,20 @@ fn the_guides_example_file_loads() {
     let extractors = Extractors::new().key("tenant", tenant);
     assert!(LiveLimits::new(config, extractors).is_ok());
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_shared_limit_of_an_algorithm_without_a_script_is_refused() {
+    let text = GOOD.replace(
+        "quota = \"100/min\"",
+        "algorithm = \"gcra\"\nquota = \"100/min\"\nstore = { redis = \"redis://127.0.0.1/\" }",
+    );
+    let error = toml_error(&text);
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(
+        error
+            .message()
+            .contains("token_bucket or a fixed_window, not gcra"),
+        "{error}"
+    );
+}

@@ -396,3 +396,50 @@ proptest! {
         }
     }
 }
+
+/// A limit in Redis at `redis://127.0.0.1:1/` (nothing listens there), keyed by
+/// `x-api-key`, failing `failure`, in policy `p`.
+#[cfg(feature = "redis")]
+fn shared(quota: &str, failure: &str) -> Config {
+    let text = format!(
+        "[limits.s]\nquota = \"{quota}\"\nkey = {{ header = \"x-api-key\" }}\n\
+         store = {{ redis = \"redis://127.0.0.1:1/\", failure = \"{failure}\" }}\n\
+         [policies.p]\nchecks = [\"s\"]\n"
+    );
+    Config::from_toml(&text, "test.toml").unwrap()
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_shared_limit_answers_by_its_failure_policy_and_keeps_its_quota() {
+    use turnstile::policy::Outcome;
+    // Built on the runtime its connection runs on. `acquire` never waits for Redis:
+    // it answers a shared check by its failure policy.
+    let closed = LiveLimits::new(shared("10/min", "closed"), Extractors::new()).unwrap();
+    let policy = closed.policy("p").unwrap();
+    assert!(policy.is_shared());
+    assert_eq!(
+        policy.acquire(&request("alice")).outcome(),
+        Outcome::Unavailable
+    );
+    let open = LiveLimits::new(shared("10/min", "open"), Extractors::new()).unwrap();
+    assert!(
+        open.policy("p")
+            .unwrap()
+            .acquire(&request("alice"))
+            .is_allowed()
+    );
+    // Its state is Redis's, under its quota: a new quota is refused, the store's
+    // change (a new failure policy) makes a new limiter.
+    let error = closed.reload(shared("20/min", "closed")).unwrap_err();
+    assert_eq!(error.field(), "limits.s.quota");
+    assert!(error.message().contains("shared (Redis)"), "{error}");
+    let changes = closed.reload(shared("10/min", "open")).unwrap();
+    assert_eq!(
+        changes.changes(),
+        [Change::LimitReplaced {
+            limit: "s".into(),
+            why: "its store changed"
+        }]
+    );
+}

@@ -2,9 +2,11 @@
 //! taken over, not rebuilt, where its limit did not change ([`super::live`] decides).
 
 use super::error::ConfigError;
+#[cfg(feature = "redis")]
+use super::schema::FailureSpec;
 use super::schema::{
     AlgorithmName, CheckSpec, ClientAddressSpec, Document, KeySpec, LimitSpec, MissingKeySpec,
-    PolicySpec,
+    PolicySpec, StoreSpec,
 };
 use crate::algorithm::{Algorithm, FromQuota, Reconfigurable};
 use crate::http::{HeaderKey, PeerIp, RateLimitLayer, RealIp};
@@ -176,6 +178,29 @@ impl KeyExtractor<Parts> for IpKey {
     }
 }
 
+/// A shared limit's key, as the bytes Redis keys it by: a text key's UTF-8, an
+/// address's octets (4 for IPv4, 16 for IPv6).
+#[cfg(feature = "redis")]
+enum BytesKey {
+    Text(TextKey),
+    Ip(IpKey),
+}
+
+#[cfg(feature = "redis")]
+impl KeyExtractor<Parts> for BytesKey {
+    type Key = [u8];
+
+    fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        match self {
+            BytesKey::Text(text) => text.with_key(request, |key| with(key.as_bytes())),
+            BytesKey::Ip(ip) => ip.with_key(request, |ip| match ip {
+                IpAddr::V4(v4) => with(&v4.octets()),
+                IpAddr::V6(v6) => with(&v6.octets()),
+            }),
+        }
+    }
+}
+
 /// Moves a running limiter's keys to a new quota ([`KeyedLimiter::set_quota`]).
 pub(crate) type Requota = Arc<dyn Fn(Quota) + Send + Sync>;
 
@@ -188,6 +213,9 @@ pub(crate) enum Limiter {
     Extractor(Arc<dyn DynRateLimiter<String, str>>, String),
     /// Keyed by the client's address.
     Ip(Arc<dyn DynRateLimiter<IpAddr>>),
+    /// In Redis, keyed as the spec says.
+    #[cfg(feature = "redis")]
+    Shared(Arc<dyn crate::policy::SharedLimiter>),
 }
 
 /// A limit's running limiter: what it was built from, and how its quota changes
@@ -201,25 +229,31 @@ pub(crate) struct BuiltLimit {
 
 /// Makes limiters on one clock (the clock's type is erased here).
 pub(crate) trait Make: Send + Sync {
-    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, QuotaError>;
+    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, String>;
 }
 
 /// Limiters on `C`.
 pub(crate) struct OnClock<C>(pub(crate) C);
 
 impl<C: Clock + Clone + 'static> Make for OnClock<C> {
-    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, QuotaError> {
+    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, String> {
+        if let Some(store) = &spec.store {
+            return shared(name, spec, store);
+        }
         let (limiter, requota) = match &spec.key {
             KeySpec::ClientAddress => {
-                let (limiter, requota) = keyed::<IpAddr, IpAddr, C>(name, spec, &self.0)?;
+                let (limiter, requota) = keyed::<IpAddr, IpAddr, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
                 (Limiter::Ip(limiter), requota)
             }
             KeySpec::Header(header) => {
-                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)?;
+                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
                 (Limiter::Header(limiter, header.0.clone()), requota)
             }
             KeySpec::Extractor(extractor) => {
-                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)?;
+                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
                 (Limiter::Extractor(limiter, extractor.0.clone()), requota)
             }
         };
@@ -229,6 +263,53 @@ impl<C: Clock + Clone + 'static> Make for OnClock<C> {
             requota,
         })
     }
+}
+
+/// A limiter in Redis under the prefix `turnstile:NAME:` (its state is Redis's, so
+/// its quota cannot change while it runs: no `Requota`). Connects lazily.
+#[cfg(feature = "redis")]
+fn shared(name: &str, spec: &LimitSpec, store: &StoreSpec) -> Result<BuiltLimit, String> {
+    use crate::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket};
+    let failure = match store.failure {
+        FailureSpec::Closed => FailurePolicy::Closed,
+        FailureSpec::Open => FailurePolicy::Open,
+    };
+    let (quota, prefix, url) = (
+        spec.quota.quota,
+        format!("turnstile:{name}:"),
+        store.redis.as_str(),
+    );
+    let limiter: Arc<dyn crate::policy::SharedLimiter> = match spec.algorithm {
+        AlgorithmName::FixedWindow => {
+            // As the in-process fixed window reads a quota: `capacity` per window of
+            // `capacity` intervals.
+            let window = quota
+                .refill_every()
+                .checked_mul(quota.capacity())
+                .ok_or("the fixed window's window (capacity x interval) is too long")?;
+            let builder =
+                RedisFixedWindow::builder(quota.capacity(), window, failure).prefix(prefix);
+            Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
+        }
+        // The schema lets only these two be shared.
+        _ => {
+            let builder = RedisTokenBucket::builder(quota, failure).prefix(prefix);
+            Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
+        }
+    };
+    Ok(BuiltLimit {
+        spec: spec.clone(),
+        limiter: Limiter::Shared(limiter),
+        requota: None,
+    })
+}
+
+/// Without the `redis` feature the schema refuses a `store`.
+#[cfg(not(feature = "redis"))]
+fn shared(name: &str, _: &LimitSpec, _: &StoreSpec) -> Result<BuiltLimit, String> {
+    Err(format!(
+        "limit {name:?} is shared, and turnstile was built without `redis`"
+    ))
 }
 
 type Made<K, Q> = (Arc<dyn DynRateLimiter<K, Q>>, Option<Requota>);
@@ -364,6 +445,19 @@ impl<'a> Checks<'a> {
             Limiter::Ip(limiter) => {
                 let key = self.client.clone();
                 settle(Check::new(name, Arc::clone(limiter), limit, key), spec).into()
+            }
+            #[cfg(feature = "redis")]
+            Limiter::Shared(limiter) => {
+                let key = match &built.spec.key {
+                    KeySpec::Header(header) => {
+                        BytesKey::Text(TextKey::Header(Arc::new(HeaderKey::new(header.0.clone()))))
+                    }
+                    KeySpec::Extractor(extractor) => BytesKey::Text(TextKey::Named(Arc::clone(
+                        &self.extractors.named[&extractor.0],
+                    ))),
+                    KeySpec::ClientAddress => BytesKey::Ip(self.client.clone()),
+                };
+                settle(Check::shared(name, Arc::clone(limiter), limit, key), spec).into()
             }
         }
     }

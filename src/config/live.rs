@@ -32,8 +32,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 ///   quota (the token bucket, fixed window and sliding log can move keys; a change of
 ///   a GCRA's or sliding window counter's quota is refused, as their keys cannot
 ///   move — give the limit a new name to start it afresh);
-/// - a limit whose algorithm or key changed is a new limit: a new limiter, the old
-///   one's state dropped, as a removed limit's is once no request holds it;
+/// - a limit whose algorithm, key or store changed is a new limit: a new limiter, the
+///   old one's state dropped, as a removed limit's is once no request holds it;
+/// - a shared (Redis) limit's state is Redis's: its quota cannot change while it runs
+///   (refused, as a GCRA's);
 /// - policies and routes are rebuilt on the limiters above; a request in flight
 ///   finishes under the routes and policies it started with.
 ///
@@ -77,10 +79,14 @@ impl LiveLimits {
     /// Limits built from `config` on the default clock, keys found by `extractors`:
     /// version 1.
     ///
+    /// A shared (Redis) limit connects lazily, on the tokio runtime it is built in:
+    /// build and reload such a configuration inside one.
+    ///
     /// # Errors
     /// A limit that names an extractor `extractors` does not have (located in the
     /// file), a policy the checks' rules refuse (a cost above its limit's capacity, a
-    /// dry-run check sharing a limiter with an enforced one).
+    /// dry-run check sharing a limiter with an enforced one), a shared limit built
+    /// outside a tokio runtime or with a Redis URL its client refuses.
     pub fn new(config: Config, extractors: Extractors) -> Result<Self, ConfigError> {
         Self::with_clock(config, extractors, QuantaClock::new())
     }
@@ -148,8 +154,8 @@ impl LiveLimits {
     ///
     /// # Errors
     /// What [`LiveLimits::new`] refuses, and a change of quota for a limit whose keys
-    /// cannot move (GCRA, sliding window counter). The running configuration is then
-    /// untouched.
+    /// cannot move (GCRA, sliding window counter, a shared limit). The running
+    /// configuration is then untouched.
     pub fn reload(&self, config: Config) -> Result<Changes, ConfigError> {
         let _one_at_a_time = self
             .shared
@@ -238,7 +244,11 @@ fn plan(
     for (name, spec) in &document.limits {
         let built = match old_limits.get(name) {
             Some(old) if old.spec == *spec => old.clone(),
-            Some(old) if old.spec.algorithm == spec.algorithm && old.spec.key == spec.key => {
+            Some(old)
+                if old.spec.algorithm == spec.algorithm
+                    && old.spec.key == spec.key
+                    && old.spec.store == spec.store =>
+            {
                 let Some(requota) = &old.requota else {
                     return Err(cannot_move(origin, name, spec));
                 };
@@ -254,19 +264,21 @@ fn plan(
                 }
             }
             old => {
-                let built = make.make(name, spec).map_err(|error| {
-                    ConfigError::new(origin, format!("limits.{name}"), error.to_string())
-                })?;
+                let built = make
+                    .make(name, spec)
+                    .map_err(|error| ConfigError::new(origin, format!("limits.{name}"), error))?;
                 changes.push(match old {
                     None => Change::LimitAdded {
                         limit: name.clone(),
                     },
                     Some(old) => Change::LimitReplaced {
                         limit: name.clone(),
-                        why: if old.spec.algorithm == spec.algorithm {
+                        why: if old.spec.algorithm != spec.algorithm {
+                            "its algorithm changed"
+                        } else if old.spec.key != spec.key {
                             "its key changed"
                         } else {
-                            "its algorithm changed"
+                            "its store changed"
                         },
                     },
                 });
@@ -302,14 +314,17 @@ fn plan(
 
 /// A quota change the algorithm's keys cannot follow.
 fn cannot_move(origin: &str, name: &str, spec: &LimitSpec) -> ConfigError {
+    let which = match spec.store {
+        Some(_) => "shared (Redis)".to_owned(),
+        None => spec.algorithm.name().to_owned(),
+    };
     ConfigError::new(
         origin,
         format!("limits.{name}.quota"),
         format!(
-            "a running {} limit cannot move its keys to a new quota (token_bucket, \
-             fixed_window and sliding_log can): keep its quota {}, or give the limit a \
-             new name to start it afresh (dropping its keys' state)",
-            spec.algorithm.name(),
+            "a running {which} limit cannot move its keys to a new quota (in-process \
+             token_bucket, fixed_window and sliding_log can): keep its quota {}, or give \
+             the limit a new name to start it afresh (dropping its keys' state)",
             spec.quota.text
         ),
     )
@@ -410,8 +425,8 @@ pub enum Change {
         /// The quota now, as written.
         to: String,
     },
-    /// A limit whose algorithm or key changed: a new limiter, the old one's state
-    /// dropped.
+    /// A limit whose algorithm, key or store changed: a new limiter, the old one's
+    /// state dropped.
     LimitReplaced {
         /// Its name.
         limit: String,

@@ -41,6 +41,8 @@ pub(crate) struct LimitSpec {
     pub(crate) algorithm: AlgorithmName,
     pub(crate) quota: QuotaSpec,
     pub(crate) key: KeySpec,
+    /// `None`: in process.
+    pub(crate) store: Option<StoreSpec>,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +52,30 @@ struct RawLimit {
     algorithm: AlgorithmName,
     quota: QuotaSpec,
     key: KeySpec,
+    #[serde(default)]
+    store: Option<StoreSpec>,
+}
+
+/// Where a shared limit's state lives: `{ redis = "URL", failure = "closed" }`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StoreSpec {
+    /// The Redis server's URL.
+    pub(crate) redis: String,
+    /// What a check answers when Redis gives no decision.
+    #[serde(default)]
+    pub(crate) failure: FailureSpec,
+}
+
+/// A shared limit's failure policy.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FailureSpec {
+    /// Deny while Redis gives no decision (the HTTP layer answers 503).
+    #[default]
+    Closed,
+    /// Allow while Redis gives no decision.
+    Open,
 }
 
 /// A quota no algorithm of this limit can hold is refused here, with the
@@ -65,11 +91,32 @@ impl TryFrom<RawLimit> for LimitSpec {
                 raw.quota.text
             )
         })?;
+        if raw.store.is_some() {
+            shared_store_allowed(raw.algorithm)?;
+        }
         Ok(Self {
             algorithm: raw.algorithm,
             quota: raw.quota,
             key: raw.key,
+            store: raw.store,
         })
+    }
+}
+
+/// Whether a limit of `algorithm` can live in Redis: the token bucket and the fixed
+/// window have scripts, with the `redis` feature.
+fn shared_store_allowed(algorithm: AlgorithmName) -> Result<(), String> {
+    if cfg!(not(feature = "redis")) {
+        return Err(
+            "a shared limit (store = { redis = ... }) needs turnstile's `redis` feature".into(),
+        );
+    }
+    match algorithm {
+        AlgorithmName::TokenBucket | AlgorithmName::FixedWindow => Ok(()),
+        other => Err(format!(
+            "a shared limit (store = {{ redis = ... }}) is a token_bucket or a fixed_window, not {}",
+            other.name()
+        )),
     }
 }
 

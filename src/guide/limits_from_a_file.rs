@@ -27,6 +27,8 @@
 //! [limits.per-ip]
 //! quota = { capacity = 300, refill_every = "200ms" }
 //! key = "client_address"              # the peer, or behind trusted proxies RealIp
+//! # Shared by many servers (feature redis; a token_bucket or a fixed_window):
+//! # store = { redis = "redis://10.0.0.5/", failure = "closed" }   # or "open"
 //!
 //! # A policy: the checks a request must pass, all or nothing.
 //! [policies.login]
@@ -63,8 +65,15 @@
 //!   for a key the program finds itself
 //!   ([`Extractors::key`](crate::config::Extractors::key)); where the server records
 //!   the peer address is [`Extractors::peer_address`](crate::config::Extractors::peer_address).
-//! - **Not yet in the format**: shared (Redis) checks, `max_keys` and the other
-//!   builder settings, predicate routes. Build those in code.
+//! - **Shared limits**: `store = { redis = "URL", failure = "closed" }` keeps a
+//!   token bucket's or fixed window's state in Redis
+//!   ([`RedisTokenBucket`](crate::redis::RedisTokenBucket),
+//!   [`RedisFixedWindow`](crate::redis::RedisFixedWindow), under the prefix
+//!   `turnstile:NAME:`), with its failure policy; it connects on the tokio runtime
+//!   the limits are built and reloaded in. A key of text is its UTF-8, an address its
+//!   octets.
+//! - **Not yet in the format**: leased Redis limits, `max_keys` and the other builder
+//!   settings, predicate routes. Build those in code.
 //!
 //! Every table refuses a field it does not know, and a mistake is reported with its
 //! file, line, column and field, and what was expected —
@@ -93,7 +102,8 @@
 //! | the same algorithm, quota and key | kept (the same `Arc`) | every key's state kept |
 //! | the quota changed | kept | each key moves at its next request, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
 //! | the quota of a `gcra` or `sliding_window` limit changed | — | refused: their keys cannot move (rename the limit to start it afresh) |
-//! | the algorithm or key changed | a new one | the old state dropped (a new limit under the old name) |
+//! | the quota of a shared (Redis) limit changed | — | refused: its state is Redis's, under the old quota (rename the limit to start it afresh) |
+//! | the algorithm, key or store changed | a new one | the old state dropped (a new limit under the old name) |
 //! | gone | dropped once no request holds it | dropped |
 //!
 //! Policies and routes are rebuilt on those limiters each time. **On the request
