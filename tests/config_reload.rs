@@ -153,6 +153,23 @@ fn a_removed_limit_drops_its_state_and_a_changed_algorithm_starts_a_new_limiter(
     assert_eq!(changes.version(), 4);
 }
 
+#[test]
+fn a_request_through_live_limits_allocates_nothing_once_its_key_exists() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"3/h\"")), &clock);
+    let alice = request("alice");
+    // The key's first request stores it, and this thread's first `ArcSwap` load
+    // registers the thread with arc-swap: both allocate, once.
+    assert!(limits.policy("p").unwrap().acquire(&alice).is_allowed());
+    let info = allocation_counter::measure(|| {
+        // Allowed twice, then denied: the policy looked up by name each time.
+        for _ in 0..4 {
+            std::hint::black_box(limits.policy("p").unwrap().acquire(&alice));
+        }
+    });
+    assert_eq!(info.count_total, 0, "allocations: {info:?}");
+}
+
 /// A service that answers 200 to everything.
 #[derive(Clone)]
 struct Ok200;
