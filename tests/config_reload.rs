@@ -281,6 +281,7 @@ fn requests_racing_reloads_are_never_admitted_beyond_the_largest_quota() {
             scope.spawn(move || {
                 for _ in 0..2_000 {
                     if admits(&limits, "hot") {
+                        // Relaxed: a count, read once the threads are joined.
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
