@@ -13,12 +13,13 @@
 //!
 //! **Limits from a file, reloaded live** (feature `config`): the server reads its table
 //! from `examples/limits.toml` (`--limits PATH` for another file) and reloads it on
-//! SIGHUP and within a second of the file changing (a tokio task polls its
-//! modification time and length each second: no file-watching dependency for one
-//! file), logging what changed; a file with a mistake is refused with its line and
+//! SIGHUP and within two seconds of the file changing (a tokio task polls its
+//! modification time and length each second and reads a change once two polls agree:
+//! no file-watching dependency for one file), logging what changed; a file with a mistake is refused with its line and
 //! field, and the running limits stay. Keys keep their state across a reload (a
 //! lowered quota caps what a key has left; a throttled key stays throttled).
-//! `/metrics` reports the running version as `turnstile_config_version`.
+//! `/metrics` reports the running version as `turnstile_config_version` and whether
+//! the last reload was applied as `turnstile_config_last_reload_successful`.
 //!
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
@@ -414,48 +415,69 @@ fn live_limits(path: PathBuf) -> Result<RateLimitLayer, Box<dyn Error>> {
     let limits = LiveLimits::new(Config::load(&path)?, extractors)?;
     println!("limits: version 1 from {}", path.display());
     let layer = limits.layer();
+    // Installed now, before the server accepts a connection: a SIGHUP that arrives
+    // early reloads instead of killing the process (its default action).
+    let hangups = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::hangup())?
+    };
     tokio::spawn(reload_on_change(limits.clone(), path.clone()));
-    tokio::spawn(reload_on_sighup(limits, path));
+    tokio::spawn(reload_on_sighup(limits, path, hangups));
     Ok(layer)
 }
 
-/// Reloads `path` into `limits` and says what changed, or why nothing did.
-fn reload(limits: &LiveLimits, path: &Path, why: &str) {
-    match limits.reload_file(path) {
+/// Reloads `path` into `limits` and says what changed, or why nothing did. The file's
+/// reading and parsing block: they run on tokio's blocking pool, not on a worker that
+/// serves requests. (`LiveLimits` reports each outcome in `/metrics` as
+/// `turnstile_config_last_reload_successful`.)
+async fn reload(limits: &LiveLimits, path: &Path, why: &str) {
+    let (limits, path) = (limits.clone(), path.to_owned());
+    let why = why.to_owned();
+    let reloaded = tokio::task::spawn_blocking(move || match limits.reload_file(&path) {
         Ok(changes) => println!("limits ({why}): {changes}"),
         Err(error) => eprintln!(
             "limits ({why}): refused, version {} still running: {error}",
             limits.version()
         ),
+    });
+    if let Err(error) = reloaded.await {
+        eprintln!("limits: the reload did not finish: {error}");
     }
 }
 
-async fn reload_on_sighup(limits: LiveLimits, path: PathBuf) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        eprintln!("limits: cannot listen for SIGHUP; reloading on file changes only");
-        return;
-    };
+async fn reload_on_sighup(
+    limits: LiveLimits,
+    path: PathBuf,
+    mut hangups: tokio::signal::unix::Signal,
+) {
     while hangups.recv().await.is_some() {
-        reload(&limits, &path, "SIGHUP");
+        reload(&limits, &path, "SIGHUP").await;
     }
 }
 
-/// Polls the file's modification time and length once a second. (A file caught
-/// half-written fails to load and is logged; the next write changes them again.)
+/// Polls the file's modification time and length once a second, and reloads a change
+/// once two polls in a row see the same stamp: a file being written in place (`cat >`,
+/// an editor that rewrites it) is read when the writing has paused, not half-way.
+/// That narrows the window, it does not close it: a writer idle for a second mid-file
+/// is read half-written. What makes that harmless is the library's: a cut-short file
+/// that defines no limit, no policy or drops the `[layer]` is refused, and the running
+/// limits stay (write to a temporary file and rename it over this one to be exact).
 async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
     let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
         let metadata = std::fs::metadata(path).ok()?;
         Some((metadata.modified().ok()?, metadata.len()))
     };
-    let mut seen = stamp(&path);
+    let mut loaded = stamp(&path);
+    let mut last = loaded;
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     loop {
         ticks.tick().await;
         let now = stamp(&path);
-        if now != seen {
-            seen = now;
-            reload(&limits, &path, "file changed");
+        // Changed since the last load, and the same as a second ago: settled.
+        if now != loaded && now == last {
+            loaded = now;
+            reload(&limits, &path, "file changed").await;
         }
+        last = now;
     }
 }

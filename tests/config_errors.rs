@@ -240,7 +240,7 @@ fn the_guides_example_file_loads() {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned)
     };
-    let extractors = Extractors::new().key("tenant", tenant);
+    let extractors = Extractors::new().register("tenant", tenant);
     assert!(LiveLimits::new(config, extractors).is_ok());
 }
 
@@ -259,4 +259,143 @@ fn a_shared_limit_of_an_algorithm_without_a_script_is_refused() {
             .contains("token_bucket or a fixed_window, not gcra"),
         "{error}"
     );
+}
+
+#[test]
+fn a_missing_refill_every_is_reported_as_missing() {
+    let error = toml_error(&GOOD.replace("\"100/min\"", "{ capacity = 5 }"));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.quota");
+    assert!(
+        error.message().contains("missing field `refill_every`"),
+        "{error}"
+    );
+    let error = toml_error(&GOOD.replace("\"100/min\"", "{ capacity = 5, refill_every = 5 }"));
+    assert_eq!(error.field(), "limits.per-user.quota.refill_every");
+    assert!(error.message().contains("a duration such as"), "{error}");
+}
+
+#[test]
+fn loose_quota_text_is_refused() {
+    for (loose, says) in [
+        ("10/sburst50", "is not a quota"),
+        ("10/s burst50", "is not a quota"),
+        ("+5/s", "must be a whole number"),
+        (
+            "1/99999999999999999999d",
+            "longer than the clocks can measure",
+        ),
+    ] {
+        let error = toml_error(&GOOD.replace("100/min", loose));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user.quota", "{loose}");
+        assert_eq!(error.line(), Some(3), "{loose}");
+        assert!(error.message().contains(says), "{loose}: {error}");
+    }
+    // The Greek mu reads as the micro sign does.
+    let micro =
+        |text: &str| Config::from_toml(&GOOD.replace("\"100/min\"", text), "limits.toml").unwrap();
+    assert_eq!(
+        micro("{ capacity = 5, refill_every = \"10\u{3bc}s\" }"),
+        micro("{ capacity = 5, refill_every = \"10\u{b5}s\" }")
+    );
+}
+
+#[test]
+fn an_ipv6_prefix_outside_1_to_128_is_refused_not_clamped() {
+    for bits in [0, 129, 200] {
+        let error = toml_error(&format!("{GOOD}\n[client_address]\nipv6_prefix = {bits}\n"));
+        println!("{error}");
+        assert_eq!(error.field(), "client_address.ipv6_prefix");
+        assert!(error.line().is_some());
+        assert!(error.message().contains("from 1 to 128"), "{error}");
+    }
+    for bits in [1, 64, 128] {
+        let text = format!("{GOOD}\n[client_address]\nipv6_prefix = {bits}\n");
+        assert!(Config::from_toml(&text, "limits.toml").is_ok(), "{bits}");
+    }
+}
+
+#[test]
+fn a_check_of_cost_0_is_refused() {
+    let error = toml_error(&GOOD.replace(
+        "checks = [\"per-user\"]",
+        "checks = [{ limit = \"per-user\", cost = 0 }]",
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost");
+    assert_eq!(error.line(), Some(7));
+    assert!(error.message().contains("at least 1"), "{error}");
+}
+
+#[test]
+fn a_route_prefix_given_twice_is_refused() {
+    let error = toml_error(&format!(
+        "{GOOD}routes = [{{ prefix = \"/a\", policy = \"api\" }}, {{ prefix = \"/a\", policy = \"api\" }}]\n"
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "layer.routes");
+    assert!(error.line().is_some());
+    assert!(error.message().contains("routes[1]"), "{error}");
+    assert!(error.message().contains("routes[0]'s already"), "{error}");
+}
+
+#[test]
+fn a_limit_in_dry_run_in_one_policy_and_enforced_in_another_is_refused() {
+    let text = format!(
+        "{GOOD}\n[policies.trial]\nchecks = [{{ limit = \"per-user\", dry_run = true }}]\n"
+    );
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.origin(), "limits.toml");
+    assert_eq!(error.field(), "policies.trial.checks[0]");
+    assert!(
+        error
+            .message()
+            .contains("in dry run at policies.trial.checks[0]"),
+        "{error}"
+    );
+    assert!(
+        error
+            .message()
+            .contains("enforced at policies.api.checks[0]"),
+        "{error}"
+    );
+    // A policy in dry run as a whole counts as its checks.
+    let text = format!("{GOOD}\n[policies.trial]\nchecks = [\"per-user\"]\ndry_run = true\n");
+    assert_eq!(toml_error(&text).field(), "policies.trial.checks[0]");
+}
+
+#[test]
+fn a_limit_defined_twice_is_refused_in_every_format() {
+    let json = r#"{ "limits": {
+        "a": { "quota": "1/s", "key": "client_address" },
+        "a": { "quota": "2/s", "key": "client_address" } },
+      "policies": { "p": { "checks": ["a"] } } }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits");
+    assert_eq!(error.line(), Some(3));
+    assert!(
+        error.message().contains("limit \"a\" is defined twice"),
+        "{error}"
+    );
+
+    let yaml = "limits:\n  a: {quota: 1/s, key: client_address}\n  a: {quota: 2/s, key: client_address}\npolicies:\n  p: {checks: [a]}\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
+    println!("{error}");
+    assert!(error.message().contains("is defined twice"), "{error}");
+    assert!(error.line().is_some(), "{error}");
+
+    let toml = "[limits.a]\nquota = \"1/s\"\nkey = \"client_address\"\n[limits.a]\nquota = \"2/s\"\nkey = \"client_address\"\n";
+    assert!(Config::from_toml(toml, "limits.toml").is_err());
+}
+
+#[test]
+fn the_format_follows_the_extension_in_any_case() {
+    use std::path::Path;
+    assert_eq!(Format::from_path(Path::new("a.TOML")), Some(Format::Toml));
+    assert_eq!(Format::from_path(Path::new("a.Yml")), Some(Format::Yaml));
+    assert_eq!(Format::from_path(Path::new("a.json")), Some(Format::Json));
+    assert_eq!(Format::from_path(Path::new("a.ini")), None);
 }

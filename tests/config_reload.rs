@@ -13,17 +13,20 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use turnstile::ManualClock;
-use turnstile::config::{Change, Config, Extractors, LiveLimits};
+use turnstile::config::{Change, Config, Extractors, LiveLimits, Replaced};
 
 /// One limit `a` of `algorithm` and `quota`, keyed by `x-api-key`, in policy `p`
-/// (no checks when `quota` is `None`: the limit removed), the fallback of the layer.
+/// (when `quota` is `None`, the limit removed: `p` checks nothing, and an unused limit
+/// `z` stands in, as a file must define one), the fallback of the layer.
 fn config(algorithm: &str, quota: Option<&str>) -> Config {
     let text = match quota {
         Some(quota) => format!(
             "[limits.a]\nalgorithm = \"{algorithm}\"\nquota = {quota}\nkey = {{ header = \"x-api-key\" }}\n\
              [policies.p]\nchecks = [\"a\"]\n[layer]\nfallback = \"p\"\n"
         ),
-        None => "[policies.p]\nchecks = []\n[layer]\nfallback = \"p\"\n".to_owned(),
+        None => "[limits.z]\nquota = \"1/h\"\nkey = \"client_address\"\n\
+                 [policies.p]\nchecks = []\n[layer]\nfallback = \"p\"\n"
+            .to_owned(),
     };
     Config::from_toml(&text, "test.toml").unwrap()
 }
@@ -147,7 +150,7 @@ fn a_removed_limit_drops_its_state_and_a_changed_algorithm_starts_a_new_limiter(
         changes.changes()[0],
         Change::LimitReplaced {
             limit: "a".into(),
-            why: "its algorithm changed"
+            why: Replaced::Algorithm
         }
     );
     assert_eq!(changes.version(), 4);
@@ -459,7 +462,132 @@ async fn a_shared_limit_answers_by_its_failure_policy_and_keeps_its_quota() {
         changes.changes(),
         [Change::LimitReplaced {
             limit: "s".into(),
-            why: "its store changed"
+            why: Replaced::Store
         }]
     );
+}
+
+/// A request of `user` to `path` from 192.0.2.1 (the peer address a server records).
+fn request_from(user: &str, path: &str) -> Parts {
+    let mut parts = http::Request::builder()
+        .uri(path)
+        .header("x-api-key", user)
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    parts
+        .extensions
+        .insert(std::net::SocketAddr::from(([192, 0, 2, 1], 40_000)));
+    parts
+}
+
+/// Whether the running policy `policy` admits `user`.
+fn admits_to(limits: &LiveLimits, policy: &str, user: &str) -> bool {
+    limits
+        .policy(policy)
+        .unwrap()
+        .acquire(&request_from(user, "/"))
+        .is_allowed()
+}
+
+#[test]
+fn an_empty_or_cut_short_file_is_refused_and_a_throttled_key_stays_throttled() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml");
+    let full = std::fs::read_to_string(path).unwrap();
+    let clock = ManualClock::new(); // frozen: nothing refills
+    let limits = live(Config::from_toml(&full, path).unwrap(), &clock);
+    let login = (0..10)
+        .filter(|_| admits_to(&limits, "login", "alice"))
+        .count();
+    assert_eq!(login, 5); // "5/min": throttled now
+    // Nothing at all, in each format: refused, saying a file must define a limit.
+    for (text, format) in [
+        ("", turnstile::config::Format::Toml),
+        ("{}", turnstile::config::Format::Json),
+        ("", turnstile::config::Format::Yaml),
+        ("{}", turnstile::config::Format::Yaml),
+    ] {
+        let error = Config::parse(text, format, "limits").unwrap_err();
+        assert_eq!(error.field(), "limits", "{text:?} as {format:?}: {error}");
+        assert!(error.message().contains("at least one limit"), "{error}");
+    }
+    // Cut short before the policies: refused when read.
+    let before_policies = &full[..full.find("[policies.").unwrap()];
+    let error = Config::from_toml(before_policies, path).unwrap_err();
+    assert_eq!(error.field(), "policies", "{error}");
+    // Cut short before the layer: a file of policies alone reads, but a reload that
+    // would drop the running layer is refused.
+    let before_layer = &full[..full.find("[layer]").unwrap()];
+    let error = limits
+        .reload(Config::from_toml(before_layer, path).unwrap())
+        .unwrap_err();
+    assert_eq!(error.field(), "layer", "{error}");
+    assert_eq!(limits.version(), 1);
+    // Every cut at a line's end: refused, or a smaller table that keeps every limit it
+    // still defines; with the whole file back, alice is still throttled.
+    let mut cut = 0;
+    while let Some(newline) = full[cut..].find('\n') {
+        cut += newline + 1;
+        if let Ok(config) = Config::from_toml(&full[..cut], path) {
+            let _ = limits.reload(config);
+        }
+        limits
+            .reload(Config::from_toml(&full, path).unwrap())
+            .unwrap();
+        assert!(
+            !admits_to(&limits, "login", "alice"),
+            "after a cut at byte {cut}"
+        );
+    }
+    // Limiting nothing is said, not implied; then every limit goes.
+    let unlimited = Config::from_toml("unlimited = true", path).unwrap();
+    let changes = limits.reload(unlimited).unwrap();
+    assert!(changes.changes().contains(&Change::LimitRemoved {
+        limit: "login".into()
+    }));
+    let error = Config::from_toml(
+        "unlimited = true\n[limits.a]\nquota = \"1/s\"\nkey = \"client_address\"\n",
+        path,
+    )
+    .unwrap_err();
+    assert_eq!(error.field(), "unlimited", "{error}");
+}
+
+#[test]
+fn a_reload_moves_no_quota_under_a_check_of_the_old_configuration() {
+    // Policy p checks a and b; the reload lowers both.
+    let file = |a: u32, b: u32| {
+        let text = format!(
+            "[limits.a]\nquota = \"{a}/h\"\nkey = {{ header = \"x-api-key\" }}\n\
+             [limits.b]\nquota = \"{b}/h\"\nkey = \"client_address\"\n\
+             [policies.p]\nchecks = [\"a\", \"b\"]\n"
+        );
+        Config::from_toml(&text, "test.toml").unwrap()
+    };
+    let clock = ManualClock::new(); // frozen: nothing refills
+    let limits = live(file(10, 10), &clock).drain_limit(Duration::from_secs(600));
+    // A request in flight under version 1: it holds version 1's policy.
+    let old = limits.policy("p").unwrap();
+    std::thread::scope(|scope| {
+        let reload = scope.spawn(|| limits.reload(file(1, 1)).unwrap());
+        while limits.version() == 1 {
+            std::thread::yield_now();
+        }
+        // Version 2 is in, and the quotas have not moved: the old checks decide under
+        // the old quotas of both limits (under 1/h a fresh key would have 1).
+        let admitted = (0..3)
+            .filter(|_| old.acquire(&request_from("alice", "/")).is_allowed())
+            .count();
+        assert_eq!(admitted, 3);
+        assert!(!reload.is_finished());
+        drop(old);
+        let changes = reload.join().unwrap();
+        assert_eq!(changes.version(), 2);
+    });
+    // Both moved: alice (7 left of 10) is capped at 1 by a and b alike, a new key of
+    // the same address meets b's 1 already taken.
+    assert!(admits_to(&limits, "p", "alice"));
+    assert!(!admits_to(&limits, "p", "alice"));
+    assert!(!admits_to(&limits, "p", "bob"));
 }

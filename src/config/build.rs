@@ -28,7 +28,7 @@ use std::sync::Arc;
 /// found: the program's part of a configuration.
 ///
 /// A limit keyed `{ extractor = "tenant" }` takes its keys from the extractor
-/// registered as `"tenant"` ([`key`](Self::key)); one keyed `"client_address"` from
+/// registered as `"tenant"` ([`register`](Self::register)); one keyed `"client_address"` from
 /// the connection's peer address ([`peer_address`](Self::peer_address) says where the
 /// server records it), or behind the file's `trusted_proxies` from the header they
 /// append to ([`RealIp`]).
@@ -69,7 +69,7 @@ impl Extractors {
     /// Registers `extractor` as `name`: a limit keyed `{ extractor = "NAME" }` finds
     /// its keys with it. Its key is text (`str`, `String`, anything `AsRef<str>`),
     /// lent to the limiter without a copy.
-    pub fn key<E>(mut self, name: impl Into<String>, extractor: E) -> Self
+    pub fn register<E>(mut self, name: impl Into<String>, extractor: E) -> Self
     where
         E: KeyExtractor<Parts> + 'static,
         E::Key: AsRef<str>,
@@ -97,9 +97,9 @@ fn client_address<T: Send + Sync + 'static>(
     spec: &ClientAddressSpec,
 ) -> Arc<dyn FindIp> {
     if spec.trusted_proxies.is_empty() {
-        return Arc::new(PeerIp::from_extension(peer).ipv6_prefix(spec.ipv6_prefix));
+        return Arc::new(PeerIp::from_extension(peer).ipv6_prefix(spec.ipv6_prefix.0));
     }
-    let real = RealIp::from_extension(spec.header.into(), peer).ipv6_prefix(spec.ipv6_prefix);
+    let real = RealIp::from_extension(spec.header.into(), peer).ipv6_prefix(spec.ipv6_prefix.0);
     let real = spec
         .trusted_proxies
         .iter()

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Limits built from a [`Config`] and reloaded while they run: an HTTP layer
 /// ([`layer`](Self::layer)) and the policies by name ([`policy`](Self::policy)),
@@ -39,6 +40,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// - policies and routes are rebuilt on the limiters above; a request in flight
 ///   finishes under the routes and policies it started with.
 ///
+/// # What a request can see of a reload
+/// The routes and policies are swapped in one pointer store each; the quota moves
+/// come after, once the requests that started under the old routes and policies
+/// have finished (waiting up to [`drain_limit`](Self::drain_limit), 1 s by default),
+/// so a check of the old configuration never meets a new quota. The window that
+/// remains: from the swap until the moves, requests under the *new* routes meet the
+/// changed limiters at their *old* quotas (their decision by the old quota, their
+/// `RateLimit` fields and cost from the new file: a new cost above an old, smaller
+/// capacity is refused as exceeding it), and during the moves themselves (one lock
+/// and one store per changed limiter, microseconds) a new policy checking two changed
+/// limits can meet one moved and the other not. The moves are a limiter's own
+/// (its quota is its state, not the table's), which is why they cannot be part of
+/// the one swap. A request in flight past the drain limit (a delayed one, a policy
+/// kept longer than a request) can meet a new quota with its old check.
+///
 /// Clones share one configuration. The guide's page
 /// [Limits from a file](crate::guide::limits_from_a_file) has a whole example.
 #[derive(Clone)]
@@ -51,8 +67,9 @@ struct Shared {
     /// The layer's routes, swapped with `current`, read by every service of
     /// [`LiveLimits::layer`].
     routes: Arc<ArcSwap<crate::http::Routes>>,
-    /// One reload at a time (requests never take it).
-    reloading: Mutex<()>,
+    /// One reload at a time (requests never take it), and how long a reload waits for
+    /// the old configuration's requests before it moves quotas.
+    reloading: Mutex<Duration>,
     extractors: Extractors,
     make: Box<dyn Make>,
 }
@@ -115,11 +132,24 @@ impl LiveLimits {
             shared: Arc::new(Shared {
                 current: ArcSwap::from_pointee(generation),
                 routes,
-                reloading: Mutex::new(()),
+                reloading: Mutex::new(DEFAULT_DRAIN_LIMIT),
                 extractors,
                 make,
             }),
         })
+    }
+
+    /// How long a [`reload`](Self::reload) that changes a quota waits for requests
+    /// still running under the old configuration before it moves the limiters to
+    /// their new quotas (see [what a request can see](Self#what-a-request-can-see-of-a-reload));
+    /// 1 s unless set. Past it the quotas move anyway. Returns `self`, for chaining.
+    pub fn drain_limit(self, limit: Duration) -> Self {
+        *self
+            .shared
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = limit;
+        self
     }
 
     /// A layer whose services read the routes of the configuration running at each
@@ -157,32 +187,46 @@ impl LiveLimits {
     /// cannot move (GCRA, sliding window counter, a shared limit). The running
     /// configuration is then untouched.
     pub fn reload(&self, config: Config) -> Result<Changes, ConfigError> {
-        let _one_at_a_time = self
+        let reloaded = self.apply(config);
+        report_reload(reloaded.is_ok());
+        reloaded
+    }
+
+    fn apply(&self, config: Config) -> Result<Changes, ConfigError> {
+        let drain_limit = self
             .shared
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let running = self.shared.current.load_full();
+        refuse_dropped_layer(&running.config, &config)?;
         let planned = plan(
             Some(&running),
             &config,
             &self.shared.extractors,
             &*self.shared.make,
         )?;
-        // Nothing running has been touched until here. The moves only publish each
-        // limiter's new quota (its keys move at their next requests); then the new
-        // routes and policies go in, each one pointer swap.
-        for (requota, quota) in &planned.moves {
-            requota(*quota);
-        }
+        // Nothing running has been touched until here. The new routes and policies go
+        // in first, each one pointer swap; the limiters move to their new quotas once
+        // the requests under the old ones have finished (or the drain limit passed),
+        // so an old check never meets a new quota.
         let version = running.version + 1;
-        self.shared.routes.store(planned.layer.table.current());
-        self.shared.current.store(Arc::new(Generation {
+        drop(running);
+        let old_routes = self.shared.routes.swap(planned.layer.table.current());
+        let old = self.shared.current.swap(Arc::new(Generation {
             version,
             config,
             limits: planned.limits,
             policies: planned.policies,
         }));
+        if !planned.moves.is_empty() {
+            drain(&old_routes, &old, *drain_limit);
+            // Each move only publishes the limiter's new quota: its keys move at
+            // their next requests.
+            for (requota, quota) in &planned.moves {
+                requota(*quota);
+            }
+        }
         report_version(version);
         Ok(Changes {
             version,
@@ -195,7 +239,13 @@ impl LiveLimits {
     /// # Errors
     /// As [`Config::load`] and [`LiveLimits::reload`].
     pub fn reload_file(&self, path: impl AsRef<Path>) -> Result<Changes, ConfigError> {
-        self.reload(Config::load(path)?)
+        match Config::load(path) {
+            Ok(config) => self.reload(config),
+            Err(error) => {
+                report_reload(false);
+                Err(error)
+            }
+        }
     }
 }
 
@@ -209,6 +259,64 @@ impl fmt::Debug for LiveLimits {
             .field("limits", &current.limits.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
+}
+
+/// How long a reload waits for the old configuration's requests, unless set.
+const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(1);
+
+/// Waits until no request holds the old routes, the old generation or one of its
+/// policies (arc-swap's swap turns every outstanding load of the old pointer into a
+/// counted reference, so the counts are the holders), or until `limit` has passed.
+/// Off the request path: requests never wait for it.
+fn drain(routes: &Arc<crate::http::Routes>, old: &Arc<Generation>, limit: Duration) {
+    let start = Instant::now();
+    // The generation first: once nothing holds it, no request can take a policy from
+    // it, so the policies' counts only fall.
+    let drained = || {
+        Arc::strong_count(routes) == 1
+            && Arc::strong_count(old) == 1
+            && old
+                .policies
+                .values()
+                .all(|policy| Arc::strong_count(policy) == 1)
+    };
+    while !drained() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A reload that would drop the running `[layer]` without saying so (a file cut short
+/// before it): refused, since the layer handed out would then limit nothing.
+fn refuse_dropped_layer(running: &Config, new: &Config) -> Result<(), ConfigError> {
+    if running.document.layer.is_some() && new.document.layer.is_none() && !new.document.unlimited {
+        return Err(ConfigError::new(
+            new.origin(),
+            "layer",
+            "the running configuration has a [layer] and this one has none, so its routes \
+             would limit nothing: keep the [layer] (a file cut short?), or write \
+             `unlimited = true` alone to limit nothing on purpose",
+        ));
+    }
+    Ok(())
+}
+
+/// The `turnstile_config_last_reload_successful` gauge (1 or 0), with the `metrics`
+/// feature: a failed reload is visible where the version is.
+fn report_reload(successful: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::describe_gauge!(
+            "turnstile_config_last_reload_successful",
+            "1 when the last reload of the limits configuration was applied, 0 when it was refused."
+        );
+        metrics::gauge!("turnstile_config_last_reload_successful").set(if successful {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = successful;
 }
 
 /// The `turnstile_config_version` gauge, with the `metrics` feature.
@@ -274,11 +382,11 @@ fn plan(
                     Some(old) => Change::LimitReplaced {
                         limit: name.clone(),
                         why: if old.spec.algorithm != spec.algorithm {
-                            "its algorithm changed"
+                            Replaced::Algorithm
                         } else if old.spec.key != spec.key {
-                            "its key changed"
+                            Replaced::Key
                         } else {
-                            "its store changed"
+                            Replaced::Store
                         },
                     },
                 });
@@ -431,7 +539,7 @@ pub enum Change {
         /// Its name.
         limit: String,
         /// What changed.
-        why: &'static str,
+        why: Replaced,
     },
     /// A new policy.
     PolicyAdded {
@@ -452,6 +560,28 @@ pub enum Change {
     LayerChanged,
     /// How the client's address is found changed.
     ClientAddressChanged,
+}
+
+/// Why a limit was replaced by a new limiter ([`Change::LimitReplaced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replaced {
+    /// Its algorithm changed.
+    Algorithm,
+    /// Where its key is found changed.
+    Key,
+    /// Its store changed (in process or Redis, the Redis URL or failure policy).
+    Store,
+}
+
+impl fmt::Display for Replaced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Replaced::Algorithm => "its algorithm changed",
+            Replaced::Key => "its key changed",
+            Replaced::Store => "its store changed",
+        })
+    }
 }
 
 impl fmt::Display for Change {

@@ -38,7 +38,7 @@ mod schema;
 
 pub use build::Extractors;
 pub use error::ConfigError;
-pub use live::{Change, Changes, LiveLimits};
+pub use live::{Change, Changes, LiveLimits, Replaced};
 
 use names::{Known, KnownNames};
 use schema::{Document, KeySpec};
@@ -60,13 +60,19 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a path's extension names: `.toml`, `.yaml` or `.yml`, `.json`.
-    pub fn of_path(path: &Path) -> Option<Format> {
-        match path.extension()?.to_str()? {
-            "toml" => Some(Format::Toml),
-            "yaml" | "yml" => Some(Format::Yaml),
-            "json" => Some(Format::Json),
-            _ => None,
+    /// The format a path's extension names, in any case: `.toml`, `.yaml` or `.yml`,
+    /// `.json`.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let extension = path.extension()?.to_str()?;
+        let is = |name: &str| extension.eq_ignore_ascii_case(name);
+        if is("toml") {
+            Some(Format::Toml)
+        } else if is("yaml") || is("yml") {
+            Some(Format::Yaml)
+        } else if is("json") {
+            Some(Format::Json)
+        } else {
+            None
         }
     }
 }
@@ -132,6 +138,8 @@ impl Config {
             source: Arc::new(source),
         };
         config.resolve(None)?;
+        says_what_it_limits(&config.document, origin)?;
+        one_mode_per_limit(&config.document, origin)?;
         Ok(config)
     }
 
@@ -167,7 +175,7 @@ impl Config {
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
-        let format = Format::of_path(path).ok_or_else(|| {
+        let format = Format::from_path(path).ok_or_else(|| {
             ConfigError::new(
                 &origin,
                 "",
@@ -213,6 +221,89 @@ impl Config {
             )),
         }
     }
+}
+
+/// A configuration must say what it limits: at least one limit and one policy, or
+/// `unlimited = true` and nothing else. An empty file (`""`, `{}`, an empty YAML
+/// document) and a file cut short before its policies are then refused rather than
+/// read as "limit nothing" — which, reloaded, would drop every key's state, so a
+/// throttled key would start afresh once the whole file came back. (A file cut
+/// short after its policies but before its `[layer]` is refused by the reload, which
+/// keeps a running layer: [`LiveLimits::reload`].)
+fn says_what_it_limits(document: &Document, origin: &str) -> Result<(), ConfigError> {
+    let refuse = |field: &str, message: &str| Err(ConfigError::new(origin, field, message));
+    if document.unlimited {
+        if !document.limits.is_empty() || !document.policies.is_empty() {
+            return refuse(
+                "unlimited",
+                "`unlimited = true` says the file limits nothing, but it defines limits \
+                 or policies: remove them, or remove `unlimited`",
+            );
+        }
+        if document.layer.is_some() {
+            return refuse(
+                "unlimited",
+                "`unlimited = true` says the file limits nothing, but it has a [layer]: \
+                 remove it (the layer then limits nothing), or remove `unlimited`",
+            );
+        }
+        return Ok(());
+    }
+    if document.limits.is_empty() {
+        return refuse(
+            "limits",
+            "no limit defined: a configuration must define at least one limit under \
+             [limits] (an empty or cut-short file is refused, not read as \"limit \
+             nothing\"); write `unlimited = true` alone to limit nothing on purpose",
+        );
+    }
+    if document.policies.is_empty() {
+        return refuse(
+            "policies",
+            "no policy defined: a configuration must define at least one policy under \
+             [policies] (an empty or cut-short file is refused, not read as \"limit \
+             nothing\")",
+        );
+    }
+    Ok(())
+}
+
+/// A limit is enforced everywhere it is checked, or in dry run everywhere: a limit in
+/// dry run in one policy (counted, never refusing) and enforced in another would have
+/// its trial requests use up the enforced policy's allowance.
+fn one_mode_per_limit(document: &Document, origin: &str) -> Result<(), ConfigError> {
+    // A limit's first check: its mode and where it is.
+    let mut first: std::collections::BTreeMap<&str, (bool, String)> = Default::default();
+    for (policy_name, policy) in &document.policies {
+        for (index, check) in policy.checks.iter().enumerate() {
+            let dry_run = check.dry_run || policy.dry_run;
+            let here = format!("policies.{policy_name}.checks[{index}]");
+            match first.get(check.limit.0.as_str()) {
+                None => {
+                    first.insert(&check.limit.0, (dry_run, here));
+                }
+                Some((mode, there)) if *mode != dry_run => {
+                    let (trial, enforced) = if dry_run {
+                        (&here, there)
+                    } else {
+                        (there, &here)
+                    };
+                    return Err(ConfigError::new(
+                        origin,
+                        here.clone(),
+                        format!(
+                            "limit {:?} is in dry run at {trial} and enforced at {enforced}: \
+                             its trial requests would use up the enforced allowance; use \
+                             one mode everywhere, or two limits",
+                            check.limit.0
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether every name in `document` points somewhere `known`.

@@ -58,7 +58,7 @@ impl KnownNames {
             _ => (
                 self.extractors.as_ref(),
                 "extractor",
-                "registered by the program (Extractors::key)",
+                "registered by the program (Extractors::register)",
             ),
         };
         match known {

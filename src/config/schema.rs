@@ -20,11 +20,12 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Document {
-    /// Limiters by name: an algorithm, a quota, a key.
-    #[serde(default)]
+    /// Limiters by name: an algorithm, a quota, a key. (A name defined twice is
+    /// refused in every format: TOML's parser does, JSON's and YAML's would keep one.)
+    #[serde(default, deserialize_with = "unique_limits")]
     pub(crate) limits: BTreeMap<String, LimitSpec>,
     /// Policies by name: the checks a request must pass.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_policies")]
     pub(crate) policies: BTreeMap<String, PolicySpec>,
     /// The HTTP layer's route table.
     #[serde(default)]
@@ -32,6 +33,60 @@ pub(crate) struct Document {
     /// How the client's address is found.
     #[serde(default)]
     pub(crate) client_address: ClientAddressSpec,
+    /// The file limits nothing, on purpose: it defines no limit, policy or layer.
+    /// Without it such a file (an empty one, one cut short) is refused.
+    #[serde(default)]
+    pub(crate) unlimited: bool,
+}
+
+fn unique_limits<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, LimitSpec>, D::Error> {
+    deserializer.deserialize_map(UniqueMap::new("limit"))
+}
+
+fn unique_policies<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, PolicySpec>, D::Error> {
+    deserializer.deserialize_map(UniqueMap::new("policy"))
+}
+
+/// A table of named entries that refuses a name defined twice.
+struct UniqueMap<V> {
+    what: &'static str,
+    values: std::marker::PhantomData<fn() -> V>,
+}
+
+impl<V> UniqueMap<V> {
+    fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            values: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Visitor<'de> for UniqueMap<V> {
+    type Value = BTreeMap<String, V>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a table of each {} by name", self.what)
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut values = BTreeMap::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if values.contains_key(&name) {
+                return Err(de::Error::custom(format!(
+                    "{} {name:?} is defined twice",
+                    self.what
+                )));
+            }
+            let value = map.next_value()?;
+            values.insert(name, value);
+        }
+        Ok(values)
+    }
 }
 
 /// One limiter.
@@ -227,13 +282,26 @@ impl<'de> Deserialize<'de> for QuotaSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DurationSpec(pub(crate) Duration);
 
+/// Read through a visitor whose `expecting` names the forms, so a value of the wrong
+/// kind says what a duration looks like while serde's own errors (a missing field)
+/// pass through as they are.
 impl<'de> Deserialize<'de> for DurationSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)
-            .map_err(|_| de::Error::custom(format!("expected {DURATION_FORMS}")))?;
-        parse_duration(&text)
-            .map(DurationSpec)
-            .map_err(de::Error::custom)
+        struct DurationVisitor;
+
+        impl Visitor<'_> for DurationVisitor {
+            type Value = DurationSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(DURATION_FORMS)
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<DurationSpec, E> {
+                parse_duration(text).map(DurationSpec).map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(DurationVisitor)
     }
 }
 
@@ -343,16 +411,35 @@ pub(crate) struct CheckSpec {
 #[serde(deny_unknown_fields)]
 struct CheckTable {
     limit: Name<{ Known::LIMIT }>,
-    #[serde(default = "one")]
-    cost: u32,
+    #[serde(default)]
+    cost: Cost,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
     missing_key: MissingKeySpec,
 }
 
-fn one() -> u32 {
-    1
+/// A check's cost: at least 1 (a check of cost 0 would admit everything and count
+/// nothing; leave the check out instead).
+#[derive(Clone, Copy)]
+struct Cost(u32);
+
+impl Default for Cost {
+    fn default() -> Self {
+        Cost(1)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match u32::deserialize(deserializer)? {
+            0 => Err(de::Error::custom(
+                "a check's cost must be at least 1 (a cost of 0 counts nothing: leave the \
+                 check out, or make it dry_run)",
+            )),
+            cost => Ok(Cost(cost)),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for CheckSpec {
@@ -382,7 +469,7 @@ impl<'de> Deserialize<'de> for CheckSpec {
                 let table = CheckTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 Ok(CheckSpec {
                     limit: table.limit,
-                    cost: table.cost,
+                    cost: table.cost.0,
                     dry_run: table.dry_run,
                     missing_key: table.missing_key,
                 })
@@ -410,8 +497,9 @@ pub(crate) enum MissingKeySpec {
 pub(crate) struct LayerSpec {
     /// The policy for requests that match no route.
     pub(crate) fallback: Name<{ Known::POLICY }>,
-    /// Tried in order; the first whose prefix matches applies.
-    #[serde(default)]
+    /// Tried in order; the first whose prefix matches applies. A prefix given twice
+    /// is refused (the second could never apply).
+    #[serde(default, deserialize_with = "unique_prefixes")]
     pub(crate) routes: Vec<RouteSpec>,
     #[serde(default)]
     pub(crate) statuses: StatusesSpec,
@@ -421,6 +509,23 @@ pub(crate) struct LayerSpec {
     /// Every route in dry run.
     #[serde(default)]
     pub(crate) dry_run: bool,
+}
+
+fn unique_prefixes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<RouteSpec>, D::Error> {
+    let routes = Vec::<RouteSpec>::deserialize(deserializer)?;
+    for (index, route) in routes.iter().enumerate() {
+        if let Some(first) = routes[..index]
+            .iter()
+            .position(|earlier| earlier.prefix == route.prefix)
+        {
+            return Err(de::Error::custom(format!(
+                "routes[{index}]: the prefix {:?} is routes[{first}]'s already (the first \
+                 match applies, so this route could never apply)",
+                route.prefix.0
+            )));
+        }
+    }
+    Ok(routes)
 }
 
 /// One route.
@@ -512,8 +617,8 @@ pub(crate) struct ClientAddressSpec {
     #[serde(default)]
     pub(crate) header: ProxyHeaderSpec,
     /// IPv6 clients are keyed by this prefix.
-    #[serde(default = "sixty_four")]
-    pub(crate) ipv6_prefix: u8,
+    #[serde(default)]
+    pub(crate) ipv6_prefix: Ipv6Prefix,
 }
 
 impl Default for ClientAddressSpec {
@@ -521,13 +626,33 @@ impl Default for ClientAddressSpec {
         Self {
             trusted_proxies: Vec::new(),
             header: ProxyHeaderSpec::XForwardedFor,
-            ipv6_prefix: sixty_four(),
+            ipv6_prefix: Ipv6Prefix::default(),
         }
     }
 }
 
-fn sixty_four() -> u8 {
-    64
+/// How many leading bits of an IPv6 address key its client: 1 to 128, 64 by default
+/// (a /0 would make every IPv6 client one key; more than 128 bits do not exist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ipv6Prefix(pub(crate) u8);
+
+impl Default for Ipv6Prefix {
+    fn default() -> Self {
+        Ipv6Prefix(64)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv6Prefix {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let bits = u32::deserialize(deserializer)?;
+        match u8::try_from(bits) {
+            Ok(bits @ 1..=128) => Ok(Ipv6Prefix(bits)),
+            _ => Err(de::Error::custom(format!(
+                "ipv6_prefix {bits} is not a prefix length from 1 to 128 (64 keys each \
+                 /64 network, 128 each address)"
+            ))),
+        }
+    }
 }
 
 /// A network in CIDR notation.

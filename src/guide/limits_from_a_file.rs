@@ -35,8 +35,8 @@
 //! checks = ["login", { limit = "per-ip", cost = 1, dry_run = true, missing_key = "skip" }]
 //! dry_run = false                     # every check of the policy on trial
 //!
-//! [policies.search]
-//! checks = ["search", "per-ip"]
+//! [policies.search]                  # per-ip on trial here too: a limit is in dry
+//! checks = ["search", { limit = "per-ip", dry_run = true }]   # run everywhere or nowhere
 //!
 //! # The HTTP layer: routes by path prefix (whole segments), tried in order.
 //! [layer]
@@ -58,12 +58,22 @@
 //!   with units `ms`, `s`, `min`, `h`, `d` and an optional count (`"5/10s"`);
 //!   `burst B` sets the capacity and keeps the rate. A table `{ capacity,
 //!   refill_every }` is [`Quota::new`](crate::Quota::new)'s two arguments.
-//! - **Checks** are a limit's name, or a table with its `cost` (default 1), `dry_run`
-//!   (see [dry run](crate::policy#dry-run)) and `missing_key` (`"reject"`, the default,
-//!   or `"skip"`). The check reports under the limit's name in the `RateLimit` fields.
+//! - **Checks** are a limit's name, or a table with its `cost` (default 1, at least
+//!   1), `dry_run` (see [dry run](crate::policy#dry-run)) and `missing_key`
+//!   (`"reject"`, the default, or `"skip"`). The check reports under the limit's name
+//!   in the `RateLimit` fields. A limit is in dry run in every policy that checks it,
+//!   or in none: its trial requests would otherwise use up an enforced allowance.
+//! - **A file says what it limits**: at least one limit and one policy. An empty file
+//!   (`""`, `{}`) or one cut short before its policies is refused, not read as "limit
+//!   nothing" — reloaded, that would drop every key's state, and a throttled key would
+//!   start afresh once the whole file came back. To limit nothing on purpose, write
+//!   `unlimited = true` and nothing else. A reload that would drop the running
+//!   `[layer]` is refused the same way.
+//! - **Routes**: a prefix given twice is refused (the first match applies, so the
+//!   second could never); `ipv6_prefix` is 1 to 128.
 //! - **Keys**: `{ header = "NAME" }`, `"client_address"`, or `{ extractor = "NAME" }`
 //!   for a key the program finds itself
-//!   ([`Extractors::key`](crate::config::Extractors::key)); where the server records
+//!   ([`Extractors::register`](crate::config::Extractors::register)); where the server records
 //!   the peer address is [`Extractors::peer_address`](crate::config::Extractors::peer_address).
 //! - **Shared limits**: `store = { redis = "URL", failure = "closed" }` keeps a
 //!   token bucket's or fixed window's state in Redis
@@ -109,14 +119,27 @@
 //! Policies and routes are rebuilt on those limiters each time. **On the request
 //! path** the layer reads its routes with one lock-free `ArcSwap` load at the start of
 //! each request, and keeps them to its end: a request in flight finishes under the
-//! routes it started with (a delayed or Redis-awaiting request holds them), a new one
-//! sees the new routes, and none sees half of each. A policy asked by name
+//! routes it started with (a delayed or Redis-awaiting request holds them), and a new
+//! one sees the new routes. A policy asked by name
 //! ([`LiveLimits::policy`](crate::config::LiveLimits::policy)) is the running one's,
 //! an `Arc` to keep for the request.
 //!
+//! **Quotas move after the swap.** A limiter's quota is the limiter's own state, not
+//! the table's, so it cannot change in the same pointer store as the routes. A reload
+//! that changes quotas swaps the routes and policies in first, waits until the
+//! requests that started under the old ones have finished (up to
+//! [`drain_limit`](crate::config::LiveLimits::drain_limit), 1 s by default), and only
+//! then moves the limiters: a check of the old file never meets a new quota. What is
+//! left, stated exactly: between the swap and the moves, requests under the new routes
+//! meet the changed limiters at their old quotas (decided by the old quota, with the
+//! new file's cost and `RateLimit` fields), and while the moves run — one lock and one
+//! store per changed limiter — a new policy checking two changed limits can find one
+//! moved and the other not. A request held past the drain limit (delay mode, a policy
+//! kept across requests) can meet a new quota with its old check.
+//!
 //! **Key moves are lazy**: a reload only publishes each changed limiter's new quota
 //! ([`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota)), and each key moves
-//! at its own next request — so the swap costs the same whatever the number of keys,
+//! at its own next request — so the moves cost the same whatever the number of keys,
 //! and no thread walks them. (A moving key is frozen for the moment of its own move;
 //! requests to other keys never wait.) Reloads run one at a time; requests never wait
 //! for one.
@@ -173,17 +196,36 @@
 //!
 //! # The example server
 //! `examples/http_server.rs` reads its endpoint table from `examples/limits.toml`,
-//! reloads it on SIGHUP and within a second of the file changing (a tokio task
-//! polls the file's modification time and length: one file needs no watcher
-//! dependency), logs what changed (the [`Changes`](crate::config::Changes) of each
-//! reload, or why a file was refused), and reports the running version at `/metrics`
-//! as the gauge `turnstile_config_version` (feature `metrics`). A transcript — a quota
+//! reloads it on SIGHUP and within two seconds of the file changing (a tokio task
+//! polls the file's modification time and length each second, and reads a change
+//! once two polls in a row agree, so a file being written in place is read when the
+//! writing pauses: one file needs no watcher dependency; rename a finished file over
+//! it to be exact), reads and parses it on tokio's blocking pool, logs what changed
+//! (the [`Changes`](crate::config::Changes) of each reload, or why a file was
+//! refused), and reports at `/metrics` (feature `metrics`) the running version as the
+//! gauge `turnstile_config_version` and the last reload's outcome as
+//! `turnstile_config_last_reload_successful` (1 applied, 0 refused). A transcript — a quota
 //! lowered on disk, then 429s at the new rate with no key reset — is in
 //! `results/http.md`, "Limits reloaded live" (`results/http-reload.sh`).
 //!
 //! # What it costs
 //! A request through a reloadable layer pays one `ArcSwap` load (a thread-local debt
 //! slot and an atomic or two, no reference count) over a fixed layer's pointer read.
+//! [`LiveLimits::policy`](crate::config::LiveLimits::policy) pays more: an `ArcSwap`
+//! load, a lookup of the name in an ordered map and an `Arc` clone (one contended
+//! atomic increment and decrement per request). A program that asks by name on a hot
+//! path should put the policy behind a layer instead; a handle that resolves the name
+//! once is not offered yet.
+//!
+//! Every in-process `token_bucket`, `fixed_window` and `sliding_log` limit is built
+//! reconfigurable ([`build_reconfigurable`](crate::Builder::build_reconfigurable), a
+//! [`PerKey`](crate::per_key::PerKey) limiter), whether its quota ever changes or
+//! not, since a reload may change it: only `PerKey` offers
+//! [`set_quota`](crate::KeyedLimiter::set_quota). A known key's request is still one
+//! lookup and one compare-and-set, but a *new* key, and each key's first request after
+//! a quota change, takes the resolver's read lock, clones an `Arc`, and stores a boxed
+//! entry (the rules beside the state), where a fixed limiter stores a word in place.
+//! Under churn of new keys that is a shared lock and an allocation per new key.
 //! Nothing was measured for this page: `benches/config_reload.rs` (built in CI, not
 //! run) measures a request through a fixed and a reloadable layer side by side, and
 //! the swap of a 1,000-route table while a limiter holds a million keys. The figures,
