@@ -175,6 +175,42 @@ fn a_request_through_live_limits_allocates_nothing_once_its_key_exists() {
     assert_eq!(info.count_total, 0, "allocations: {info:?}");
 }
 
+#[test]
+fn a_policy_handle_follows_reloads_without_allocating() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"3/h\"")), &clock);
+    let handle = limits.policy_handle("p").unwrap();
+    assert!(limits.policy_handle("nobody").is_none());
+    let alice = request("alice");
+    assert!(handle.acquire(&alice).unwrap().is_allowed()); // the key stored
+    let mut allowed = [true; 3];
+    let info = allocation_counter::measure(|| {
+        for allowed in &mut allowed {
+            *allowed = handle.acquire(&alice).unwrap().is_allowed();
+        }
+    });
+    assert_eq!(allowed, [true, true, false]);
+    assert_eq!(info.count_total, 0, "allocations: {info:?}");
+    // A new policy sorted before `p` moves it: the handle finds it again, under the
+    // reloaded quota (bob, a new key, gets the new 1).
+    let text = "[limits.a]\nquota = \"1/h\"\nkey = { header = \"x-api-key\" }\n\
+                [policies.a-first]\nchecks = [\"a\"]\n[policies.p]\nchecks = [\"a\"]\n\
+                [layer]\nfallback = \"p\"\n";
+    limits
+        .reload(Config::from_toml(text, "test.toml").unwrap())
+        .unwrap();
+    assert_eq!(handle.name(), "p");
+    assert!(handle.acquire(&request("bob")).unwrap().is_allowed());
+    assert!(!handle.acquire(&request("bob")).unwrap().is_allowed());
+    // Removed: `None`.
+    let text = "[limits.a]\nquota = \"1/h\"\nkey = { header = \"x-api-key\" }\n\
+                [policies.q]\nchecks = [\"a\"]\n[layer]\nfallback = \"q\"\n";
+    limits
+        .reload(Config::from_toml(text, "test.toml").unwrap())
+        .unwrap();
+    assert!(handle.acquire(&alice).is_none());
+}
+
 /// A service that answers 200 to everything.
 #[derive(Clone)]
 struct Ok200;

@@ -6,7 +6,8 @@ use super::build::{self, BuiltLimit, Checks, Extractors, Make, OnClock, Requota}
 use super::error::ConfigError;
 use super::schema::{Document, LimitSpec};
 use crate::http::{RateLimitLayer, Table};
-use crate::policy::Policy;
+use crate::policy::{Policy, Verdict};
+use crate::sync::{AtomicUsize, Ordering};
 use crate::{Clock, QuantaClock, Quota};
 use arc_swap::ArcSwap;
 use http::request::Parts;
@@ -79,7 +80,31 @@ struct Generation {
     version: u64,
     config: Config,
     limits: BTreeMap<String, BuiltLimit>,
-    policies: BTreeMap<String, Arc<Policy<Parts>>>,
+    /// By name, in name order (a [`PolicyHandle`] remembers an index into it).
+    policies: Vec<(String, Arc<Policy<Parts>>)>,
+}
+
+impl Generation {
+    fn new(
+        version: u64,
+        config: Config,
+        limits: BTreeMap<String, BuiltLimit>,
+        policies: BTreeMap<String, Arc<Policy<Parts>>>,
+    ) -> Self {
+        Self {
+            version,
+            config,
+            limits,
+            policies: policies.into_iter().collect(),
+        }
+    }
+
+    /// The index of the policy `name`.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.policies
+            .binary_search_by(|(policy, _)| policy.as_str().cmp(name))
+            .ok()
+    }
 }
 
 /// A configuration built beside the running one, not yet swapped in.
@@ -121,12 +146,7 @@ impl LiveLimits {
         let make: Box<dyn Make> = Box::new(OnClock(clock));
         let planned = plan(None, &config, &extractors, &*make)?;
         let routes = Arc::new(ArcSwap::new(planned.layer.table.current()));
-        let generation = Generation {
-            version: 1,
-            config,
-            limits: planned.limits,
-            policies: planned.policies,
-        };
+        let generation = Generation::new(1, config, planned.limits, planned.policies);
         report_version(1);
         Ok(Self {
             shared: Arc::new(Shared {
@@ -163,9 +183,26 @@ impl LiveLimits {
     /// The policy `name` of the configuration running now, for a request that is not
     /// served through the layer. Keep it for the request (it stays valid across a
     /// reload: a request finishes under the policy it started with), and ask again
-    /// for the next one.
+    /// for the next one. Each call looks the name up and counts a reference (an atomic
+    /// increment on a line every thread shares): on a hot path, resolve the name once
+    /// with [`policy_handle`](Self::policy_handle).
     pub fn policy(&self, name: &str) -> Option<Arc<Policy<Parts>>> {
-        self.shared.current.load().policies.get(name).cloned()
+        let current = self.shared.current.load();
+        let index = current.index_of(name)?;
+        Some(Arc::clone(&current.policies[index].1))
+    }
+
+    /// A handle on the policy `name` that follows reloads: the name is resolved once,
+    /// and each request reads the running policy with one `ArcSwap` load, no lookup
+    /// and no reference count (see [`PolicyHandle`]). `None` when the running
+    /// configuration has no policy `name`.
+    pub fn policy_handle(&self, name: &str) -> Option<PolicyHandle> {
+        let index = self.shared.current.load().index_of(name)?;
+        Some(PolicyHandle {
+            shared: Arc::clone(&self.shared),
+            name: name.into(),
+            index: AtomicUsize::new(index),
+        })
     }
 
     /// The running configuration's version: 1 when built, one more at each
@@ -213,12 +250,12 @@ impl LiveLimits {
         let version = running.version + 1;
         drop(running);
         let old_routes = self.shared.routes.swap(planned.layer.table.current());
-        let old = self.shared.current.swap(Arc::new(Generation {
+        let old = self.shared.current.swap(Arc::new(Generation::new(
             version,
             config,
-            limits: planned.limits,
-            policies: planned.policies,
-        }));
+            planned.limits,
+            planned.policies,
+        )));
         if !planned.moves.is_empty() {
             drain(&old_routes, &old, *drain_limit);
             // Each move only publishes the limiter's new quota: its keys move at
@@ -261,6 +298,73 @@ impl fmt::Debug for LiveLimits {
     }
 }
 
+/// A policy of [`LiveLimits`] by name, resolved once
+/// ([`LiveLimits::policy_handle`]): each request runs under the policy of the
+/// configuration running at its start, read with one lock-free `ArcSwap` load (a
+/// thread-local slot, no reference count, no allocation). The handle remembers where
+/// its policy is in the running configuration and checks that place's name (a short
+/// comparison); after a reload that moved it, the first request looks it up again.
+pub struct PolicyHandle {
+    shared: Arc<Shared>,
+    name: Box<str>,
+    /// Where the policy was in the last configuration a request read.
+    index: AtomicUsize,
+}
+
+impl PolicyHandle {
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `with` on the policy running now, and answers what it does; `None` when a
+    /// reload removed the policy. The configuration stays loaded while `with` runs
+    /// (keep it short: a reload that changes a quota waits for it, up to its
+    /// [`drain_limit`](LiveLimits::drain_limit)).
+    pub fn with<T>(&self, with: impl FnOnce(&Policy<Parts>) -> T) -> Option<T> {
+        let current = self.shared.current.load();
+        // Relaxed: a hint, checked by the name at that place before it is used.
+        let remembered = self.index.load(Ordering::Relaxed);
+        let index = match current.policies.get(remembered) {
+            Some((name, _)) if **name == *self.name => remembered,
+            _ => {
+                let index = current.index_of(&self.name)?;
+                // Relaxed: a hint, as above.
+                self.index.store(index, Ordering::Relaxed);
+                index
+            }
+        };
+        Some(with(&current.policies[index].1))
+    }
+
+    /// The running policy's [`acquire`](Policy::acquire) of `request`; `None` when a
+    /// reload removed the policy.
+    pub fn acquire(&self, request: &Parts) -> Option<Verdict> {
+        self.with(|policy| policy.acquire(request))
+    }
+}
+
+/// The same policy, its own remembered place.
+impl Clone for PolicyHandle {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            name: self.name.clone(),
+            // Relaxed: a hint.
+            index: AtomicUsize::new(self.index.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The policy's name.
+impl fmt::Debug for PolicyHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyHandle")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How long a reload waits for the old configuration's requests, unless set.
 const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(1);
 
@@ -277,8 +381,8 @@ fn drain(routes: &Arc<crate::http::Routes>, old: &Arc<Generation>, limit: Durati
             && Arc::strong_count(old) == 1
             && old
                 .policies
-                .values()
-                .all(|policy| Arc::strong_count(policy) == 1)
+                .iter()
+                .all(|(_, policy)| Arc::strong_count(policy) == 1)
     };
     while !drained() && start.elapsed() < limit {
         std::thread::sleep(Duration::from_micros(200));

@@ -38,7 +38,7 @@ mod schema;
 
 pub use build::Extractors;
 pub use error::ConfigError;
-pub use live::{Change, Changes, LiveLimits, Replaced};
+pub use live::{Change, Changes, LiveLimits, PolicyHandle, Replaced};
 
 use names::{Known, KnownNames};
 use schema::{Document, KeySpec};

@@ -212,10 +212,11 @@
 //! A request through a reloadable layer pays one `ArcSwap` load (a thread-local debt
 //! slot and an atomic or two, no reference count) over a fixed layer's pointer read.
 //! [`LiveLimits::policy`](crate::config::LiveLimits::policy) pays more: an `ArcSwap`
-//! load, a lookup of the name in an ordered map and an `Arc` clone (one contended
-//! atomic increment and decrement per request). A program that asks by name on a hot
-//! path should put the policy behind a layer instead; a handle that resolves the name
-//! once is not offered yet.
+//! load, a search for the name and an `Arc` clone (one contended atomic increment
+//! and decrement per request). On a hot path resolve the name once instead:
+//! [`LiveLimits::policy_handle`](crate::config::LiveLimits::policy_handle) gives a
+//! [`PolicyHandle`](crate::config::PolicyHandle) whose requests pay one `ArcSwap`
+//! load and a comparison of the name at the place it remembers, as the layer does.
 //!
 //! Every in-process `token_bucket`, `fixed_window` and `sliding_log` limit is built
 //! reconfigurable ([`build_reconfigurable`](crate::Builder::build_reconfigurable), a
