@@ -120,11 +120,33 @@ fn a_refused_reload_leaves_the_running_limits_untouched() {
     let error = limits.reload(config("gcra", Some("\"8/h\""))).unwrap_err();
     assert_eq!(error.field(), "limits.a.quota");
     assert!(error.message().contains("cannot move its keys"), "{error}");
-    // A file with a mistake in it: refused.
+    // A file with a mistake in it, reloaded from disk: refused.
     let broken = "[limits.a]\nquota = \"8/hour and a bit\"\nkey = \"client_address\"\n";
     assert!(Config::from_toml(broken, "test.toml").is_err());
+    let path = std::env::temp_dir().join(format!("turnstile-broken-{}.toml", std::process::id()));
+    std::fs::write(&path, broken).unwrap();
+    let error = limits.reload_file(&path).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(error.field(), "limits.a.quota", "{error}");
     assert_eq!(limits.version(), 1);
     assert_eq!(admitted(&limits, "alice", 3), 1);
+}
+
+#[test]
+fn a_reload_refused_after_a_quota_move_was_planned_moves_nothing() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"10/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 2), 2); // 8 left
+    // a's quota would move to 2/h, but the policy after it asks a cost of 5: the
+    // policy is refused once the move is planned, and nothing moves.
+    let text = "[limits.a]\nquota = \"2/h\"\nkey = { header = \"x-api-key\" }\n\
+                [policies.p]\nchecks = [{ limit = \"a\", cost = 5 }]\n[layer]\nfallback = \"p\"\n";
+    let error = limits
+        .reload(Config::from_toml(text, "test.toml").unwrap())
+        .unwrap_err();
+    assert_eq!(error.field(), "policies.p", "{error}");
+    assert_eq!(limits.version(), 1);
+    assert_eq!(admitted(&limits, "alice", 10), 8); // still under 10/h
 }
 
 #[test]
