@@ -348,7 +348,8 @@ fn a_limit_in_dry_run_in_one_policy_and_enforced_in_another_is_refused() {
     let error = toml_error(&text);
     println!("{error}");
     assert_eq!(error.origin(), "limits.toml");
-    assert_eq!(error.field(), "policies.trial.checks[0]");
+    assert_eq!(error.field(), "policies.trial");
+    assert_eq!(error.line(), Some(12), "{error}");
     assert!(
         error
             .message()
@@ -363,7 +364,16 @@ fn a_limit_in_dry_run_in_one_policy_and_enforced_in_another_is_refused() {
     );
     // A policy in dry run as a whole counts as its checks.
     let text = format!("{GOOD}\n[policies.trial]\nchecks = [\"per-user\"]\ndry_run = true\n");
-    assert_eq!(toml_error(&text).field(), "policies.trial.checks[0]");
+    assert_eq!(toml_error(&text).field(), "policies.trial");
+    // Located in JSON too.
+    let json = r#"{ "limits": { "a": { "quota": "1/s", "key": "client_address" } },
+      "policies": {
+        "p": { "checks": ["a"] },
+        "q": { "checks": [{ "limit": "a", "dry_run": true }] } } }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.q");
+    assert_eq!(error.line(), Some(4));
 }
 
 #[test]

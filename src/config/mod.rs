@@ -139,7 +139,9 @@ impl Config {
         };
         config.resolve(None)?;
         says_what_it_limits(&config.document, origin)?;
-        one_mode_per_limit(&config.document, origin)?;
+        if let Err((policy, field, message)) = one_mode_per_limit(&config.document) {
+            return Err(config.locate_refusal(policy, field, message));
+        }
         Ok(config)
     }
 
@@ -185,6 +187,28 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|error| ConfigError::new(&origin, "", format!("cannot read: {error}")))?;
         Self::parse(&text, format, &origin)
+    }
+
+    /// The policy `policy` refused with `message`, located by a second reading that
+    /// refuses it where it is read (as [`names`] locates a name); said at `field`
+    /// without a place should that reading not refuse it.
+    fn locate_refusal(&self, policy: String, field: String, message: String) -> ConfigError {
+        let document = &self.document;
+        let known = KnownNames::new(
+            document.limits.keys().cloned().collect(),
+            document.policies.keys().cloned().collect(),
+            None,
+        )
+        .refusing(policy, message.clone());
+        let Source {
+            text,
+            format,
+            origin,
+        } = &*self.source;
+        match known.while_known(|| read(text, *format, origin)) {
+            Err(error) => error,
+            Ok(_) => ConfigError::new(origin, field, message),
+        }
     }
 
     /// Where it came from: the path, or the name given to [`Config::parse`].
@@ -270,8 +294,9 @@ fn says_what_it_limits(document: &Document, origin: &str) -> Result<(), ConfigEr
 
 /// A limit is enforced everywhere it is checked, or in dry run everywhere: a limit in
 /// dry run in one policy (counted, never refusing) and enforced in another would have
-/// its trial requests use up the enforced policy's allowance.
-fn one_mode_per_limit(document: &Document, origin: &str) -> Result<(), ConfigError> {
+/// its trial requests use up the enforced policy's allowance. A mistake names the
+/// policy to refuse, the check's field, and what is wrong.
+fn one_mode_per_limit(document: &Document) -> Result<(), (String, String, String)> {
     // A limit's first check: its mode and where it is.
     let mut first: std::collections::BTreeMap<&str, (bool, String)> = Default::default();
     for (policy_name, policy) in &document.policies {
@@ -288,16 +313,13 @@ fn one_mode_per_limit(document: &Document, origin: &str) -> Result<(), ConfigErr
                     } else {
                         (there, &here)
                     };
-                    return Err(ConfigError::new(
-                        origin,
-                        here.clone(),
-                        format!(
-                            "limit {:?} is in dry run at {trial} and enforced at {enforced}: \
-                             its trial requests would use up the enforced allowance; use \
-                             one mode everywhere, or two limits",
-                            check.limit.0
-                        ),
-                    ));
+                    let message = format!(
+                        "limit {:?} is in dry run at {trial} and enforced at {enforced}: \
+                         its trial requests would use up the enforced allowance; use one \
+                         mode everywhere, or two limits",
+                        check.limit.0
+                    );
+                    return Err((policy_name.clone(), here, message));
                 }
                 Some(_) => {}
             }

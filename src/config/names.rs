@@ -29,6 +29,9 @@ pub(crate) struct KnownNames {
     policies: BTreeSet<String>,
     /// `None`: not known yet (a file read before the program's extractors are).
     extractors: Option<BTreeSet<String>>,
+    /// A policy to refuse where it is read, and why: a mistake found across the whole
+    /// file (a limit in two modes), located by a second reading as a name is.
+    refused: Option<(String, String)>,
 }
 
 thread_local! {
@@ -47,7 +50,14 @@ impl KnownNames {
             limits,
             policies,
             extractors,
+            refused: None,
         }
+    }
+
+    /// These names, and the policy `name` refused with `message` where it is read.
+    pub(crate) fn refusing(mut self, name: String, message: String) -> Self {
+        self.refused = Some((name, message));
+        self
     }
 
     /// Whether `name`, of `kind`, is known (or its kind not known yet).
@@ -98,5 +108,17 @@ pub(crate) fn check_name(kind: u8, name: &str) -> Result<(), String> {
     KNOWN.with(|known| match &*known.borrow() {
         Some(known) => known.check(kind, name),
         None => Ok(()),
+    })
+}
+
+/// Why the policy `name`, just read, is refused: only inside
+/// [`KnownNames::while_known`] for names [`refusing`](KnownNames::refusing) it.
+pub(crate) fn policy_refusal(name: &str) -> Option<String> {
+    KNOWN.with(|known| match &*known.borrow() {
+        Some(KnownNames {
+            refused: Some((refused, message)),
+            ..
+        }) if refused == name => Some(message.clone()),
+        _ => None,
     })
 }

@@ -4,7 +4,7 @@
 //! own line. Names that point elsewhere (a policy's limits, a route's policy) are
 //! checked by [`super::names`] once the whole file is read.
 
-use super::names::{Known, check_name};
+use super::names::{Known, check_name, policy_refusal};
 use super::quota::{DURATION_FORMS, QUOTA_FORMS, parse_duration, parse_quota};
 use crate::Quota;
 use crate::algorithm::RulesFromQuota;
@@ -51,6 +51,26 @@ fn unique_policies<'de, D: Deserializer<'de>>(
     deserializer.deserialize_map(UniqueMap::new("policy"))
 }
 
+/// An entry of a [`UniqueMap`], read knowing its name: a policy a second reading was
+/// told to refuse ([`policy_refusal`]) is refused here, at its own place.
+struct Named<'a, V> {
+    name: &'a str,
+    what: &'static str,
+    value: std::marker::PhantomData<fn() -> V>,
+}
+
+impl<'de, V: Deserialize<'de>> de::DeserializeSeed<'de> for Named<'_, V> {
+    type Value = V;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<V, D::Error> {
+        let value = V::deserialize(deserializer)?;
+        match policy_refusal(self.name) {
+            Some(message) if self.what == "policy" => Err(de::Error::custom(message)),
+            _ => Ok(value),
+        }
+    }
+}
+
 /// A table of named entries that refuses a name defined twice.
 struct UniqueMap<V> {
     what: &'static str,
@@ -82,7 +102,11 @@ impl<'de, V: Deserialize<'de>> Visitor<'de> for UniqueMap<V> {
                     self.what
                 )));
             }
-            let value = map.next_value()?;
+            let value = map.next_value_seed(Named {
+                name: &name,
+                what: self.what,
+                value: std::marker::PhantomData,
+            })?;
             values.insert(name, value);
         }
         Ok(values)
