@@ -375,6 +375,9 @@ enum Step {
     Request(usize),
     /// A reload with limit `a` at this capacity (one token a second), or removed.
     Reload(Option<u32>),
+    /// A reload of a file that reads but cannot be built (a cost above the new
+    /// capacity): refused, nothing changes.
+    Refused(u32),
     /// Time passes: whole seconds.
     Wait(u64),
 }
@@ -383,6 +386,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..3usize).prop_map(Step::Request),
         2 => prop_oneof![4 => (1..6u32).prop_map(Some), 1 => Just(None)].prop_map(Step::Reload),
+        1 => (1..6u32).prop_map(Step::Refused),
         1 => prop_oneof![(1..3u64), Just(3_600u64)].prop_map(Step::Wait),
     ]
 }
@@ -468,6 +472,18 @@ proptest! {
                     let quota = capacity.map(per_second);
                     limits.reload(config("token_bucket", quota.as_deref())).unwrap();
                     model.reload(capacity);
+                }
+                Step::Refused(capacity) => {
+                    let text = format!(
+                        "[limits.a]\nquota = {}\nkey = {{ header = \"x-api-key\" }}\n\
+                         [policies.p]\nchecks = [{{ limit = \"a\", cost = {} }}]\n\
+                         [layer]\nfallback = \"p\"\n",
+                        per_second(capacity),
+                        capacity + 1
+                    );
+                    let version = limits.version();
+                    prop_assert!(limits.reload(Config::from_toml(&text, "t.toml").unwrap()).is_err());
+                    prop_assert_eq!(limits.version(), version);
                 }
                 Step::Wait(seconds) => {
                     clock.advance(Duration::from_secs(seconds));
