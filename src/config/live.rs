@@ -217,12 +217,17 @@ impl LiveLimits {
     }
 
     /// Swaps `config` in, as the [type's documentation](Self) says, and tells what
-    /// changed. Reloads run one at a time; requests never wait for one.
+    /// changed. Reloads run one at a time; requests never wait for one. A reload that
+    /// changes a quota returns once the quota has moved, after waiting for the old
+    /// configuration's requests (up to the [drain limit](Self::drain_limit)): call it
+    /// off an async runtime's workers (`spawn_blocking`). With the `metrics` feature
+    /// each outcome sets the gauge `turnstile_config_last_reload_successful` (1 or 0).
     ///
     /// # Errors
-    /// What [`LiveLimits::new`] refuses, and a change of quota for a limit whose keys
-    /// cannot move (GCRA, sliding window counter, a shared limit). The running
-    /// configuration is then untouched.
+    /// What [`LiveLimits::new`] refuses, a change of quota for a limit whose keys
+    /// cannot move (GCRA, sliding window counter, a shared limit), and a file without
+    /// a `[layer]` when the running one has one (a file cut short; `unlimited = true`
+    /// says it on purpose). The running configuration is then untouched.
     pub fn reload(&self, config: Config) -> Result<Changes, ConfigError> {
         let reloaded = self.apply(config);
         report_reload(reloaded.is_ok());
