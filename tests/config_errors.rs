@@ -215,10 +215,14 @@ fn the_three_formats_say_the_same() {
 }
 
 #[test]
-fn the_example_servers_file_loads() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml");
-    let config = Config::load(path).unwrap();
-    assert!(LiveLimits::new(config, Extractors::new()).is_ok());
+fn the_example_servers_files_load() {
+    for path in [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits-generous.toml"),
+    ] {
+        let config = Config::load(path).unwrap();
+        assert!(LiveLimits::new(config, Extractors::new()).is_ok(), "{path}");
+    }
 }
 
 #[test]
