@@ -1,12 +1,13 @@
 //! An API behind turnstile's tower layer. The API key in `x-api-key` names the user;
-//! each endpoint has its own per-user limit, and one per-IP limit covers them all:
+//! each endpoint has its own per-user limit, and one per-IP limit covers them all —
+//! the endpoint table of `examples/limits.toml`:
 //!
 //! | endpoint       | per user       |
 //! |----------------|----------------|
 //! | GET /balance   | 100 per minute |
 //! | POST /transfer | 10 per minute  |
 //! | POST /login    | 5 per minute   |
-//! | POST /chat     | 300 tokens per minute |
+//! | POST /chat     | 300 tokens per minute (with `--in-code`) |
 //! | anything else  | 50 per minute  |
 //!
 //! plus 300 per minute per IP address. A request without an API key gets 400.
@@ -16,22 +17,43 @@
 //! most the capacity — and its handler answers with the tokens it used in
 //! `x-tokens-used` (`?used=N` makes it report N; otherwise the estimate), from which
 //! the layer settles the request: unused tokens go back, extra ones are charged, even
-//! into debt, which the next request's `Retry-After` counts. Try
+//! into debt, which the next request's `Retry-After` counts. This route is in the
+//! table in code only (`--in-code`, below): a limits file has no per-request
+//! estimates and no settling yet, so from a file `/chat` falls under "anything else".
+//! Run with `--in-code` and try
 //! `curl -i -X POST -H 'x-api-key: alice' -d 'hello, model' 'http://127.0.0.1:3000/chat?used=500'`
 //! twice.
+//!
+//! **Limits from a file, reloaded live** (feature `config`): the server reads its table
+//! from `examples/limits.toml` (`--limits PATH` for another file) and reloads it on
+//! SIGHUP and within two seconds of the file changing (a tokio task polls its
+//! modification time and length each second and reads a change once two polls agree:
+//! no file-watching dependency for one file), logging what changed; a file with a mistake is refused with its line and
+//! field, and the running limits stay. Keys keep their state across a reload (a
+//! lowered quota caps what a key has left; a throttled key stays throttled).
+//! `/metrics` reports the running version as `turnstile_config_version` and whether
+//! the last reload was applied as `turnstile_config_last_reload_successful`.
 //!
 //! Every limiter and policy is named, so their decisions, keys and sweeps are exported
 //! for Prometheus at `/metrics` (which is not rate-limited).
 //!
-//! Run:  `cargo run --release --example http_server --features tower,metrics,redis [-- ADDR] [--generous | --no-limits] [--no-recorder] [--trust-proxy CIDR ... [--forwarded]] [--redis URL [--leased] [--one-check] [--bare]]`
+//! Run:  `cargo run --release --example http_server --features tower,metrics,redis,config [-- ADDR] [--limits PATH] [--generous | --no-limits] [--in-code] [--no-recorder] [--trust-proxy CIDR ... [--forwarded]] [--redis URL [--leased] [--one-check] [--bare]]`
 //! Then: `curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/balance`
 //! and   `curl http://127.0.0.1:3000/metrics`
 //!
 //! `--generous` keeps the same layer and checks but with quotas of a million per
-//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing);
+//! second (and bursts of a million) (so every request passes: the cost of checking, not of refusing),
+//! read from `examples/limits-generous.toml`;
 //! `--no-limits` serves without the layer; `--no-recorder` installs no metrics
 //! recorder (the limiters are named, but report to no one: the cost of the `metrics`
 //! feature alone). They exist for `results/http.md`.
+//!
+//! **The table in code**: `--in-code` builds the same table in code as a fixed layer
+//! (no reloads: the comparison for what reading routes through a reloadable table
+//! costs), and so do `--trust-proxy`, `--one-check` and the Redis modes below, which
+//! `results/http.md`'s scripts call. (A limits file says the same with
+//! `[client_address] trusted_proxies = [...]` and `store = { redis = "URL" }`; leased
+//! limits are not in the format yet.)
 //!
 //! **Behind a reverse proxy**: `--trust-proxy CIDR` (repeatable) trusts the proxies in
 //! that range, and the per-IP limit keys on the client's address from the
@@ -59,8 +81,10 @@ use http::request::Parts;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+use turnstile::config::{Config, Extractors, LiveLimits};
 use turnstile::http::{
     Cidr, HeaderKey, PeerIp, ProxyHeader, RateLimitLayer, RealIp, cost_in_header,
 };
@@ -76,7 +100,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let mut addr: SocketAddr = "127.0.0.1:3000".parse()?;
     let (mut generous, mut no_limits, mut recorder) = (false, false, true);
     let mut store = Store::InProcess;
-    let (mut one_check, mut bare) = (false, false);
+    let (mut one_check, mut bare, mut in_code) = (false, false, false);
+    let mut limits_file = None;
     let (mut trusted, mut header) = (Vec::new(), ProxyHeader::XForwardedFor);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -88,6 +113,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "--leased" => store = store.leased()?,
             "--one-check" => one_check = true,
             "--bare" => bare = true,
+            "--in-code" => in_code = true,
+            "--limits" => {
+                limits_file = Some(PathBuf::from(args.next().ok_or("--limits needs a path")?))
+            }
             "--trust-proxy" => {
                 let range = args.next().ok_or("--trust-proxy needs a CIDR")?;
                 trusted.push(range.parse::<Cidr>()?);
@@ -104,6 +133,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
     };
 
     let proxies = (!trusted.is_empty()).then_some(Proxies { trusted, header });
+    // The file, unless a flag asks for what only the table in code does.
+    let from_file =
+        !(in_code || one_check || proxies.is_some() || !matches!(store, Store::InProcess));
+    let limits_file = limits_file.unwrap_or_else(|| {
+        let name = if generous {
+            "limits-generous.toml"
+        } else {
+            "limits.toml"
+        };
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name)
+    });
     let limits = Limits {
         generous,
         store,
@@ -122,6 +164,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .fallback(|| async { "hello\n" });
     let app = if no_limits || bare {
         app
+    } else if from_file {
+        app.layer(live_limits(limits_file.clone())?)
     } else {
         app.layer(rate_limits(&limits)?)
     };
@@ -137,7 +181,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
         (false, true) => "generous limits",
         (false, false) => "limits on",
     };
-    let store = limits.store.describe();
+    let store = match from_file && !(no_limits || bare) {
+        true => format!("in process, from {}", limits_file.display()),
+        false => limits.store.describe(),
+    };
     let peers = match &limits.proxies {
         None => "per-IP by the peer address".to_owned(),
         Some(proxies) => proxies.describe(),
@@ -441,4 +488,78 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
         .settle_from(|response| cost_in_header(response, &TOKENS_USED))
         .build()?;
     Ok(layer)
+}
+
+/// The layer of the limits in `path`, reloaded on SIGHUP and when the file changes.
+fn live_limits(path: PathBuf) -> Result<RateLimitLayer, Box<dyn Error>> {
+    // axum records the peer address as `ConnectInfo<SocketAddr>`.
+    let extractors = Extractors::new().peer_address(|info: &ConnectInfo<SocketAddr>| info.0);
+    let limits = LiveLimits::new(Config::load(&path)?, extractors)?;
+    println!("limits: version 1 from {}", path.display());
+    let layer = limits.layer();
+    // Installed now, before the server accepts a connection: a SIGHUP that arrives
+    // early reloads instead of killing the process (its default action).
+    let hangups = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::hangup())?
+    };
+    tokio::spawn(reload_on_change(limits.clone(), path.clone()));
+    tokio::spawn(reload_on_sighup(limits, path, hangups));
+    Ok(layer)
+}
+
+/// Reloads `path` into `limits` and says what changed, or why nothing did. The file's
+/// reading and parsing block: they run on tokio's blocking pool, not on a worker that
+/// serves requests. (`LiveLimits` reports each outcome in `/metrics` as
+/// `turnstile_config_last_reload_successful`.)
+async fn reload(limits: &LiveLimits, path: &Path, why: &str) {
+    let (limits, path) = (limits.clone(), path.to_owned());
+    let why = why.to_owned();
+    let reloaded = tokio::task::spawn_blocking(move || match limits.reload_file(&path) {
+        Ok(changes) => println!("limits ({why}): {changes}"),
+        Err(error) => eprintln!(
+            "limits ({why}): refused, version {} still running: {error}",
+            limits.version()
+        ),
+    });
+    if let Err(error) = reloaded.await {
+        eprintln!("limits: the reload did not finish: {error}");
+    }
+}
+
+async fn reload_on_sighup(
+    limits: LiveLimits,
+    path: PathBuf,
+    mut hangups: tokio::signal::unix::Signal,
+) {
+    while hangups.recv().await.is_some() {
+        reload(&limits, &path, "SIGHUP").await;
+    }
+}
+
+/// Polls the file's modification time and length once a second, and reloads a change
+/// once two polls in a row see the same stamp: a file being written in place (`cat >`,
+/// an editor that rewrites it) is read when the writing has paused, not half-way.
+/// That narrows the window, it does not close it: a writer idle for a second mid-file
+/// is read half-written. What makes that harmless is the library's: a cut-short file
+/// that defines no limit, no policy or drops the `[layer]` is refused, and the running
+/// limits stay (write to a temporary file and rename it over this one to be exact).
+async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
+    let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
+        let metadata = std::fs::metadata(path).ok()?;
+        Some((metadata.modified().ok()?, metadata.len()))
+    };
+    let mut loaded = stamp(&path);
+    let mut last = loaded;
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticks.tick().await;
+        let now = stamp(&path);
+        // Changed since the last load, and the same as a second ago: settled.
+        if now != loaded && now == last {
+            loaded = now;
+            reload(&limits, &path, "file changed").await;
+        }
+        last = now;
+    }
 }

@@ -2,7 +2,7 @@
 # results/http-churn.sh from the repository root.
 
 # Builds the example server and names its binary.
-cargo build --release --features tower,metrics,redis --example http_server
+cargo build --release --features tower,metrics,redis,config --example http_server
 SERVER=target/release/examples/http_server
 
 # The median of the whitespace-separated numbers on standard input.

@@ -81,6 +81,9 @@ mod algorithm;
 pub mod baseline;
 mod builder;
 mod clock;
+#[cfg(all(feature = "config", not(turnstile_loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 mod decision;
 mod direct;
 pub mod evict;

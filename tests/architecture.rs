@@ -38,6 +38,8 @@ const FLOORS: &[&[&str]] = &[
     &["policy"],
     // The edges.
     &["http", "redis", "wait"],
+    // Limits from a file: the edges and policies, built from a configuration.
+    &["config"],
     // The crate root, the guide (documentation only) and the verification hooks.
     &["", "guide", "loom_hooks", "shuttle_hooks"],
 ];

@@ -61,10 +61,11 @@
 //! per user, `POST /transfer` 10, `POST /login` 5, `POST /chat` 300 tokens (reserved
 //! from the request, settled from the tokens its response reports:
 //! [`llm_token_budgets`](super::llm_token_budgets)), anything else 50; plus 300 per
-//! minute per IP; the user is the `x-api-key` header.
+//! minute per IP; the user is the `x-api-key` header. It reads the table from
+//! `examples/limits.toml` and reloads it live ([`limits_from_a_file`](super::limits_from_a_file)).
 //!
 //! ```sh
-//! cargo run --release --example http_server --features tower,metrics,redis
+//! cargo run --release --example http_server --features tower,metrics,redis,config
 //! ```
 //!
 //! With `-- --redis redis://127.0.0.1/` every limit lives in Redis (add `--leased` for

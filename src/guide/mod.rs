@@ -14,6 +14,7 @@
 //! | [`per_key_quotas`] | a quota per key, and changing quotas while the limiter runs |
 //! | [`policies`] | several limits on one request, dry run, waiting instead of refusing |
 //! | [`http`] | the tower layer in a service, the example server, what it costs |
+//! | [`limits_from_a_file`] | limits, policies and routes from a TOML, YAML or JSON file, reloaded while running without losing a key's state |
 //! | [`behind_a_proxy`] | the client's address behind load balancers: whom to trust, nginx's `real_ip` in turnstile's words |
 //! | [`llm_token_budgets`] | costs known only after the response: tokens a minute per user, reserved from an estimate and settled from the answer |
 //! | [`redis`] | limits shared by many servers: setting up, leases, what was measured |
@@ -28,6 +29,7 @@ pub mod bounded_memory;
 pub mod coming_from_governor;
 pub mod http;
 pub mod llm_token_budgets;
+pub mod limits_from_a_file;
 pub mod per_key_quotas;
 pub mod policies;
 pub mod redis;

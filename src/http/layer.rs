@@ -3,6 +3,7 @@
 use super::refusal::Statuses;
 use super::routes::{ActualCost, Matcher, Route, Routes};
 use super::service::RateLimitService;
+use super::table::Table;
 use crate::policy::Policy;
 use crate::wait::Wait;
 use http::StatusCode;
@@ -15,10 +16,11 @@ use tower::Layer;
 /// [`turnstile::http`](super) for what it answers.
 ///
 /// Clones share one state (an `Arc`): the same limiters, whichever clone of the
-/// service a connection gets.
+/// service a connection gets. A layer from [`crate::config`] reads its routes from a
+/// table a reload swaps.
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    routes: Arc<Routes>,
+    pub(crate) table: Table,
 }
 
 impl RateLimitLayer {
@@ -44,15 +46,16 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimitService<S>;
 
     fn layer(&self, inner: S) -> RateLimitService<S> {
-        RateLimitService::new(inner, Arc::clone(&self.routes))
+        RateLimitService::new(inner, self.table.clone())
     }
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let routes = self.table.load();
         f.debug_struct("RateLimitLayer")
-            .field("routes", &(self.routes.routes.len() - 1))
-            .field("delay", &self.routes.delay)
+            .field("routes", &(routes.routes.len() - 1))
+            .field("delay", &routes.delay)
             .finish_non_exhaustive()
     }
 }
@@ -195,12 +198,12 @@ impl RateLimitLayerBuilder {
             })
             .collect();
         Ok(RateLimitLayer {
-            routes: Arc::new(Routes {
+            table: Table::Fixed(Arc::new(Routes {
                 routes,
                 statuses: self.statuses,
                 delay: self.delay,
                 actual_cost: self.actual_cost,
-            }),
+            })),
         })
     }
 }

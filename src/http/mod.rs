@@ -194,6 +194,7 @@ mod refusal;
 mod routes;
 mod service;
 mod settle;
+mod table;
 
 pub use cidr::{Cidr, CidrError};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
@@ -203,3 +204,5 @@ pub use layer::{LayerConfigError, RateLimitLayer, RateLimitLayerBuilder};
 pub use real_ip::RealIp;
 pub use service::{RateLimitService, ResponseFuture};
 pub use settle::cost_in_header;
+#[cfg(feature = "config")]
+pub(crate) use {routes::Routes, table::Table};

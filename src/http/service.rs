@@ -3,6 +3,7 @@
 use super::refusal::{self, Refusal};
 use super::routes::{RateLimitFields, Routes};
 use super::settle;
+use super::table::Table;
 use crate::policy::{Policy, Verdict};
 use crate::wait::{Attempt, Wait, keep_trying};
 use http::request::Parts;
@@ -20,7 +21,7 @@ use tower::Service;
 /// answers.
 pub struct RateLimitService<S> {
     inner: S,
-    routes: Arc<Routes>,
+    routes: Table,
 }
 
 /// The inner service and the number of routes (the fallback not counted), as
@@ -29,13 +30,13 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimitService<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
-            .field("routes", &(self.routes.routes.len() - 1))
+            .field("routes", &(self.routes.load().routes.len() - 1))
             .finish_non_exhaustive()
     }
 }
 
 impl<S> RateLimitService<S> {
-    pub(crate) fn new(inner: S, routes: Arc<Routes>) -> Self {
+    pub(crate) fn new(inner: S, routes: Table) -> Self {
         Self { inner, routes }
     }
 }
@@ -44,7 +45,7 @@ impl<S: Clone> Clone for RateLimitService<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            routes: Arc::clone(&self.routes),
+            routes: self.routes.clone(),
         }
     }
 }
@@ -68,24 +69,27 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // The head alone is what policies read: it does not depend on the body type.
         let (mut parts, body) = request.into_parts();
-        let index = self.routes.route_of(&parts);
-        let route = self.routes.route(index);
+        // One load: this request runs under these routes to its end, whatever a
+        // reload swaps in meanwhile.
+        let routes = self.routes.load();
+        let index = routes.route_of(&parts);
+        let route = routes.route(index);
         let Some(verdict) = route.policy.acquire_now(&parts) else {
             // A shared check needs its store: the request waits for it in a future of
             // its own, taking the service made ready (a clone stays behind).
             let clone = self.inner.clone();
             let inner = std::mem::replace(&mut self.inner, clone);
-            let future = shared(Arc::clone(&self.routes), index, parts, body, inner);
+            let future = shared(Arc::clone(&routes), index, parts, body, inner);
             return ResponseFuture {
                 state: State::Delayed {
                     future: Box::pin(future),
                 },
             };
         };
-        let state = match (Refusal::of(verdict.outcome()), self.routes.delay) {
+        let state = match (Refusal::of(verdict.outcome()), routes.delay) {
             (None, _) => {
                 hand_over(&route.policy, &mut parts, verdict);
-                match settle::settling(&self.routes, index, &parts) {
+                match settle::settling(&routes, index, &parts) {
                     None => State::Forwarded {
                         fields: Some(route.fields(&verdict)),
                         future: self.inner.call(Request::from_parts(parts, body)),
@@ -93,7 +97,7 @@ where
                     // Settled from the response: its head is read in a future of its own.
                     Some(head) => {
                         let future = self.inner.call(Request::from_parts(parts, body));
-                        let routes = Arc::clone(&self.routes);
+                        let routes = Arc::clone(&routes);
                         State::Delayed {
                             future: Box::pin(async move {
                                 settle::respond(&routes, index, Some(head), verdict, future).await
@@ -104,7 +108,7 @@ where
             }
             (Some(Refusal::Denied(_) | Refusal::Overflow(_)), Some(wait)) => State::Delayed {
                 future: Box::pin(delayed(
-                    Arc::clone(&self.routes),
+                    Arc::clone(&routes),
                     index,
                     Request::from_parts(parts, body),
                     // A clone, made ready again after the wait: readiness is not held
@@ -115,7 +119,7 @@ where
                 )),
             },
             (Some(refusal), _) => State::Refused {
-                response: Some(refuse(&self.routes, index, refusal, &verdict)),
+                response: Some(refuse(&routes, index, refusal, &verdict)),
             },
         };
         ResponseFuture { state }

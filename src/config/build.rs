@@ -1,0 +1,504 @@
+//! Building a configuration's limiters, policies and routes; a running limiter is
+//! taken over, not rebuilt, where its limit did not change ([`super::live`] decides).
+
+use super::error::ConfigError;
+#[cfg(feature = "redis")]
+use super::schema::FailureSpec;
+use super::schema::{
+    AlgorithmName, CheckSpec, ClientAddressSpec, Document, KeySpec, LimitSpec, MissingKeySpec,
+    PolicySpec, StoreSpec,
+};
+use crate::algorithm::{Algorithm, FromQuota, Reconfigurable};
+use crate::http::{HeaderKey, PeerIp, RateLimitLayer, RealIp};
+use crate::policy::{Check, KeyExtractor, Limit, MissingKey, Policy, PolicyCheck};
+use crate::{
+    Clock, DynRateLimiter, FixedWindow, Gcra, KeyRef, KeyedLimiter, Quota, QuotaError, SlidingLog,
+    SlidingWindowCounter, TokenBucket,
+};
+use http::HeaderName;
+use http::request::Parts;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// The key extractors a configuration can name, and how the client's address is
+/// found: the program's part of a configuration.
+///
+/// A limit keyed `{ extractor = "tenant" }` takes its keys from the extractor
+/// registered as `"tenant"` ([`register`](Self::register)); one keyed `"client_address"` from
+/// the connection's peer address ([`peer_address`](Self::peer_address) says where the
+/// server records it), or behind the file's `trusted_proxies` from the header they
+/// append to ([`RealIp`]).
+#[derive(Clone)]
+pub struct Extractors {
+    named: BTreeMap<String, Arc<dyn LendText>>,
+    client: ClientAddress,
+}
+
+/// Makes the client-address extractor a file's `client_address` table describes.
+type ClientAddress = Arc<dyn Fn(&ClientAddressSpec) -> Arc<dyn FindIp> + Send + Sync>;
+
+/// The registered names.
+impl fmt::Debug for Extractors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extractors")
+            .field("named", &self.named.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Extractors {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Extractors {
+    /// No named extractor; the peer address from a `SocketAddr` request extension
+    /// (as [`PeerIp::new`]).
+    pub fn new() -> Self {
+        Self {
+            named: BTreeMap::new(),
+            client: Arc::new(|spec| client_address(|peer: &SocketAddr| *peer, spec)),
+        }
+    }
+
+    /// Registers `extractor` as `name`: a limit keyed `{ extractor = "NAME" }` finds
+    /// its keys with it. Its key is text (`str`, `String`, anything `AsRef<str>`),
+    /// lent to the limiter without a copy.
+    pub fn register<E>(mut self, name: impl Into<String>, extractor: E) -> Self
+    where
+        E: KeyExtractor<Parts> + 'static,
+        E::Key: AsRef<str>,
+    {
+        self.named.insert(name.into(), Arc::new(extractor));
+        self
+    }
+
+    /// The peer address from a request extension of type `T`: with axum,
+    /// `peer_address(|info: &ConnectInfo<SocketAddr>| info.0)`.
+    pub fn peer_address<T: Send + Sync + 'static>(mut self, peer: fn(&T) -> SocketAddr) -> Self {
+        self.client = Arc::new(move |spec| client_address(peer, spec));
+        self
+    }
+
+    pub(crate) fn names(&self) -> BTreeSet<String> {
+        self.named.keys().cloned().collect()
+    }
+}
+
+/// The client's address as `spec` says to find it, from the peer address `peer`
+/// reads.
+fn client_address<T: Send + Sync + 'static>(
+    peer: fn(&T) -> SocketAddr,
+    spec: &ClientAddressSpec,
+) -> Arc<dyn FindIp> {
+    if spec.trusted_proxies.is_empty() {
+        return Arc::new(PeerIp::from_extension(peer).ipv6_prefix(spec.ipv6_prefix.0));
+    }
+    let real = RealIp::from_extension(spec.header.into(), peer).ipv6_prefix(spec.ipv6_prefix.0);
+    let real = spec
+        .trusted_proxies
+        .iter()
+        .fold(real, |real, range| real.trust(range.0));
+    Arc::new(real)
+}
+
+/// A text key's extractor behind a pointer: lends the key to a callback of no
+/// particular type (a [`KeyExtractor`]'s own method is generic, so not object-safe).
+trait LendText: Send + Sync {
+    fn lend(&self, request: &Parts, with: &mut dyn FnMut(&str));
+}
+
+impl<E> LendText for E
+where
+    E: KeyExtractor<Parts>,
+    E::Key: AsRef<str>,
+{
+    fn lend(&self, request: &Parts, with: &mut dyn FnMut(&str)) {
+        self.with_key(request, |key| with(key.as_ref()));
+    }
+}
+
+/// The client's address behind a pointer.
+trait FindIp: Send + Sync {
+    fn find(&self, request: &Parts) -> Option<IpAddr>;
+}
+
+impl<T: Send + Sync + 'static> FindIp for PeerIp<T> {
+    fn find(&self, request: &Parts) -> Option<IpAddr> {
+        self.with_key(request, |ip| *ip)
+    }
+}
+
+impl<T: Send + Sync + 'static> FindIp for RealIp<T> {
+    fn find(&self, request: &Parts) -> Option<IpAddr> {
+        self.with_key(request, |ip| *ip)
+    }
+}
+
+/// A text key: a header's value, or a registered extractor's.
+#[derive(Clone)]
+enum TextKey {
+    Header(Arc<HeaderKey>),
+    Named(Arc<dyn LendText>),
+}
+
+impl KeyExtractor<Parts> for TextKey {
+    type Key = str;
+
+    fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&str) -> T) -> Option<T> {
+        match self {
+            TextKey::Header(header) => header.with_key(request, with),
+            TextKey::Named(named) => {
+                let (mut with, mut answer) = (Some(with), None);
+                named.lend(request, &mut |key| {
+                    if let Some(with) = with.take() {
+                        answer = Some(with(key));
+                    }
+                });
+                answer
+            }
+        }
+    }
+}
+
+/// The client's address.
+#[derive(Clone)]
+struct IpKey(Arc<dyn FindIp>);
+
+impl KeyExtractor<Parts> for IpKey {
+    type Key = IpAddr;
+
+    fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&IpAddr) -> T) -> Option<T> {
+        self.0.find(request).map(|ip| with(&ip))
+    }
+}
+
+/// A shared limit's key, as the bytes Redis keys it by: a text key's UTF-8, an
+/// address's octets (4 for IPv4, 16 for IPv6).
+#[cfg(feature = "redis")]
+enum BytesKey {
+    Text(TextKey),
+    Ip(IpKey),
+}
+
+#[cfg(feature = "redis")]
+impl KeyExtractor<Parts> for BytesKey {
+    type Key = [u8];
+
+    fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        match self {
+            BytesKey::Text(text) => text.with_key(request, |key| with(key.as_bytes())),
+            BytesKey::Ip(ip) => ip.with_key(request, |ip| match ip {
+                IpAddr::V4(v4) => with(&v4.octets()),
+                IpAddr::V6(v6) => with(&v6.octets()),
+            }),
+        }
+    }
+}
+
+/// Moves a running limiter's keys to a new quota ([`KeyedLimiter::set_quota`]).
+pub(crate) type Requota = Arc<dyn Fn(Quota) + Send + Sync>;
+
+/// A limiter, by where its key is found.
+#[derive(Clone)]
+pub(crate) enum Limiter {
+    /// Keyed by this header's value.
+    Header(Arc<dyn DynRateLimiter<String, str>>, HeaderName),
+    /// Keyed by the registered extractor of this name.
+    Extractor(Arc<dyn DynRateLimiter<String, str>>, String),
+    /// Keyed by the client's address.
+    Ip(Arc<dyn DynRateLimiter<IpAddr>>),
+    /// In Redis, keyed as the spec says.
+    #[cfg(feature = "redis")]
+    Shared(Arc<dyn crate::policy::SharedLimiter>),
+}
+
+/// A limit's running limiter: what it was built from, and how its quota changes
+/// (`None`: an algorithm whose keys cannot move).
+#[derive(Clone)]
+pub(crate) struct BuiltLimit {
+    pub(crate) spec: LimitSpec,
+    pub(crate) limiter: Limiter,
+    pub(crate) requota: Option<Requota>,
+}
+
+/// Makes limiters on one clock (the clock's type is erased here).
+pub(crate) trait Make: Send + Sync {
+    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, String>;
+}
+
+/// Limiters on `C`.
+pub(crate) struct OnClock<C>(pub(crate) C);
+
+impl<C: Clock + Clone + 'static> Make for OnClock<C> {
+    fn make(&self, name: &str, spec: &LimitSpec) -> Result<BuiltLimit, String> {
+        if let Some(store) = &spec.store {
+            return shared(name, spec, store);
+        }
+        let (limiter, requota) = match &spec.key {
+            KeySpec::ClientAddress => {
+                let (limiter, requota) = keyed::<IpAddr, IpAddr, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
+                (Limiter::Ip(limiter), requota)
+            }
+            KeySpec::Header(header) => {
+                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
+                (Limiter::Header(limiter, header.0.clone()), requota)
+            }
+            KeySpec::Extractor(extractor) => {
+                let (limiter, requota) = keyed::<String, str, C>(name, spec, &self.0)
+                    .map_err(|error| error.to_string())?;
+                (Limiter::Extractor(limiter, extractor.0.clone()), requota)
+            }
+        };
+        Ok(BuiltLimit {
+            spec: spec.clone(),
+            limiter,
+            requota,
+        })
+    }
+}
+
+/// A limiter in Redis under the prefix `turnstile:NAME:` (its state is Redis's, so
+/// its quota cannot change while it runs: no `Requota`). Connects lazily.
+#[cfg(feature = "redis")]
+fn shared(name: &str, spec: &LimitSpec, store: &StoreSpec) -> Result<BuiltLimit, String> {
+    use crate::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket};
+    let failure = match store.failure {
+        FailureSpec::Closed => FailurePolicy::Closed,
+        FailureSpec::Open => FailurePolicy::Open,
+    };
+    let (quota, prefix, url) = (
+        spec.quota.quota,
+        format!("turnstile:{name}:"),
+        store.redis.as_str(),
+    );
+    let limiter: Arc<dyn crate::policy::SharedLimiter> = match spec.algorithm {
+        AlgorithmName::FixedWindow => {
+            // As the in-process fixed window reads a quota: `capacity` per window of
+            // `capacity` intervals.
+            let window = quota
+                .refill_every()
+                .checked_mul(quota.capacity())
+                .ok_or("the fixed window's window (capacity x interval) is too long")?;
+            let builder =
+                RedisFixedWindow::builder(quota.capacity(), window, failure).prefix(prefix);
+            Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
+        }
+        // The schema lets only these two be shared.
+        _ => {
+            let builder = RedisTokenBucket::builder(quota, failure).prefix(prefix);
+            Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
+        }
+    };
+    Ok(BuiltLimit {
+        spec: spec.clone(),
+        limiter: Limiter::Shared(limiter),
+        requota: None,
+    })
+}
+
+/// Without the `redis` feature the schema refuses a `store`.
+#[cfg(not(feature = "redis"))]
+fn shared(name: &str, _: &LimitSpec, _: &StoreSpec) -> Result<BuiltLimit, String> {
+    Err(format!(
+        "limit {name:?} is shared, and turnstile was built without `redis`"
+    ))
+}
+
+type Made<K, Q> = (Arc<dyn DynRateLimiter<K, Q>>, Option<Requota>);
+
+/// A limiter of `spec`'s algorithm keyed by `K`: reconfigurable where the algorithm
+/// is, so a reload can move its keys.
+fn keyed<K, Q, C>(name: &str, spec: &LimitSpec, clock: &C) -> Result<Made<K, Q>, QuotaError>
+where
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
+    Q: ?Sized + KeyRef<K> + 'static,
+    C: Clock + Clone + 'static,
+{
+    let quota = spec.quota.quota;
+    match spec.algorithm {
+        AlgorithmName::TokenBucket => Ok(movable(TokenBucket::<K>::builder(quota), name, clock)),
+        AlgorithmName::FixedWindow => Ok(movable(FixedWindow::<K>::builder(quota), name, clock)),
+        AlgorithmName::SlidingLog => Ok(movable(SlidingLog::<K>::builder(quota), name, clock)),
+        AlgorithmName::Gcra => fixed(Gcra::<K>::builder(quota), name, clock),
+        AlgorithmName::SlidingWindow => {
+            fixed(SlidingWindowCounter::<K>::builder(quota), name, clock)
+        }
+    }
+}
+
+/// A limiter whose keys can move to a new quota.
+fn movable<A, K, Q, C>(
+    builder: crate::Builder<KeyedLimiter<A, K>>,
+    name: &str,
+    clock: &C,
+) -> Made<K, Q>
+where
+    A: Reconfigurable + Algorithm<K> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
+    Q: ?Sized + KeyRef<K> + 'static,
+    C: Clock + Clone + 'static,
+{
+    let limiter = Arc::new(
+        named(builder, name)
+            .clock(clock.clone())
+            .build_reconfigurable(),
+    );
+    let moves = Arc::clone(&limiter);
+    let requota: Requota = Arc::new(move |quota| moves.set_quota(quota));
+    (limiter, Some(requota))
+}
+
+/// A limiter whose keys cannot move.
+fn fixed<A, K, Q, C>(
+    builder: crate::Builder<KeyedLimiter<A, K>>,
+    name: &str,
+    clock: &C,
+) -> Result<Made<K, Q>, QuotaError>
+where
+    A: FromQuota + Algorithm<K> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
+    Q: ?Sized + KeyRef<K> + 'static,
+    C: Clock + Clone + 'static,
+{
+    let limiter = named(builder, name).clock(clock.clone()).build()?;
+    Ok((Arc::new(limiter), None))
+}
+
+/// Names the limiter for metrics and events, where they are compiled in.
+fn named<L>(builder: crate::Builder<L>, name: &str) -> crate::Builder<L> {
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    let builder = builder.name(name);
+    #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+    let _ = name;
+    builder
+}
+
+/// What checks are built from: the limiters by name, and how keys are found.
+pub(crate) struct Checks<'a> {
+    limits: &'a BTreeMap<String, BuiltLimit>,
+    extractors: &'a Extractors,
+    client: IpKey,
+    origin: &'a str,
+}
+
+impl<'a> Checks<'a> {
+    pub(crate) fn new(
+        limits: &'a BTreeMap<String, BuiltLimit>,
+        extractors: &'a Extractors,
+        document: &Document,
+        origin: &'a str,
+    ) -> Self {
+        Self {
+            limits,
+            extractors,
+            client: IpKey((extractors.client)(&document.client_address)),
+            origin,
+        }
+    }
+
+    /// The policy `name`, as `spec` says.
+    pub(crate) fn policy(
+        &self,
+        name: &str,
+        spec: &PolicySpec,
+    ) -> Result<Policy<Parts>, ConfigError> {
+        let mut builder = Policy::builder();
+        for check in &spec.checks {
+            builder = builder.check(self.check(check));
+        }
+        if spec.dry_run {
+            builder = builder.dry_run();
+        }
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        let builder = builder.name(name);
+        builder.build().map_err(|error| {
+            ConfigError::new(self.origin, format!("policies.{name}"), error.to_string())
+        })
+    }
+
+    /// One check; its limit and extractor exist (the names were resolved).
+    fn check(&self, spec: &CheckSpec) -> PolicyCheck<Parts> {
+        let name = spec.limit.0.as_str();
+        let built = &self.limits[name];
+        let quota = built.spec.quota.quota;
+        let limit = match built.spec.algorithm {
+            AlgorithmName::TokenBucket | AlgorithmName::Gcra => Limit::steady(quota),
+            _ => Limit::windowed(quota),
+        };
+        match &built.limiter {
+            Limiter::Header(limiter, header) => {
+                let key = TextKey::Header(Arc::new(HeaderKey::new(header.clone())));
+                settle(Check::new(name, Arc::clone(limiter), limit, key), spec).into()
+            }
+            Limiter::Extractor(limiter, extractor) => {
+                let key = TextKey::Named(Arc::clone(&self.extractors.named[extractor]));
+                settle(Check::new(name, Arc::clone(limiter), limit, key), spec).into()
+            }
+            Limiter::Ip(limiter) => {
+                let key = self.client.clone();
+                settle(Check::new(name, Arc::clone(limiter), limit, key), spec).into()
+            }
+            #[cfg(feature = "redis")]
+            Limiter::Shared(limiter) => {
+                let key = match &built.spec.key {
+                    KeySpec::Header(header) => {
+                        BytesKey::Text(TextKey::Header(Arc::new(HeaderKey::new(header.0.clone()))))
+                    }
+                    KeySpec::Extractor(extractor) => BytesKey::Text(TextKey::Named(Arc::clone(
+                        &self.extractors.named[&extractor.0],
+                    ))),
+                    KeySpec::ClientAddress => BytesKey::Ip(self.client.clone()),
+                };
+                settle(Check::shared(name, Arc::clone(limiter), limit, key), spec).into()
+            }
+        }
+    }
+}
+
+/// A check's cost, mode and missing-key treatment.
+fn settle<L: ?Sized, K, E>(check: Check<L, K, E>, spec: &CheckSpec) -> Check<L, K, E> {
+    let check = check
+        .cost(spec.cost)
+        .on_missing_key(match spec.missing_key {
+            MissingKeySpec::Reject => MissingKey::Reject,
+            MissingKeySpec::Skip => MissingKey::Skip,
+        });
+    if spec.dry_run { check.dry_run() } else { check }
+}
+
+/// The layer `document` describes, its policies from `policy`; with no `[layer]`, one
+/// that limits nothing.
+pub(crate) fn layer(
+    document: &Document,
+    origin: &str,
+    policy: impl Fn(&str) -> Result<Policy<Parts>, ConfigError>,
+) -> Result<RateLimitLayer, ConfigError> {
+    let Some(spec) = &document.layer else {
+        let unlimited = RateLimitLayer::builder(Policy::unlimited()).build();
+        return unlimited.map_err(|error| ConfigError::new(origin, "layer", error.to_string()));
+    };
+    let mut builder = RateLimitLayer::builder(policy(&spec.fallback.0)?)
+        .missing_key_status(spec.statuses.missing_key.0)
+        .exceeds_capacity_status(spec.statuses.exceeds_capacity.0)
+        .unavailable_status(spec.statuses.unavailable.0);
+    for route in &spec.routes {
+        builder = builder.prefix(route.prefix.0.clone(), policy(&route.policy.0)?);
+    }
+    if let Some(delay) = spec.delay {
+        builder = builder.delay(crate::wait::Wait::up_to(delay.0));
+    }
+    if spec.dry_run {
+        builder = builder.dry_run();
+    }
+    builder
+        .build()
+        .map_err(|error| ConfigError::new(origin, "layer", error.to_string()))
+}

@@ -1,0 +1,415 @@
+//! Each kind of mistake in a limits file is refused with its file, line, column and
+//! field, and says what was expected.
+
+use turnstile::config::{Config, ConfigError, Extractors, Format, LiveLimits};
+
+/// A valid file, to which each test adds one mistake.
+const GOOD: &str = r#"
+[limits.per-user]
+quota = "100/min"
+key = { header = "x-api-key" }
+
+[policies.api]
+checks = ["per-user"]
+
+[layer]
+fallback = "api"
+"#;
+
+fn toml_error(text: &str) -> ConfigError {
+    Config::from_toml(text, "limits.toml").unwrap_err()
+}
+
+#[test]
+fn the_good_file_loads() {
+    let config = Config::from_toml(GOOD, "limits.toml").unwrap();
+    assert!(LiveLimits::new(config, Extractors::new()).is_ok());
+}
+
+#[test]
+fn an_unknown_field_is_refused_where_it_is() {
+    let text = GOOD.replace("quota = \"100/min\"", "quota = \"100/min\"\nburts = 5");
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.origin(), "limits.toml");
+    assert_eq!((error.line(), error.column()), (Some(4), Some(1)));
+    assert_eq!(error.field(), "limits.per-user.burts");
+    assert!(error.message().contains("unknown field `burts`"), "{error}");
+    assert!(error.message().contains("expected one of"), "{error}");
+}
+
+#[test]
+fn a_bad_quota_string_says_what_a_quota_looks_like() {
+    let error = toml_error(&GOOD.replace("\"100/min\"", "\"100 per minute\""));
+    println!("{error}");
+    assert_eq!((error.line(), error.column()), (Some(3), Some(9)));
+    assert_eq!(error.field(), "limits.per-user.quota");
+    assert!(error.message().contains("\"100/min\""), "{error}");
+}
+
+#[test]
+fn a_quota_the_algorithm_refuses_carries_the_algorithms_own_error() {
+    let text = GOOD.replace(
+        "quota = \"100/min\"",
+        "algorithm = \"sliding_window\"\nquota = { capacity = 4294967295, refill_every = \"1ns\" }",
+    );
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(error.line().is_some());
+    let own = turnstile::SlidingWindowCounter::<String>::new(
+        turnstile::Quota::new(u32::MAX, std::time::Duration::from_nanos(1)).unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.message().contains(&own), "{error} lacks {own}");
+    assert!(
+        error.message().contains("sliding_window cannot hold"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_unknown_algorithm_lists_the_known_ones() {
+    let text = GOOD.replace(
+        "quota = \"100/min\"",
+        "algorithm = \"leaky_bucket\"\nquota = \"100/min\"",
+    );
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.algorithm");
+    assert_eq!(error.line(), Some(3));
+    assert!(error.message().contains("leaky_bucket"), "{error}");
+    assert!(error.message().contains("token_bucket"), "{error}");
+}
+
+#[test]
+fn a_bad_cidr_is_refused_with_the_cidr_error() {
+    let text =
+        format!("{GOOD}\n[client_address]\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.300/8\"]\n");
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.field(), "client_address.trusted_proxies[1]");
+    assert_eq!(error.line(), Some(13));
+    assert!(
+        error
+            .message()
+            .contains("\"10.0.0.300/8\" is not a CIDR range"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_name_that_points_nowhere_is_refused_at_its_own_line() {
+    let error = toml_error(&GOOD.replace(
+        "checks = [\"per-user\"]",
+        "checks = [\"per-user\", \"per-ip\"]",
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[1]");
+    assert_eq!(error.line(), Some(7));
+    assert!(
+        error.message().contains("unknown limit \"per-ip\""),
+        "{error}"
+    );
+    assert!(error.message().contains("per-user"), "{error}");
+
+    let error = toml_error(&GOOD.replace("fallback = \"api\"", "fallback = \"apl\""));
+    assert_eq!(error.field(), "layer.fallback");
+    assert_eq!(error.line(), Some(10));
+    assert!(
+        error.message().contains("unknown policy \"apl\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_extractor_the_program_did_not_register_is_refused_when_the_limits_are_built() {
+    let text = GOOD.replace(
+        "key = { header = \"x-api-key\" }",
+        "key = { extractor = \"tenant\" }",
+    );
+    // Read alone, the file cannot know the program's extractors…
+    let config = Config::from_toml(&text, "limits.toml").unwrap();
+    // …built, it is refused at the name's line.
+    let error = LiveLimits::new(config, Extractors::new()).unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.key.extractor");
+    assert_eq!(error.line(), Some(4));
+    assert!(
+        error.message().contains("unknown extractor \"tenant\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn bad_statuses_prefixes_and_durations_are_refused() {
+    let status = toml_error(&format!("{GOOD}statuses = {{ missing_key = 200 }}\n"));
+    println!("{status}");
+    assert_eq!(status.field(), "layer.statuses.missing_key");
+    assert!(
+        status.message().contains("must be a 4xx or 5xx"),
+        "{status}"
+    );
+
+    let prefix = toml_error(&format!(
+        "{GOOD}routes = [{{ prefix = \"balance\", policy = \"api\" }}]\n"
+    ));
+    assert_eq!(prefix.field(), "layer.routes[0].prefix");
+    assert!(prefix.message().contains("must start with '/'"), "{prefix}");
+
+    let delay = toml_error(&format!("{GOOD}delay = \"soon\"\n"));
+    assert_eq!(delay.field(), "layer.delay");
+    assert!(delay.message().contains("a duration such as"), "{delay}");
+}
+
+#[test]
+fn a_syntax_error_has_a_place_and_no_field() {
+    let error = toml_error("[limits.a\nquota = 1");
+    println!("{error}");
+    assert_eq!(error.field(), "");
+    assert_eq!(error.line(), Some(1));
+}
+
+#[test]
+fn json_and_yaml_mistakes_are_located_too() {
+    let json = r#"{
+  "limits": {
+    "per-user": { "quota": "100/fortnight", "key": { "header": "x-api-key" } }
+  }
+}"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.quota");
+    assert_eq!(error.line(), Some(3));
+    assert!(
+        error.message().contains("is not a quota such as"),
+        "{error}"
+    );
+
+    let yaml = "limits:\n  per-user:\n    quota: 100/min\n    key:\n      header: x-api-key\n    colour: blue\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.colour");
+    assert_eq!(error.line(), Some(6));
+    assert!(
+        error.message().contains("unknown field `colour`"),
+        "{error}"
+    );
+
+    let yaml = "limits:\n  per-user:\n    quota: 100/min\n    key: {header: x-api-key}\npolicies:\n  api:\n    checks: [per-user, nobody]\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[1]");
+    assert_eq!(error.line(), Some(7));
+}
+
+#[test]
+fn the_three_formats_say_the_same() {
+    let toml = Config::from_toml(GOOD, "a.toml").unwrap();
+    let json = r#"{ "limits": { "per-user": { "quota": "100/min", "key": { "header": "x-api-key" } } },
+        "policies": { "api": { "checks": ["per-user"] } }, "layer": { "fallback": "api" } }"#;
+    let yaml = "limits:\n  per-user:\n    quota: 100/min\n    key: {header: x-api-key}\npolicies:\n  api:\n    checks: [per-user]\nlayer:\n  fallback: api\n";
+    assert_eq!(Config::parse(json, Format::Json, "a.json").unwrap(), toml);
+    assert_eq!(Config::parse(yaml, Format::Yaml, "a.yaml").unwrap(), toml);
+}
+
+#[test]
+fn the_example_servers_files_load() {
+    for path in [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits-generous.toml"),
+    ] {
+        let config = Config::load(path).unwrap();
+        assert!(LiveLimits::new(config, Extractors::new()).is_ok(), "{path}");
+    }
+}
+
+#[test]
+fn the_guides_example_file_loads() {
+    let page = include_str!("../src/guide/limits_from_a_file.rs");
+    let block: String = page
+        .lines()
+        .skip_while(|line| *line != "//! ```toml")
+        .skip(1)
+        .take_while(|line| *line != "//! ```")
+        .map(|line| format!("{}\n", line.trim_start_matches("//!").trim_start()))
+        .collect();
+    assert!(block.contains("[limits.login]"));
+    let config = Config::from_toml(&block, "guide.toml").unwrap();
+    let tenant = |request: &http::request::Parts| {
+        request
+            .headers
+            .get("x-tenant")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let extractors = Extractors::new().register("tenant", tenant);
+    assert!(LiveLimits::new(config, extractors).is_ok());
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_shared_limit_of_an_algorithm_without_a_script_is_refused() {
+    let text = GOOD.replace(
+        "quota = \"100/min\"",
+        "algorithm = \"gcra\"\nquota = \"100/min\"\nstore = { redis = \"redis://127.0.0.1/\" }",
+    );
+    let error = toml_error(&text);
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(
+        error
+            .message()
+            .contains("token_bucket or a fixed_window, not gcra"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_missing_refill_every_is_reported_as_missing() {
+    let error = toml_error(&GOOD.replace("\"100/min\"", "{ capacity = 5 }"));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.quota");
+    assert!(
+        error.message().contains("missing field `refill_every`"),
+        "{error}"
+    );
+    let error = toml_error(&GOOD.replace("\"100/min\"", "{ capacity = 5, refill_every = 5 }"));
+    assert_eq!(error.field(), "limits.per-user.quota.refill_every");
+    assert!(error.message().contains("a duration such as"), "{error}");
+}
+
+#[test]
+fn loose_quota_text_is_refused() {
+    for (loose, says) in [
+        ("10/sburst50", "is not a quota"),
+        ("10/s burst50", "is not a quota"),
+        ("+5/s", "must be a whole number"),
+        (
+            "1/99999999999999999999d",
+            "longer than the clocks can measure",
+        ),
+    ] {
+        let error = toml_error(&GOOD.replace("100/min", loose));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user.quota", "{loose}");
+        assert_eq!(error.line(), Some(3), "{loose}");
+        assert!(error.message().contains(says), "{loose}: {error}");
+    }
+    // The Greek mu reads as the micro sign does.
+    let micro =
+        |text: &str| Config::from_toml(&GOOD.replace("\"100/min\"", text), "limits.toml").unwrap();
+    assert_eq!(
+        micro("{ capacity = 5, refill_every = \"10\u{3bc}s\" }"),
+        micro("{ capacity = 5, refill_every = \"10\u{b5}s\" }")
+    );
+}
+
+#[test]
+fn an_ipv6_prefix_outside_1_to_128_is_refused_not_clamped() {
+    for bits in [0, 129, 200] {
+        let error = toml_error(&format!("{GOOD}\n[client_address]\nipv6_prefix = {bits}\n"));
+        println!("{error}");
+        assert_eq!(error.field(), "client_address.ipv6_prefix");
+        assert!(error.line().is_some());
+        assert!(error.message().contains("from 1 to 128"), "{error}");
+    }
+    for bits in [1, 64, 128] {
+        let text = format!("{GOOD}\n[client_address]\nipv6_prefix = {bits}\n");
+        assert!(Config::from_toml(&text, "limits.toml").is_ok(), "{bits}");
+    }
+}
+
+#[test]
+fn a_check_of_cost_0_is_refused() {
+    let error = toml_error(&GOOD.replace(
+        "checks = [\"per-user\"]",
+        "checks = [{ limit = \"per-user\", cost = 0 }]",
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost");
+    assert_eq!(error.line(), Some(7));
+    assert!(error.message().contains("at least 1"), "{error}");
+}
+
+#[test]
+fn a_route_prefix_given_twice_is_refused() {
+    let error = toml_error(&format!(
+        "{GOOD}routes = [{{ prefix = \"/a\", policy = \"api\" }}, {{ prefix = \"/a\", policy = \"api\" }}]\n"
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "layer.routes");
+    assert!(error.line().is_some());
+    assert!(error.message().contains("routes[1]"), "{error}");
+    assert!(error.message().contains("routes[0]'s already"), "{error}");
+}
+
+#[test]
+fn a_limit_in_dry_run_in_one_policy_and_enforced_in_another_is_refused() {
+    let text = format!(
+        "{GOOD}\n[policies.trial]\nchecks = [{{ limit = \"per-user\", dry_run = true }}]\n"
+    );
+    let error = toml_error(&text);
+    println!("{error}");
+    assert_eq!(error.origin(), "limits.toml");
+    assert_eq!(error.field(), "policies.trial");
+    assert_eq!(error.line(), Some(12), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("in dry run at policies.trial.checks[0]"),
+        "{error}"
+    );
+    assert!(
+        error
+            .message()
+            .contains("enforced at policies.api.checks[0]"),
+        "{error}"
+    );
+    // A policy in dry run as a whole counts as its checks.
+    let text = format!("{GOOD}\n[policies.trial]\nchecks = [\"per-user\"]\ndry_run = true\n");
+    assert_eq!(toml_error(&text).field(), "policies.trial");
+    // Located in JSON too.
+    let json = r#"{ "limits": { "a": { "quota": "1/s", "key": "client_address" } },
+      "policies": {
+        "p": { "checks": ["a"] },
+        "q": { "checks": [{ "limit": "a", "dry_run": true }] } } }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.q");
+    assert_eq!(error.line(), Some(4));
+}
+
+#[test]
+fn a_limit_defined_twice_is_refused_in_every_format() {
+    let json = r#"{ "limits": {
+        "a": { "quota": "1/s", "key": "client_address" },
+        "a": { "quota": "2/s", "key": "client_address" } },
+      "policies": { "p": { "checks": ["a"] } } }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits");
+    assert_eq!(error.line(), Some(3));
+    assert!(
+        error.message().contains("limit \"a\" is defined twice"),
+        "{error}"
+    );
+
+    let yaml = "limits:\n  a: {quota: 1/s, key: client_address}\n  a: {quota: 2/s, key: client_address}\npolicies:\n  p: {checks: [a]}\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
+    println!("{error}");
+    assert!(error.message().contains("is defined twice"), "{error}");
+    assert!(error.line().is_some(), "{error}");
+
+    let toml = "[limits.a]\nquota = \"1/s\"\nkey = \"client_address\"\n[limits.a]\nquota = \"2/s\"\nkey = \"client_address\"\n";
+    assert!(Config::from_toml(toml, "limits.toml").is_err());
+}
+
+#[test]
+fn the_format_follows_the_extension_in_any_case() {
+    use std::path::Path;
+    assert_eq!(Format::from_path(Path::new("a.TOML")), Some(Format::Toml));
+    assert_eq!(Format::from_path(Path::new("a.Yml")), Some(Format::Yaml));
+    assert_eq!(Format::from_path(Path::new("a.json")), Some(Format::Json));
+    assert_eq!(Format::from_path(Path::new("a.ini")), None);
+}
