@@ -8,8 +8,11 @@
 //! the floors floor-stack, floor-cas, floor-clock, floor-lookup) or one of turnstile's
 //! algorithms (token-bucket, gcra, fixed-window, sliding-window, sliding-log) or a
 //! direct limiter (direct-turnstile, direct-turnstile-gcra, direct-governor) or `policy`
-//! (a policy of two token-bucket checks); MIX is
-//! allowed, denied, churn, zipf-allowed or zipf-denied. Keys are the uniform pattern
+//! (a policy of two token-bucket checks) or `settle-ALGORITHM` (one settle of a
+//! reservation per call, ALGORITHM one of the five above); MIX is
+//! allowed, denied, churn, zipf-allowed or zipf-denied — for `settle-*`, `charge` (a
+//! settle at one more than its estimate of 1) or `give-back` (at one less than its
+//! estimate of 2). Keys are the uniform pattern
 //! (1,000 keys, all stored before counting), with churn a new key for every check,
 //! with zipf-* the zipf pattern (1,000,000 keys, all stored before counting: run with
 //! `--cache-sim=yes` to count its cache misses).
@@ -23,7 +26,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use turnstile::policy::{Check, Limit, Policy};
-use turnstile::{Quota, TokenBucket};
+use turnstile::{
+    FixedWindow, Gcra, Quota, RateLimiter, SlidingLog, SlidingWindowCounter, TokenBucket,
+};
 
 /// The counted part: `checks` checks over the key sequence. Not inlined, so callgrind
 /// can switch counting on at its entry and off at its exit.
@@ -92,6 +97,51 @@ impl Contender for TwoChecks {
     }
 }
 
+/// One settle per call on a keyed limiter: a reservation of `estimate` settled at
+/// `actual`, on the uniform pattern's keys, each stored far from full and far from
+/// empty (a quota of `u32::MAX` a microsecond, a million taken) so that neither a
+/// charge nor a give-back meets a bound.
+struct Settling<L> {
+    limiter: L,
+    estimate: u32,
+    actual: u32,
+}
+
+impl<L: RateLimiter<u64> + Send + Sync> Contender for Settling<L> {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let settled = self.limiter.settle(&key, self.estimate, self.actual);
+        settled.charged + settled.refunded > 0
+    }
+}
+
+/// Counts `checks` settles on `limiter` (`charge`: at one more than the estimate,
+/// else one less), its keys stored first.
+fn count_settles<L: RateLimiter<u64> + Send + Sync>(limiter: L, charge: bool, checks: u64) -> u64 {
+    for key in 0..Pattern::Uniform.key_space() as u64 {
+        assert!(limiter.acquire(&key, 1_000_000).is_allowed());
+    }
+    let (estimate, actual) = if charge { (1, 2) } else { (2, 1) };
+    let contender = Settling {
+        limiter,
+        estimate,
+        actual,
+    };
+    measured(&contender, &Pattern::Uniform.keys(0), checks)
+}
+
+/// The quota settles are counted under, and the builder setting every limiter gets.
+macro_rules! settling {
+    ($limiter:ident) => {
+        $limiter::<u64>::builder(
+            Quota::new(u32::MAX, Duration::from_micros(1)).expect("a valid quota"),
+        )
+        .expected_keys(2048)
+        .build()
+        .expect("every algorithm holds this quota")
+    };
+}
+
 /// Builds the contender, stores its keys, then runs the counted checks (with `churn`,
 /// stores nothing: every check brings a new key).
 struct Count {
@@ -126,6 +176,33 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    if let Some(algorithm) = name.strip_prefix("settle-") {
+        let charge = match mix {
+            "charge" => true,
+            "give-back" => false,
+            other => {
+                eprintln!("unknown settle mix {other}: charge or give-back");
+                return ExitCode::FAILURE;
+            }
+        };
+        let Ok(checks) = checks.parse() else {
+            eprintln!("CHECKS must be a whole number, got {checks}");
+            return ExitCode::FAILURE;
+        };
+        let settled = match algorithm {
+            "token-bucket" => count_settles(settling!(TokenBucket), charge, checks),
+            "gcra" => count_settles(settling!(Gcra), charge, checks),
+            "fixed-window" => count_settles(settling!(FixedWindow), charge, checks),
+            "sliding-window" => count_settles(settling!(SlidingWindowCounter), charge, checks),
+            "sliding-log" => count_settles(settling!(SlidingLog), charge, checks),
+            other => {
+                eprintln!("unknown algorithm {other}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("{name} {mix}: {settled} of {checks} settled with a change");
+        return ExitCode::SUCCESS;
+    }
     let churn = mix == "churn";
     let zipf = mix.starts_with("zipf-");
     let mix = match mix {

@@ -8,6 +8,9 @@
 #   bash results/instructions.sh            # N = 200000, every contender, both mixes
 #   bash results/instructions.sh turnstile  # one contender; its annotated profile
 #                                           # (instructions per source file) follows
+#   bash results/instructions.sh settle-token-bucket  # settles, not checks: its two
+#                                           # columns are a charge and a give-back
+#                                           # (any algorithm after `settle-`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +29,9 @@ NAMES=("$@")
 printf '%-18s %8s %8s\n' contender allowed denied
 for name in "${NAMES[@]}"; do
   row=$(printf '%-18s' "$name")
-  for mix in allowed denied; do
+  mixes=(allowed denied)
+  [[ $name == settle-* ]] && mixes=(charge give-back)
+  for mix in "${mixes[@]}"; do
     valgrind --tool=callgrind --toggle-collect='*measured*' \
       --callgrind-out-file="$OUT/$name.$mix" "$BIN" "$name" "$mix" "$N" >/dev/null 2>&1
     total=$(awk '/^(summary|totals):/ {print $2; exit}' "$OUT/$name.$mix")
@@ -36,7 +41,9 @@ for name in "${NAMES[@]}"; do
 done
 
 if [ $# -eq 1 ]; then
-  for mix in allowed denied; do
+  mixes=(allowed denied)
+  [[ $1 == settle-* ]] && mixes=(charge give-back)
+  for mix in "${mixes[@]}"; do
     echo
     echo "where $1's $mix checks go (instructions per check, by source file, inlined code included):"
     callgrind_annotate --inclusive=no --auto=no "$OUT/$1.$mix" |
