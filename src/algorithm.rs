@@ -120,9 +120,9 @@ pub trait Rules<K>: Send + Sync {
     /// Settles a request that took `estimate` at what it `actual`ly cost, at `now`, in
     /// one step on the state (one compare-and-set for a word): the difference given
     /// back (never beyond what the key holds; [`Settlement::refunded`] is what it got
-    /// back) or charged beyond what the key has left, up to the debt cap (what passes
-    /// it is [`Settlement::forgiven`]). See [`Settlement`] for what debt means in
-    /// each algorithm.
+    /// back; nothing on the windows and the sliding log) or charged beyond what the
+    /// key has left, up to the debt cap (what passes it is [`Settlement::forgiven`]).
+    /// See [`Settlement`] for what debt means in each algorithm.
     fn settle(
         &self,
         state: &Self::State,

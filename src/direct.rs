@@ -120,13 +120,15 @@ impl<A: Algorithm<()>, C: Clock> DirectLimiter<A, C> {
     }
 
     /// Settles a request that took `estimate` at what it actually cost: the difference
-    /// given back, or charged even beyond what the limiter has left (see
-    /// [`RateLimiter::settle`]).
+    /// given back (by the token bucket and GCRA; the fixed window and the sliding
+    /// window counter give nothing back on settle), or charged even beyond what the
+    /// limiter has left (see [`RateLimiter::settle`]).
     ///
     /// One compare-and-set on the limiter's word: a refund never gives back beyond
     /// what the limiter can hold, and a charge beyond what it has left makes it owe,
     /// up to one capacity (what passes it is [`Settlement::forgiven`](crate::Settlement::forgiven)).
-    /// While it owes, every request is denied, `retry_after` counting the debt.
+    /// While it owes, every request is denied, even a cost of zero, `retry_after`
+    /// counting the debt.
     pub fn settle(&self, estimate: u32, actual: u32) -> crate::Settlement {
         if actual == estimate {
             return crate::Settlement::default();

@@ -4,11 +4,12 @@
 //! [`acquire`](WordAlgorithm::acquire) inside the shared compare-and-set loop, and the
 //! property tests and loom models check it.
 
-use crate::Decision;
 use crate::clock::nanos_to_duration;
 use crate::quota::Quota;
+use crate::settle::settle_by;
 use crate::window::Window;
 use crate::word::{MovableWord, WordAlgorithm};
+use crate::{Decision, Settlement};
 use std::time::Duration;
 
 /// The layout of a fixed window's state word, fixed per quota.
@@ -134,8 +135,10 @@ impl WordAlgorithm for FixedWindowRules {
 
     /// One request for `cost` at `now`: the word to store and the decision.
     ///
-    /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
-    /// cost above the limit returns `word` itself, so callers write nothing.
+    /// Allowed iff the count plus `cost` is at most the limit: a key in debt (counting
+    /// past the limit) is denied even a cost of 0. Only an admitted request with a
+    /// cost changes the word; a denial, a zero cost or a cost above the limit returns
+    /// `word` itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
         let (index, count) = self.at(word, now);
@@ -156,12 +159,24 @@ impl WordAlgorithm for FixedWindowRules {
             };
             return (word, decision);
         }
+        if cost == 0 {
+            // Allowed unless the key owes (counts past the limit): it has less than
+            // nothing, and waits for the first window back within the limit.
+            let decision = if count > self.limit {
+                Decision::Denied {
+                    remaining: 0,
+                    retry_after: wait(self, index, count, 0, now),
+                }
+            } else {
+                Decision::Allowed {
+                    remaining: remaining as u32,
+                }
+            };
+            return (word, decision);
+        }
         let decision = Decision::Allowed {
             remaining: (remaining - cost) as u32,
         };
-        if cost == 0 {
-            return (word, decision);
-        }
         (self.pack(index, count + cost), decision)
     }
 
@@ -185,6 +200,22 @@ impl WordAlgorithm for FixedWindowRules {
             // At most `cost`: a `u32`.
             (self.pack(index, left), (count - left) as u32)
         }
+    }
+
+    /// A settle gives nothing back: the word cannot tell which window counted the
+    /// estimate (the reading's, or one already over), and giving it to a later window
+    /// would admit more than the limit there. A settle above the estimate is a
+    /// [`charge`](Self::charge). (A [`refund`](WordAlgorithm::refund) right after the
+    /// take, a policy's, still gives back to the window being counted.)
+    #[inline]
+    fn settle(&self, word: u64, now: u64, estimate: u32, actual: u32) -> (u64, Settlement) {
+        settle_by(
+            estimate,
+            actual,
+            word,
+            |_| (word, 0),
+            |extra| self.charge(word, now, extra),
+        )
     }
 
     /// `extra` admissions counted at `now` whatever the window has left, up to the

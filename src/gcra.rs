@@ -132,9 +132,10 @@ impl WordAlgorithm for GcraRules {
     /// One request for `cost` at `now`: the new TAT and the decision.
     ///
     /// Admitted iff the key holds at least `cost` tokens, i.e. `max(TAT, t) + cost ×
-    /// interval <= t + capacity × interval`. Only an admitted request with a cost changes
-    /// the word; a denial, a zero cost or a cost above the capacity returns `word`
-    /// itself, so callers write nothing.
+    /// interval <= t + capacity × interval` (so a key in debt, whose TAT lies past
+    /// that for every cost, is denied even a cost of 0). Only an admitted request with
+    /// a cost changes the word; a denial, a zero cost or a cost above the capacity
+    /// returns `word` itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
         let t = now.min(self.end);
@@ -154,12 +155,24 @@ impl WordAlgorithm for GcraRules {
             };
             return (word, decision);
         }
+        if cost == 0 {
+            // Allowed unless the key owes: its arrival time past the reading by more
+            // than the burst (`full_refill`), where it has less than nothing.
+            if owes(self, word, t) {
+                let decision = Decision::Denied {
+                    remaining: 0,
+                    retry_after: wait(self, word, t, 0),
+                };
+                return (word, decision);
+            }
+            let decision = Decision::Allowed {
+                remaining: remaining as u32,
+            };
+            return (word, decision);
+        }
         let decision = Decision::Allowed {
             remaining: (remaining - cost) as u32,
         };
-        if cost == 0 {
-            return (word, decision);
-        }
         // At most t + full_refill <= end + full_refill = STATE_END − 1: no overflow.
         (word.max(t) + cost * self.interval.get(), decision)
     }
@@ -265,8 +278,8 @@ pub fn admit(rules: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
         return None;
     }
     if cost == 0 {
-        // Allowed, and changes nothing, whatever the key owes.
-        return Some(word);
+        // Allowed, and changes nothing, unless the key owes.
+        return (!owes(rules, word, t)).then_some(word);
     }
     // At most `capacity × interval = full_refill`: no overflow. The key holds `cost`
     // whole tokens iff it owes at most `full_refill − weight`; the bound is at most
@@ -279,8 +292,19 @@ pub fn admit(rules: &GcraRules, word: u64, now: u64, cost: u32) -> Option<u64> {
     Some(word.max(t) + weight)
 }
 
+/// Whether the key with TAT `tat` owes at reading `t` (already clamped to `end`): its
+/// arrival time lies more than one full refill (the burst) past the reading, so it
+/// holds less than nothing and even a cost of 0 is denied. A reading before the
+/// key's last admission can see that too (it cannot be told from a debt). No
+/// overflow: `t + full_refill ≤ end + full_refill < STATE_END`.
+#[inline]
+fn owes(rules: &GcraRules, tat: u64, t: u64) -> bool {
+    tat > t + rules.full_refill
+}
+
 /// Exact time from reading `t` until a key with TAT `tat` holds `cost` tokens: when
-/// its debt has fallen to `(capacity − cost) × interval`. A denial means that instant
+/// its debt has fallen to `(capacity − cost) × interval` (for a cost of 0, when the
+/// debt is repaid: one interval before a cost of 1 fits). A denial means that instant
 /// is after `t`, so the wait is never zero. An instant past `end` never comes (later
 /// readings count as `end`): `Duration::MAX`, never, as [`Decision::Denied`] says.
 /// Out of line, to keep the admitting path short.

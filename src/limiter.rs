@@ -20,7 +20,11 @@ pub trait RateLimiter<K> {
     ///
     /// A key's first request finds it full. A denied request changes nothing and is
     /// not counted against the key, so a client retrying while denied is not locked
-    /// out. A cost of zero is always allowed and takes nothing.
+    /// out. A request is allowed iff what the key has covers its cost: a cost of zero
+    /// takes nothing and is allowed, unless the key is in debt (a
+    /// [`settle`](Self::settle) charged it beyond what it had, and refill has not yet
+    /// repaid it). A key in debt has less than nothing, so even a cost of zero is
+    /// denied, its `retry_after` the exact time until the debt is repaid.
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where
         K: Borrow<Q>,
@@ -56,13 +60,21 @@ pub trait RateLimiter<K> {
 
     /// Settles a request that took `estimate` for `key` (an allowed
     /// [`acquire`](Self::acquire)) at what it `actual`ly cost, known only later (the
-    /// tokens a model call used, the bytes a response sent): gives back the
-    /// difference when it cost less, and charges the difference when it cost more,
-    /// even beyond what the key has left. A key that owes is refused until its refill
-    /// has repaid the debt, and the denial's `retry_after` counts the debt exactly.
-    /// Debt is capped (by default at one capacity); what the cap turns away is
-    /// reported in [`Settlement::forgiven`]. A reservation never settled stays at its
-    /// estimate: settling at `actual == estimate` changes nothing.
+    /// tokens a model call used, the bytes a response sent): charges the difference
+    /// when it cost more, even beyond what the key has left, and when it cost less,
+    /// gives the difference back on the token bucket and GCRA only. **The fixed
+    /// window, the sliding window counter and the sliding log give nothing back on
+    /// settle** (`refunded: 0`): their state cannot tell which window (which log
+    /// entries) counted the estimate, and giving it to a later window would admit
+    /// more than the limit there; for refunds on settle, use the token bucket or
+    /// GCRA. ([`refund`](Self::refund), right after the take, is unchanged.)
+    ///
+    /// A key that owes is refused, even a cost of zero, until its refill has repaid
+    /// the debt, and the denial's `retry_after` counts the debt exactly. Debt is
+    /// capped at one capacity (fixed, not configurable: see [`Settlement`]); what the
+    /// cap turns away is reported in [`Settlement::forgiven`]. A reservation never
+    /// settled stays at its estimate: settling at `actual == estimate` changes
+    /// nothing.
     fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> Settlement
     where
         K: Borrow<Q>,

@@ -6,23 +6,30 @@
 /// took `estimate` and actually cost `actual`.
 ///
 /// At most one of [`refunded`](Self::refunded) and [`charged`](Self::charged) is
-/// non-zero: a request that cost less than its estimate gets the difference back, one
-/// that cost more is charged the difference, even beyond what the key had left — the
-/// key then owes it, and is refused until its refill has repaid the debt (the
-/// denial's `retry_after` counts the debt). What the debt cap kept from being charged
-/// is [`forgiven`](Self::forgiven), never dropped silently: `charged + forgiven` is
-/// `actual − estimate` whenever the request cost more.
+/// non-zero: a request that cost less than its estimate gets the difference back (on
+/// the token bucket and GCRA; the windows and the sliding log give nothing back, see
+/// below), one that cost more is charged the difference, even beyond what the key
+/// had left — the key then owes it, and is refused, even a cost of zero, until its
+/// refill has repaid the debt (the denial's `retry_after` counts the debt). What the
+/// debt cap kept from being charged is [`forgiven`](Self::forgiven), never dropped
+/// silently: `charged + forgiven` is `actual − estimate` whenever the request cost
+/// more.
 ///
 /// # What debt means, algorithm by algorithm
 /// A settle above the estimate charges the difference even beyond what the key has
-/// left: the key then *owes*. A key in debt holds nothing (`peek` and `available`
-/// say 0), every request it makes is denied, and the denial's `retry_after` is the
-/// exact wait until its refill has repaid the debt *and* brought the request's cost.
-/// What a debt is, in each algorithm's own state:
+/// left: the key then *owes*. A request is allowed iff what the key has covers its
+/// cost, and a key in debt has less than nothing: it holds nothing (`peek` and
+/// `available` say 0), every request it makes is denied — **a cost of zero
+/// included** — and the denial's `retry_after` is the exact wait until its refill
+/// has repaid the debt *and* brought the request's cost (for a cost of zero, until
+/// the debt is repaid: on the token bucket and GCRA, exactly one interval less than
+/// a cost of one waits). What a debt is, in each algorithm's own state:
 ///
 /// - **Token bucket**: `full_at` lies more than `capacity` grid points past the
 ///   reading; the bucket holds `capacity − (full_at − g)` tokens, below zero. Each
-///   interval repays one token.
+///   interval repays one token. (A reading behind the bucket's last refill, another
+///   thread's clock slightly behind, can see the same; the word cannot tell the two
+///   apart, nor can the Redis script, and both deny it a cost of zero.)
 /// - **GCRA**: the theoretical arrival time lies more than `capacity × interval` past
 ///   the reading; each interval repays one token (continuously).
 /// - **Fixed window**: the window's count passes the limit. What is past the limit
@@ -50,18 +57,36 @@
 /// wants less charged settles at less.
 ///
 /// # Giving back, and keys with no state
-/// A settle below the estimate is a refund, capped as a refund is: a key never holds
-/// more than its capacity, and [`Settlement::refunded`] is what it actually got
-/// back (a debt is repaid first). A keyed limiter's key with no state (never seen,
-/// or forgotten: full) has nothing to give back; a charge on it creates its state
-/// and charges it from full (at its `max_keys` cap, a limiter that cannot store a
-/// new key charges nothing, and reports the whole charge forgiven). A key in debt is never forgotten (it carries
+/// On the **token bucket and GCRA**, a settle below the estimate is a refund, capped
+/// as a refund is: a key never holds more than its capacity, and
+/// [`Settlement::refunded`] is what it actually got back (a debt is repaid first).
+/// Their tokens are fungible: a token given back is one the key would have had,
+/// whenever the estimate was taken.
+///
+/// **The fixed window, the sliding window counter and the sliding log give nothing
+/// back on settle** (`refunded: 0`, the state unchanged). Their state cannot tell
+/// which window (which log entries) counted the estimate: given back to a later
+/// window, it admits more than the limit there. With a limit of 10 a 1 s window, an
+/// estimate of 10 taken at 0.999 s and ten requests admitted in the next window, a
+/// settle at 0 would give the next window 10 more, 20 in one window; on the sliding
+/// log, a refund drops the oldest live entries, a later request's once the
+/// estimate's have left the window, freeing its room early. For refunds on settle,
+/// use the token bucket or GCRA. A charge is counted as on every algorithm, and a
+/// plain [`refund`](crate::RateLimiter::refund) (a policy's, right after the take,
+/// in the same window) still gives back.
+///
+/// A keyed limiter's key with no state (never seen, or forgotten: full) has nothing
+/// to give back; a charge on it creates its state and charges it from full (at its
+/// `max_keys` cap, a limiter that cannot store a new key charges nothing, and
+/// reports the whole charge forgiven). A key in debt is never forgotten (it carries
 /// information), and a key moved to a new quota carries its debt, in units, into
 /// the new quota (capped at the new quota's debt cap; see [`crate::per_key`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settlement {
     /// Given back: `estimate - actual` when the request cost less, less what the
-    /// capacity capped (a key that refilled to full holds no more).
+    /// capacity capped (a key that refilled to full holds no more), on the token
+    /// bucket and GCRA; always 0 on the fixed window, the sliding window counter and
+    /// the sliding log, which give nothing back on settle.
     pub refunded: u32,
     /// Taken beyond the estimate: `actual - estimate` when the request cost more, less
     /// what the debt cap forgave.

@@ -4,11 +4,12 @@
 //! [`acquire`](WordAlgorithm::acquire) inside the shared compare-and-set loop, and the
 //! property tests and loom models check it.
 
-use crate::Decision;
 use crate::algorithm::RulesFromQuota;
 use crate::clock::nanos_to_duration;
 use crate::quota::{Quota, QuotaError};
+use crate::settle::settle_by;
 use crate::word::WordAlgorithm;
+use crate::{Decision, Settlement};
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -212,8 +213,9 @@ impl WordAlgorithm for SlidingWindowRules {
     /// admission leaves `previous × (limit − elapsed) / limit + current <= limit`, which
     /// is why a full current count implies an empty previous one.
     ///
-    /// Only an admitted request with a cost changes the word; a denial, a zero cost or a
-    /// cost above the limit returns `word` itself, so callers write nothing.
+    /// A key in debt (its weighted count past the limit) is denied even a cost of 0.
+    /// Only an admitted request with a cost changes the word; a denial, a zero cost or
+    /// a cost above the limit returns `word` itself, so callers write nothing.
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
         let at = self.at(word, now);
@@ -233,12 +235,24 @@ impl WordAlgorithm for SlidingWindowRules {
             };
             return (word, decision);
         }
+        if cost == 0 {
+            // Allowed unless the key owes (its weighted count past the limit): it
+            // has less than nothing, and waits until the count slides back within it.
+            let decision = if self.counted(&at) > self.limit {
+                Decision::Denied {
+                    remaining: 0,
+                    retry_after: wait(self, &at, 0, now),
+                }
+            } else {
+                Decision::Allowed {
+                    remaining: remaining as u32,
+                }
+            };
+            return (word, decision);
+        }
         let decision = Decision::Allowed {
             remaining: (remaining - cost) as u32,
         };
-        if cost == 0 {
-            return (word, decision);
-        }
         (
             self.pack(at.index, at.previous, at.current + cost),
             decision,
@@ -269,6 +283,23 @@ impl WordAlgorithm for SlidingWindowRules {
                 (at.current - left) as u32,
             )
         }
+    }
+
+    /// A settle gives nothing back: the word cannot tell which window counted the
+    /// estimate (the current one, or the previous, which the estimate only weighs),
+    /// and giving it to a later window would admit more than the limit there. A
+    /// settle above the estimate is a [`charge`](Self::charge). (A
+    /// [`refund`](WordAlgorithm::refund) right after the take, a policy's, still
+    /// gives back to the current window.)
+    #[inline]
+    fn settle(&self, word: u64, now: u64, estimate: u32, actual: u32) -> (u64, Settlement) {
+        settle_by(
+            estimate,
+            actual,
+            word,
+            |_| (word, 0),
+            |extra| self.charge(word, now, extra),
+        )
     }
 
     /// `extra` admissions counted in the current window at `now` whatever the estimate

@@ -155,9 +155,14 @@ impl WordAlgorithm for TokenBucketRules {
     #[inline]
     fn acquire(&self, word: u64, now: u64, cost: u32) -> (u64, Decision) {
         let index = self.index(now);
-        let tokens = self.tokens(word, index);
+        let missing = Self::missing(word, index);
+        let tokens = self.capacity.saturating_sub(missing);
         let cost = u64::from(cost);
-        if cost <= tokens {
+        // Allowed iff what the key has covers the cost: a key in debt (missing more
+        // than the capacity, or a reading behind the last refill, which the word
+        // cannot tell apart) has less than nothing, so even a cost of 0 is denied.
+        // No overflow: `missing ≤ full_at < STATE_END < 2^64 − 2^32`.
+        if missing + cost <= self.capacity {
             // `word.max(index) + cost ≤ index + capacity` (the tokens held are what is not
             // missing at `index`), at most `last_index + capacity`: never a marker.
             let decision = Decision::Allowed {
@@ -266,11 +271,9 @@ pub fn admit(rules: &TokenBucketRules, word: u64, now: u64, cost: u32) -> Option
         return Some(refilled(rules, now, cost));
     }
     // The first grid index at which the bucket holds `cost` tokens: where the tokens
-    // missing are down to `capacity − cost` (for a cost of 0, every index).
-    let ready = match cost {
-        0 => 0,
-        _ => word.saturating_sub(rules.capacity - cost),
-    };
+    // missing are down to `capacity − cost` (for a cost of 0, down to the capacity:
+    // a key in debt is denied even that).
+    let ready = word.saturating_sub(rules.capacity - cost);
     // `max(full_at, g) + cost` with `full_at` the larger (the bucket is not full),
     // summed only when allowed: a denied word can be within `cost` of `u64::MAX` (a
     // 1 ns interval's grid ends near it), where the sum would overflow.
@@ -290,7 +293,9 @@ fn refilled(rules: &TokenBucketRules, now: u64, cost: u64) -> u64 {
 
 /// Exact time from `now` until a request for `cost` (at most the capacity, more than
 /// the bucket holds) is allowed: at grid index `full_at + cost − capacity`, the
-/// first at which the tokens missing and the cost fit the capacity.
+/// first at which the tokens missing and the cost fit the capacity. For a cost of 0
+/// (denied to a key in debt) that is when the debt is repaid, one interval before a
+/// cost of 1 is allowed.
 #[inline]
 fn wait_for(rules: &TokenBucketRules, full_at: u64, cost: u64, now: u64) -> Duration {
     // `cost ≤ capacity` and the request was denied, so `full_at + cost − capacity` is

@@ -169,6 +169,31 @@ fn a_direct_limiter_in_debt_refuses_until_its_refill_repays_it() {
     assert_eq!(info.count_total, 0);
 }
 
+/// The review's case on a direct fixed window: limit 10 a 1 s window, 10 estimated
+/// at 0.999 s, 10 admitted in window 1, then the estimate settled at 0: nothing is
+/// given back (window 1 would otherwise admit 20), and the next request in window 1
+/// is denied.
+#[test]
+fn a_direct_fixed_window_gives_nothing_back_on_settle() {
+    let clock = ManualClock::new();
+    let limiter =
+        DirectFixedWindow::with_clock(Quota::new(10, ms(100)).unwrap(), clock.clone()).unwrap();
+    clock.advance(ms(999));
+    assert!(limiter.acquire(10).is_allowed());
+    clock.advance(ms(1));
+    for _ in 0..10 {
+        assert!(limiter.acquire(1).is_allowed());
+    }
+    assert_eq!(limiter.settle(10, 0), Settlement::default());
+    assert_eq!(limiter.acquire(1).retry_after(), Some(ms(1_000)));
+    // A direct sliding window counter gives nothing back either.
+    let counter =
+        DirectSlidingWindowCounter::with_clock(Quota::new(10, ms(100)).unwrap(), clock).unwrap();
+    assert!(counter.acquire(4).is_allowed());
+    assert_eq!(counter.settle(4, 0), Settlement::default());
+    assert_eq!(counter.peek(), 6);
+}
+
 #[test]
 fn threads_racing_on_a_frozen_clock_admit_exactly_the_capacity() {
     const CAPACITY: u32 = 1_000;

@@ -188,13 +188,15 @@ fn counting_only_failures_is_an_estimate_of_zero() {
         assert!(attempt(false).is_allowed());
     }
     assert_eq!(failures.peek(&1), 3);
-    // Each failure is charged: three use the quota up, the next ones go into debt, up
-    // to the debt cap (one capacity), past which they are forgiven.
+    // Each failure is charged: three use the quota up, and the fourth is still tried
+    // (the key has nothing left but owes nothing, and an estimate of 0 fits) and
+    // charged into debt.
     for _ in 0..3 {
         assert!(attempt(true).is_allowed());
     }
     assert_eq!(failures.peek(&1), 0);
     let verdict = policy.acquire(&login);
+    assert!(verdict.is_allowed());
     assert_eq!(
         policy.settle(&login, &verdict, 1),
         Settlement {
@@ -203,21 +205,26 @@ fn counting_only_failures_is_an_estimate_of_zero() {
             forgiven: 0
         }
     );
-    for _ in 0..2 {
-        assert!(attempt(true).is_allowed());
-    }
-    let verdict = policy.acquire(&login);
-    assert_eq!(policy.settle(&login, &verdict, 1).forgiven, 1);
-    // The key owes 3: a request that costs something waits for the debt and its own
-    // unit, 4 refills of 20 s (an estimate of 0 is always allowed: it counts, and the
-    // next test refuses).
+    // The key owes 1: it has less than nothing, so even an estimate of 0 is refused,
+    // until the debt is repaid (one refill of 20 s). A request that costs something
+    // waits for the debt and its own unit, 2 refills.
+    assert_eq!(
+        attempt(false).outcome(),
+        Outcome::Denied {
+            retry_after: Duration::from_secs(20)
+        }
+    );
     assert_eq!(
         failures.acquire(&1, 1),
         Decision::Denied {
             remaining: 0,
-            retry_after: Duration::from_secs(80)
+            retry_after: Duration::from_secs(40)
         }
     );
+    // Repaid: the next attempt is tried, and its failure owes again.
+    clock.advance(Duration::from_secs(20));
+    assert!(attempt(true).is_allowed());
+    assert!(!attempt(false).is_allowed());
 }
 
 #[test]

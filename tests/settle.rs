@@ -155,7 +155,7 @@ fn the_debt_cap_is_one_capacity_and_what_passes_it_is_forgiven() {
 #[test]
 fn settling_below_the_estimate_reports_what_the_key_got_back() {
     let clock = ManualClock::new();
-    let limiter = FixedWindow::<u8, _>::with_clock(ten_per_second(), clock.clone()).unwrap();
+    let limiter = TokenBucket::<u8, _>::with_clock(ten_per_second(), clock.clone()).unwrap();
     assert!(limiter.acquire(&1, 4).is_allowed());
     assert_eq!(
         limiter.settle(&1, 4, 1),
@@ -166,13 +166,147 @@ fn settling_below_the_estimate_reports_what_the_key_got_back() {
         }
     );
     assert_eq!(limiter.peek(&1), 9);
-    // A refund is capped at what the key holds: a new window has nothing to give
-    // back.
+    // A refund is capped at what the key is short of full: a full bucket has nothing
+    // to give back.
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.settle(&1, 4, 0), Settlement::default());
     // A key with no state is full: nothing to give back, nothing created.
     assert_eq!(limiter.settle(&2, 5, 0), Settlement::default());
     assert_eq!(limiter.len(), 1);
+}
+
+/// The review's case: a settle's refund on a fixed window would go to the window
+/// being counted, which need not be the one that counted the estimate. Limit 10 a
+/// 1 s window: 10 estimated at 0.999 s, 10 admitted in window 1, then the estimate
+/// settled at 0: giving 10 back to window 1 would let 10 more in there, 20 in one
+/// window. Nothing is given back.
+#[test]
+fn a_fixed_window_gives_nothing_back_on_settle() {
+    let clock = ManualClock::new();
+    let limiter = FixedWindow::<u8, _>::with_clock(ten_per_second(), clock.clone()).unwrap();
+    clock.advance(ms(999));
+    assert!(limiter.acquire(&1, 10).is_allowed());
+    clock.advance(ms(1));
+    for _ in 0..10 {
+        assert!(limiter.acquire(&1, 1).is_allowed());
+    }
+    assert_eq!(limiter.settle(&1, 10, 0), Settlement::default());
+    assert_eq!(limiter.peek(&1), 0);
+    assert_eq!(limiter.acquire(&1, 1).retry_after(), Some(ms(1_000)));
+    // Within one window too: nothing back (the state cannot tell the two apart).
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.acquire(&1, 4).is_allowed());
+    assert_eq!(limiter.settle(&1, 4, 1), Settlement::default());
+    assert_eq!(limiter.peek(&1), 6);
+    // A charge is counted as ever.
+    assert_eq!(limiter.settle(&1, 1, 3).charged, 2);
+    assert_eq!(limiter.peek(&1), 4);
+}
+
+/// The sliding log's analogue: its refund drops the oldest entries still in the
+/// window, which are a later request's when the estimate's have left it. 10
+/// estimated at 0, 10 admitted at 1 s (the estimate's entries just gone), then the
+/// estimate settled at 0 at 1.1 s: dropping the later request's 10 entries would let
+/// 10 more in within its window. Nothing is given back.
+#[test]
+fn a_sliding_log_gives_nothing_back_on_settle() {
+    let clock = ManualClock::new();
+    let limiter = SlidingLog::<u8, _>::with_clock(ten_per_second(), clock.clone()).unwrap();
+    assert!(limiter.acquire(&1, 10).is_allowed());
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.acquire(&1, 10).is_allowed());
+    clock.advance(ms(100));
+    assert_eq!(limiter.settle(&1, 10, 0), Settlement::default());
+    assert_eq!(limiter.peek(&1), 0);
+    assert_eq!(limiter.acquire(&1, 1).retry_after(), Some(ms(900)));
+}
+
+/// The sliding window counter gives nothing back on settle either, and charges as
+/// ever.
+#[test]
+fn a_sliding_window_counter_gives_nothing_back_on_settle() {
+    let clock = ManualClock::new();
+    let limiter =
+        SlidingWindowCounter::<u8, _>::with_clock(ten_per_second(), clock.clone()).unwrap();
+    assert!(limiter.acquire(&1, 5).is_allowed());
+    assert_eq!(limiter.settle(&1, 5, 2), Settlement::default());
+    assert_eq!(limiter.peek(&1), 5);
+    assert_eq!(limiter.settle(&1, 2, 4).charged, 2);
+    assert_eq!(limiter.peek(&1), 3);
+}
+
+/// A key in debt has less than nothing: a cost of 0 is refused until the debt is
+/// repaid (one interval before a cost of 1 would pass, for a bucket), on every
+/// algorithm. Counting only failures with an estimate of 0 so refuses a client
+/// once it owes: after its capacity in failures and the one that put it in debt.
+#[test]
+fn a_cost_of_zero_is_refused_while_the_key_owes() {
+    let clock = ManualClock::new();
+    let quota = ten_per_second();
+    let limiters: Vec<(&str, Box<dyn turnstile::DynRateLimiter<u32>>, Duration)> = vec![
+        (
+            "token bucket",
+            Box::new(TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap()),
+            ms(100),
+        ),
+        (
+            "gcra",
+            Box::new(Gcra::<u32, _>::with_clock(quota, clock.clone()).unwrap()),
+            ms(100),
+        ),
+        (
+            "mutex per key",
+            Box::new(MutexPerKey::with_clock(quota, clock.clone())),
+            ms(100),
+        ),
+        (
+            "global lock",
+            Box::new(GlobalLock::with_clock(quota, clock.clone())),
+            ms(100),
+        ),
+        // Window 0 counts 11: the next window starts at 1, room for 0 at once.
+        (
+            "fixed window",
+            Box::new(FixedWindow::<u32, _>::with_clock(quota, clock.clone()).unwrap()),
+            Duration::from_secs(1),
+        ),
+        // The entry charged last leaves one window after it.
+        (
+            "sliding log",
+            Box::new(SlidingLog::<u32, _>::with_clock(quota, clock.clone()).unwrap()),
+            Duration::from_secs(1),
+        ),
+        // Window 0 counts 11: at 100 ms into window 1 it weighs 11 × 9/10 = 9.9.
+        (
+            "sliding window counter",
+            Box::new(SlidingWindowCounter::<u32, _>::with_clock(quota, clock.clone()).unwrap()),
+            ms(1_100),
+        ),
+    ];
+    for (name, limiter, repaid) in &limiters {
+        let mut failures = 0;
+        while limiter.acquire(&0, 0).is_allowed() {
+            failures += 1;
+            assert!(failures <= 11, "{name}");
+            limiter.settle(&0, 0, 1);
+        }
+        assert_eq!(failures, 11, "{name}: the capacity, and the one into debt");
+        assert_eq!(
+            limiter.acquire(&0, 0),
+            Decision::Denied {
+                remaining: 0,
+                retry_after: *repaid
+            },
+            "{name}"
+        );
+    }
+    // On a bucket, a cost of 0 waits one interval less than a cost of 1.
+    let bucket = TokenBucket::<u32, _>::with_clock(quota, clock.clone()).unwrap();
+    bucket.settle(&0, 0, 15);
+    assert_eq!(bucket.acquire(&0, 0).retry_after(), Some(ms(500)));
+    assert_eq!(bucket.acquire(&0, 1).retry_after(), Some(ms(600)));
+    clock.advance(ms(500));
+    assert_eq!(bucket.acquire(&0, 0), Decision::Allowed { remaining: 0 });
 }
 
 #[test]

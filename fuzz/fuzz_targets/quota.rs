@@ -12,7 +12,8 @@
 //!   bits(capacity) + max(1, bits(u64::MAX / window)) <= 63` — and accepts the rest;
 //!   the keyed limiter and its direct twin decide every request alike;
 //! - every decision is consistent (`remaining` at most the capacity, a denial's
-//!   wait positive, a cost over the capacity refused as such) and a denial's
+//!   wait positive, a cost of 0 denied only with nothing left, a cost over the
+//!   capacity refused as such) and a denial's
 //!   `retry_after` is exact, as `Decision::Denied` promises for every algorithm: 1 ns
 //!   before it the same request is still denied, at it it passes;
 //! - every run of consecutive requests admits, net of refunds, at most its
@@ -260,8 +261,14 @@ fn check_decision(decision: Decision, cost: u32, capacity: u32) {
             remaining,
             retry_after,
         } => {
-            assert!(cost <= capacity && cost > 0, "{decision:?} for {cost}");
-            assert!(remaining < cost, "{decision:?}: it had enough for {cost}");
+            assert!(cost <= capacity, "{decision:?} for {cost}");
+            // A cost of 0 is denied only to a key that owes (here, a reading behind a
+            // token bucket's last refill, or a GCRA's TAT more than a full refill
+            // ahead of it, which cannot be told from a debt): nothing left.
+            assert!(
+                remaining < cost.max(1),
+                "{decision:?}: it had enough for {cost}"
+            );
             assert!(retry_after > Duration::ZERO, "{decision:?}");
         }
         Decision::ExceedsCapacity {
@@ -317,23 +324,28 @@ impl Bound {
         let max = u128::from(u64::MAX);
         match self.algo {
             // Tokens arrive at the grid points epoch + n × interval, up to the last
-            // index a reading is taken to (`2^63 − 3 − capacity` for 1 and 2 ns): the
-            // bucket's capacity plus the grid points in (lo, hi].
+            // index a reading is taken to (`STATE_END − 1 − 2 × capacity`, room for a
+            // debt of one capacity, for 1 and 2 ns): the bucket's capacity plus the
+            // grid points in (lo, hi].
             Algo::TokenBucket => {
-                let last = (max / i).min((1 << 63) - 3 - c);
+                let last = (max / i).min((1 << 63) - 3 - 2 * c);
                 let index = |t: u128| (t / i).min(last);
                 c + index(hi) - index(lo)
             }
             // Continuous refill, readings clamped to the limiter's end
-            // (`2^63 − 3 − capacity × interval`): capacity + ⌊(hi − lo) / interval⌋.
+            // (`STATE_END − 1 − (capacity + debt cap) × interval`, the debt cap one
+            // capacity or the whole intervals that keep both refills within 2^62 ns):
+            // capacity + ⌊(hi − lo) / interval⌋.
             Algo::Gcra => {
-                let end = (1 << 63) - 3 - w;
+                let debt_cap = c.min(((1 << 62) - w.min(1 << 62)) / i);
+                let end = (1 << 63) - 3 - w - debt_cap * i;
                 c + (hi.min(end) - lo.min(end)) / i
             }
             // The limit in each window the run touches, windows aligned to the epoch
-            // and clamped to the last one the index field holds.
+            // and clamped to the last one the index field holds (beside a count field
+            // with room for a debt of one limit: `bits(2 × limit + 2)`).
             Algo::FixedWindow => {
-                let count_bits = bits(self.capacity as u64 + 2);
+                let count_bits = bits(2 * self.capacity as u64 + 2);
                 let last = (max / w).min((1 << (63 - count_bits)) - 1);
                 let index = |t: u128| (t / w).min(last);
                 c * (index(hi) - index(lo) + 1)

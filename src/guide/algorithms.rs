@@ -85,11 +85,14 @@
 //! # Reserve, then settle: what debt means
 //! A request whose cost is known only afterwards (the tokens a model call used, the
 //! bytes a response sent) takes an estimate with `acquire(key, estimate)` and later
-//! calls `settle(key, estimate, actual)`: the difference is given back when it cost
-//! less (never beyond what the key holds), or charged when it cost more — even beyond
-//! what the key has left. The key then **owes**: `peek` says 0, every request is
-//! denied, and the denial's `retry_after` is the exact wait until refill has repaid
-//! the debt and brought the cost. A key owes at most one capacity (the **debt cap**,
+//! calls `settle(key, estimate, actual)`: the difference is charged when it cost
+//! more — even beyond what the key has left — and given back when it cost less, on
+//! the token bucket and GCRA (never beyond what the key holds). The key then
+//! **owes**: a request is allowed iff what the key has covers its cost, and a key in
+//! debt has less than nothing, so `peek` says 0, every request is denied — **a cost
+//! of zero too** — and the denial's `retry_after` is the exact wait until refill has
+//! repaid the debt and brought the cost (for a cost of zero, until the debt is
+//! repaid). A key owes at most one capacity (the **debt cap**,
 //! which keeps every state word in its range); what a charge would add past it is
 //! reported in [`Settlement::forgiven`], never dropped silently. One compare-and-set,
 //! as a request; no allocation. A key in debt carries information, so forgetting
@@ -111,6 +114,18 @@
 //! - **Sliding log**: the charge is recorded as that many timestamps at the settle's
 //!   reading, counting for one window from then, exactly as admissions there would;
 //!   a key in debt holds up to 2C timestamps.
+//!
+//! **Only the token bucket and GCRA give back on settle.** A settle below the
+//! estimate on the fixed window, the sliding window counter or the sliding log
+//! refunds nothing (`refunded: 0`): their state cannot tell which window (which log
+//! entries) counted the estimate, and giving it to a later window admits more than
+//! the limit there. With C = 10 a 1 s window, an estimate of 10 taken at 0.999 s and
+//! ten requests admitted in the next window, a refund of the estimate would let ten
+//! more into that window; on the log it would drop a later request's timestamps once
+//! the estimate's have left the window. The bucket's and GCRA's tokens are fungible
+//! (a token given back is one the key would have had, capped at the capacity), so
+//! for refunds on settle, use the token bucket or GCRA. (A policy's plain `refund`,
+//! right after the take, still gives back on every algorithm.)
 //!
 //! ```
 //! use std::time::Duration;

@@ -15,13 +15,22 @@
 //! 2. **Settle**: once the model has answered, the request is settled at what it
 //!    actually used ([`RateLimiter::settle`](crate::RateLimiter::settle)). Used less:
 //!    the difference goes back. Used more: the difference is charged, even beyond what
-//!    the user has left — the user then *owes* tokens, is refused until refill has
-//!    repaid the debt, and the refusal's `retry_after` counts the debt exactly.
+//!    the user has left — the user then *owes* tokens, is refused (every request, even
+//!    one estimated at 0) until refill has repaid the debt, and the refusal's
+//!    `retry_after` counts the debt exactly.
 //!
 //! A request never settled (the client went away, the handler failed) stays at its
-//! estimate. Debt is capped — by default at one capacity — so that one enormous call
-//! cannot lock a user out for hours, and what the cap turned away is reported in
-//! [`Settlement::forgiven`](crate::Settlement::forgiven), never dropped silently.
+//! estimate. Debt is capped at one capacity (fixed, not configurable) so that one
+//! enormous call cannot lock a user out for hours, and what the cap turned away is
+//! reported in [`Settlement::forgiven`](crate::Settlement::forgiven), never dropped
+//! silently.
+//!
+//! **For refunds on settle, use the token bucket or GCRA**: their tokens are
+//! fungible, so what a call did not use goes back. The fixed window, the sliding
+//! window counter and the sliding log give nothing back on settle (`refunded: 0`):
+//! their state cannot tell which window counted the estimate, and giving it to a
+//! later window would admit more than the limit there. With them, an upper-bound
+//! estimate is charged in full.
 //!
 //! # A policy: tokens a minute, settled, beside requests a second
 //! A [`Check`](crate::policy::Check) estimates from the request with
@@ -81,8 +90,11 @@
 //!   that used more than its guess puts the user in debt, which the next request's wait
 //!   counts. The user still gets no more than the quota over time: what was not paid up
 //!   front is paid by waiting.
-//! - **At least 1**: a cost of zero is always allowed, even to a user in debt, so an
-//!   estimate of 0 counts the tokens without ever refusing a call.
+//! - **An estimate of 0** holds nothing while a call runs, and still refuses a user in
+//!   debt: a request is allowed iff what the user has covers its cost, and a user who
+//!   owes has less than nothing. So calls start freely until one puts the user in
+//!   debt, and then every call, even one estimated at 0, waits until refill has
+//!   repaid it.
 //!
 //! ```rust
 //! use std::sync::Arc;

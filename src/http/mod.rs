@@ -131,8 +131,9 @@
 //!   inner service.
 //! - **Counting only some responses** (a failed login, not a successful one) is a
 //!   settlement at 1 for the responses that count and 0 for the others, from an
-//!   estimate of 0 (counted, never refused: a zero cost is always allowed) or of 1
-//!   (refused once the quota's failures are charged; see
+//!   estimate of 0 (refused once the key owes: after the quota's failures and the one
+//!   that put it in debt, until refill has repaid it) or of 1 (refused once the
+//!   quota's failures are charged; see
 //!   [reserve, then settle](crate::policy#reserve-then-settle)).
 //! - The response's `RateLimit` field reports its key as the request left it when
 //!   admitted (its estimate taken), not after the settlement, which is read from the

@@ -71,6 +71,11 @@ pub type PerKeyTokenBucket<K, C = QuantaClock, S = DefaultHasher> =
 ///   its `retry_after` is the exact wait until the next window starts.
 /// - A clock reading older than the key's window counts as no time elapsed: it sees
 ///   the key's window.
+/// - A [settle](crate::RateLimiter::settle) above the estimate counts past the
+///   limit (a debt, carried into the next window; a key counting past the limit is
+///   denied even a cost of zero); **a settle below the estimate gives nothing
+///   back**: the count cannot tell which window counted the estimate (see
+///   [`Settlement`](crate::Settlement)).
 ///
 /// **The edge — up to 2 × `limit` in a moment.** The count resets at each boundary,
 /// whatever happened just before it: with 100 per minute, 100 requests in the last
@@ -190,6 +195,10 @@ pub type Gcra<K, C = QuantaClock, S = DefaultHasher> = KeyedLimiter<GcraRules, K
 ///   has fallen far enough, always a grid point.
 /// - A clock reading older than the key's window counts as no time elapsed: it sees
 ///   the start of the key's window, where the previous window weighs fully.
+/// - A [settle](crate::RateLimiter::settle) above the estimate counts past the
+///   limit (a key whose count is past it is denied even a cost of zero); **a settle
+///   below the estimate gives nothing back**: the counts cannot tell which window
+///   counted the estimate (see [`Settlement`](crate::Settlement)).
 ///
 /// **Against the exact sliding log** (a request counts for exactly one window after
 /// it), with a non-decreasing clock:
@@ -253,9 +262,14 @@ pub type SlidingWindowCounter<K, C = QuantaClock, S = DefaultHasher> =
 /// the times recorded).
 ///
 /// A refund drops the oldest timestamps still in the window rather than the
-/// refunded request's own (which it cannot tell apart): the log then frees room no
-/// earlier than the exact one would, so it never admits more. A key whose
-/// timestamps have all left the window is forgotten like any idle key.
+/// refunded request's own (which it cannot tell apart): right after the take, the
+/// log then frees room no earlier than the exact one would, so it never admits more.
+/// A [settle](crate::RateLimiter::settle), later, could find the estimate's
+/// timestamps gone and drop a later request's instead, so **a settle below the
+/// estimate gives nothing back**; one above it records the difference at the
+/// settle's reading (a key with more than `limit` in the window is denied even a
+/// cost of zero; see [`Settlement`](crate::Settlement)). A key whose timestamps have
+/// all left the window is forgotten like any idle key.
 ///
 /// Memory and cost: each key keeps up to `limit` timestamps, so this is the one
 /// algorithm whose state grows with the limit. Per key: a 32-byte `Mutex` and ring

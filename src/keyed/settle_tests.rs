@@ -2,14 +2,15 @@
 //! `give_back`, in `settle.rs`'s shape): here, above the algorithms, as the other
 //! tests that take every algorithm at once.
 
-use crate::Quota;
 use crate::fixed_window::FixedWindowRules;
 use crate::gcra::GcraRules;
 use crate::sliding_window::SlidingWindowRules;
 use crate::token_bucket::TokenBucketRules;
 use crate::word::strategies::any_quota;
 use crate::word::{STATE_END, WordAlgorithm};
+use crate::{Decision, Quota};
 use proptest::prelude::*;
+use std::time::Duration;
 
 /// One step of a history: an admission or a settle, each a little later.
 #[derive(Clone, Debug)]
@@ -32,11 +33,14 @@ fn history() -> impl Strategy<Value = Vec<(u64, Step)>> {
 /// the word stays below the markers; a charge is charged or forgiven, never both
 /// lost; the debt is at most one capacity; a key in debt holds nothing, and its
 /// denial's wait is exact — at it the request passes, a nanosecond earlier it
-/// does not; a refund gives back at most what was asked, and settling at the
-/// estimate changes nothing.
+/// does not (for a cost of 0 too: denied while the key owes); a refund gives back
+/// at most what was asked — nothing at all where the algorithm gives nothing back on
+/// settle (`refunds` false: the windows) — and settling at the estimate changes
+/// nothing.
 fn holds<W: WordAlgorithm>(
     rules: &W,
     capacity: u32,
+    refunds: bool,
     start: u64,
     history: &[(u64, Step)],
     extra: u32,
@@ -51,6 +55,9 @@ fn holds<W: WordAlgorithm>(
                 let (new, settled) = rules.settle(word, now, estimate, actual);
                 prop_assert!(settled.refunded == 0 || settled.charged == 0);
                 prop_assert!(settled.refunded <= estimate.saturating_sub(actual));
+                if !refunds && actual <= estimate {
+                    prop_assert_eq!((new, settled), (word, crate::Settlement::default()));
+                }
                 prop_assert_eq!(
                     settled.charged + settled.forgiven,
                     actual.saturating_sub(estimate)
@@ -74,7 +81,7 @@ fn holds<W: WordAlgorithm>(
     }
     if rules.debt(charged_word, now) > 0 {
         prop_assert_eq!(rules.available(charged_word, now), 0);
-        for cost in [1, capacity] {
+        for cost in [0, 1, capacity] {
             let (same, decision) = rules.acquire(charged_word, now, cost);
             prop_assert_eq!(same, charged_word);
             let wait = decision.retry_after().expect("a key in debt is denied");
@@ -102,15 +109,84 @@ proptest! {
         extra in prop_oneof![0..=50u32, any::<u32>()],
     ) {
         let capacity = quota.capacity();
-        holds(&TokenBucketRules::new(&quota), capacity, start, &history, extra)?;
-        holds(&FixedWindowRules::new(&quota), capacity, start, &history, extra)?;
+        holds(&TokenBucketRules::new(&quota), capacity, true, start, &history, extra)?;
+        holds(&FixedWindowRules::new(&quota), capacity, false, start, &history, extra)?;
         if let Ok(gcra) = GcraRules::new(&quota) {
-            holds(&gcra, capacity, start, &history, extra)?;
+            holds(&gcra, capacity, true, start, &history, extra)?;
         }
         if let Ok(sliding) = SlidingWindowRules::new(&quota) {
-            holds(&sliding, capacity, start, &history, extra)?;
+            holds(&sliding, capacity, false, start, &history, extra)?;
         }
     }
+
+    /// A key whose reading owes (a debt, or a reading behind the last refill) is
+    /// denied a cost of 0, and a key that does not owe is allowed it; the token
+    /// bucket's and GCRA's denial of a cost of 0 waits exactly one interval (one
+    /// token) less than a cost of 1 does.
+    #[test]
+    fn a_cost_of_zero_is_denied_exactly_while_the_key_owes(
+        quota in any_quota(),
+        start in prop_oneof![Just(0u64), any::<u64>()],
+        history in history(),
+        back in prop_oneof![Just(0u64), 0..5_000u64, any::<u64>()],
+    ) {
+        let interval = quota.interval_nanos().get();
+        zero_holds(&TokenBucketRules::new(&quota), Some(interval), start, &history, back)?;
+        zero_holds(&FixedWindowRules::new(&quota), None, start, &history, back)?;
+        if let Ok(gcra) = GcraRules::new(&quota) {
+            zero_holds(&gcra, Some(interval), start, &history, back)?;
+        }
+        if let Ok(sliding) = SlidingWindowRules::new(&quota) {
+            zero_holds(&sliding, None, start, &history, back)?;
+        }
+    }
+}
+
+/// After `history`, at a reading `back` ns before its last (possibly behind the
+/// key's own time): a cost of 0 is allowed iff the key does not owe (`debt` is 0),
+/// `admit` agrees with `acquire`, a denial changes nothing and has nothing left, and,
+/// with `interval` given, its denial's wait plus one interval is a cost of 1's.
+fn zero_holds<W: WordAlgorithm>(
+    rules: &W,
+    interval: Option<u64>,
+    start: u64,
+    history: &[(u64, Step)],
+    back: u64,
+) -> Result<(), TestCaseError> {
+    let mut now = start;
+    let mut word = rules.fresh();
+    for (by, step) in history {
+        now = now.saturating_add(*by);
+        word = match *step {
+            Step::Acquire(cost) => rules.acquire(word, now, cost).0,
+            Step::Settle(estimate, actual) => rules.settle(word, now, estimate, actual).0,
+        };
+    }
+    let at = now.saturating_sub(back);
+    let (new, zero) = rules.acquire(word, at, 0);
+    prop_assert_eq!(rules.admit(word, at, 0), zero.is_allowed().then_some(new));
+    if back == 0 {
+        // At a reading no earlier than the key's own, owing is having a debt.
+        prop_assert_eq!(zero.is_allowed(), rules.debt(word, at) == 0);
+    }
+    let Decision::Denied {
+        remaining,
+        retry_after,
+    } = zero
+    else {
+        return Ok(());
+    };
+    prop_assert_eq!(new, word);
+    prop_assert_eq!(remaining, 0);
+    prop_assert!(retry_after > Duration::ZERO);
+    let one = rules.acquire(word, at, 1).1.retry_after();
+    if let (Some(interval), Some(one)) = (interval, one)
+        && one != Duration::MAX
+        && retry_after != Duration::MAX
+    {
+        prop_assert_eq!(retry_after + Duration::from_nanos(interval), one);
+    }
+    Ok(())
 }
 
 /// Each algorithm owes at most one capacity: from a drained key, a charge of

@@ -174,11 +174,15 @@
 //!   policy answered (it took nothing anyone knows of).
 //! - **Counting only some responses** — a failed login, not a successful one — is a
 //!   settlement at 1 for the responses that count and 0 for the others. With an
-//!   estimate of 0 the check counts (each failure is charged, into debt past the
-//!   quota) but never refuses: a cost of zero is always allowed
-//!   ([`RateLimiter::acquire`]). To refuse, estimate 1: each attempt holds one unit
-//!   while it is tried, a success gives it back, and once the quota's failures have
-//!   been charged the next attempt is refused until one has refilled.
+//!   estimate of 0 an attempt holds nothing while it is tried; each failure is
+//!   charged, and the one past the quota puts the key in debt. A key in debt has
+//!   less than nothing, so even an estimate of 0 is refused
+//!   ([`RateLimiter::acquire`]): after the quota's failures and the one into debt,
+//!   the next attempt is refused until refill has repaid the debt. With an estimate
+//!   of 1 each attempt holds one unit while it is tried, a success gives it back
+//!   (on the token bucket and GCRA, which give back on settle), and once the
+//!   quota's failures have been charged the next attempt is refused until one has
+//!   refilled: exactly the quota's failures, never a debt.
 //! - **A reservation never settled stays at its estimate**: nothing to do (a client
 //!   gone before the response).
 //! - Across checks, a settlement is as atomic as a refund: each key settles in one

@@ -144,9 +144,9 @@ impl Log {
     }
 
     /// One request for `cost` at `now`, all or nothing: admitted iff the entries
-    /// still in the window plus `cost` are at most the limit, recording `cost`
-    /// timestamps. A denial changes nothing; its `retry_after` is the exact wait until
-    /// enough entries have left.
+    /// still in the window plus `cost` are at most the limit (so a key in debt is
+    /// denied even a cost of 0), recording `cost` timestamps. A denial changes
+    /// nothing; its `retry_after` is the exact wait until enough entries have left.
     pub(crate) fn acquire(&mut self, rules: &SlidingLogRules, now: u64, cost: u32) -> Decision {
         let t = self.reading(now);
         let expired = self.expired(rules, t);
@@ -160,10 +160,12 @@ impl Log {
                 capacity: rules.limit as u32,
             };
         }
-        if cost > remaining {
+        // Allowed iff the live entries and the cost fit the limit: a key in debt (more
+        // live entries than the limit) is denied even a cost of 0.
+        if live + cost > rules.limit {
             // Admitted once the oldest `live + cost − limit` entries have left (at most
             // `live`, as `cost ≤ limit`): when the last of them does, one window after
-            // it.
+            // it. For a cost of 0, when the debt has left.
             let last_to_leave = self.entry(expired + (live + cost - rules.limit) as u32 - 1);
             let leaves_at = u128::from(last_to_leave) + rules.window.len();
             return Decision::Denied {

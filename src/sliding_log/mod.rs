@@ -48,8 +48,12 @@ impl<K> Rules<K> for SlidingLogRules {
         Ok(())
     }
 
-    /// Under the log's lock, as every change to it: a refund drops entries, a charge
-    /// records extra ones at the reading (see [`Log::charge`]).
+    /// Under the log's lock, as every change to it: a charge records extra entries at
+    /// the reading (see [`Log::charge`]). A settle below the estimate gives nothing
+    /// back: the log cannot tell which entries the estimate recorded, and dropping
+    /// others (a later request's) would free its room before its window is over,
+    /// admitting more than the limit in a window. (A [`refund`](Rules::refund) right
+    /// after the take, a policy's, still drops the oldest entries.)
     fn settle(
         &self,
         log: &Mutex<Log>,
@@ -59,10 +63,10 @@ impl<K> Rules<K> for SlidingLogRules {
     ) -> Result<Settlement, Blocked> {
         let mut log = log.lock().unpoisoned();
         live(&mut log)?;
-        Ok(if actual < estimate {
-            Settlement::of_refund(log.refund(self, now, estimate - actual))
+        Ok(if actual <= estimate {
+            // Nothing given back (see above), nothing charged.
+            Settlement::default()
         } else {
-            // A charge of 0 (settled at the estimate) records nothing.
             let extra = actual - estimate;
             Settlement::of_charge(extra, log.charge(self, now, extra))
         })

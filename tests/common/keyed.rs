@@ -20,12 +20,14 @@
 //!   below) is charged at `r'` too, up to the new debt cap. Then the operation
 //!   proceeds at `r`.
 //! - A settle of `estimate` at `actual` (at reading `r`, after the move): equal, it
-//!   does nothing (and moves nothing); below, it gives `estimate − actual` back as a
-//!   refund does, saying how much the key got back (a key with no state: nothing);
+//!   does nothing (and moves nothing); below, the token bucket and GCRA give
+//!   `estimate − actual` back as a refund does, saying how much the key got back (a
+//!   key with no state: nothing), and the fixed window, the sliding window counter
+//!   and the sliding log give nothing back ([`KeyModel::REFUNDS_ON_SETTLE`]);
 //!   above, it charges `actual − estimate` even beyond what the key has left, up to
 //!   the debt cap (one capacity), creating a new key's state first. A key in debt
-//!   has nothing left; its denials wait until refill has repaid the debt and brought
-//!   the cost.
+//!   has less than nothing: every request, a cost of 0 included, is denied until
+//!   refill has repaid the debt and brought the cost.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -60,6 +62,12 @@ pub trait KeyModel: Clone + std::fmt::Debug {
 
     /// `cost` given back at `now`: how much the key got back.
     fn give_back(&mut self, now: u64, cost: u32) -> u32;
+
+    /// Whether a settle below the estimate gives the difference back
+    /// ([`give_back`](Self::give_back)); the windows and the log give nothing back
+    /// on settle: their state cannot tell which window (which entries) counted the
+    /// estimate.
+    const REFUNDS_ON_SETTLE: bool = true;
 
     /// `extra` taken at `now` whatever the key has left, up to its debt cap: how much
     /// was taken.
@@ -268,6 +276,11 @@ impl<S: KeyModel> Keyed<S> {
         let r = self.reading(now);
         self.move_to_current_quota(key, r);
         if actual < estimate {
+            if !S::REFUNDS_ON_SETTLE {
+                // Nothing given back: the stretch of admissions goes on, and the
+                // limit holds over it.
+                return Settlement::default();
+            }
             self.end_stretch(key);
             let refunded = match self.keys.get_mut(&key) {
                 Some(k) => k.state.give_back(r, estimate - actual),
@@ -377,7 +390,10 @@ impl KeyModel for Bucket {
                 capacity: self.capacity as u32,
             };
         }
-        if tokens >= cost {
+        // Allowed iff what is missing and the cost fit the capacity: a key in debt
+        // (missing more than the capacity, or a reading behind its last refill) is
+        // denied even a cost of 0.
+        if self.full_at.saturating_sub(g) + cost <= self.capacity {
             self.full_at = self.full_at.max(g) + cost;
             Decision::Allowed {
                 remaining: (tokens - cost) as u32,
@@ -508,6 +524,10 @@ impl Window {
 }
 
 impl KeyModel for Window {
+    /// A settle gives nothing back: the state cannot tell which window counted the
+    /// estimate.
+    const REFUNDS_ON_SETTLE: bool = false;
+
     fn new(quota: Quota) -> Self {
         let limit = u128::from(quota.capacity());
         let count_bits = 128 - (2 * limit + 2).leading_zeros();
@@ -528,7 +548,8 @@ impl KeyModel for Window {
                 remaining,
                 capacity: self.limit as u32,
             }
-        } else if cost > self.limit.saturating_sub(count) {
+        } else if count + cost > self.limit {
+            // A key counting past the limit is denied even a cost of 0.
             // The last window the index holds never ends (when the clock would
             // reach a later one).
             // The next window starts with the debt; if the cost does not fit beside
@@ -644,6 +665,10 @@ impl Log {
 }
 
 impl KeyModel for Log {
+    /// A settle gives nothing back: the state cannot tell which entries counted the
+    /// estimate.
+    const REFUNDS_ON_SETTLE: bool = false;
+
     fn new(quota: Quota) -> Self {
         Self {
             limit: quota.capacity().into(),
@@ -663,12 +688,13 @@ impl KeyModel for Log {
                 capacity: self.limit as u32,
             };
         }
-        if cost > room {
+        // A key with more live entries than the limit is denied even a cost of 0.
+        if self.counted(t) + cost > self.limit {
             // The count only falls when an admission leaves: try each such instant.
             let leaving = self.admitted.iter().map(|&(s, _)| s + self.window);
             let ready = leaving
                 .filter(|&at| at > t)
-                .find(|&at| self.limit.saturating_sub(self.counted(at)) >= cost)
+                .find(|&at| self.counted(at) + cost <= self.limit)
                 .expect("every admission leaves");
             return Decision::Denied {
                 remaining: room as u32,
@@ -791,6 +817,22 @@ impl Counter {
     /// Requests the key could take at reading `t`: ⌊limit − previous × (limit − q) /
     /// limit − current⌋, or none, where q is the whole intervals elapsed in t's window.
     fn room(&self, t: u128) -> u128 {
+        match self.scaled(t) {
+            ..=0 => 0,
+            scaled => scaled as u128 / self.limit,
+        }
+    }
+
+    /// Whether a request for `cost` fits at reading `t`: `previous × (limit − q) /
+    /// limit + current + cost ≤ limit`, exactly. A key whose weighted count is past
+    /// the limit is denied even a cost of 0.
+    fn fits(&self, t: u128, cost: u128) -> bool {
+        self.scaled(t) >= (cost * self.limit) as i128
+    }
+
+    /// `limit × (limit − previous × (limit − q) / limit − current)`: the room at
+    /// reading `t`, scaled by the limit, below zero for a key in debt.
+    fn scaled(&self, t: u128) -> i128 {
         let window = t / self.window();
         let in_window = |w: u128| -> u128 {
             let admitted = self.admitted.iter();
@@ -806,14 +848,9 @@ impl Counter {
         };
         let current = in_window(window);
         let q = (t - window * self.window()) / self.interval;
-        let scaled = (self.limit * self.limit) as i128
+        (self.limit * self.limit) as i128
             - (previous * (self.limit - q)) as i128
-            - (current * self.limit) as i128;
-        if scaled <= 0 {
-            0
-        } else {
-            scaled as u128 / self.limit
-        }
+            - (current * self.limit) as i128
     }
 }
 
@@ -829,6 +866,10 @@ impl Counter {
 }
 
 impl KeyModel for Counter {
+    /// A settle gives nothing back: the state cannot tell which window counted the
+    /// estimate.
+    const REFUNDS_ON_SETTLE: bool = false;
+
     fn new(quota: Quota) -> Self {
         let limit = u64::from(quota.capacity());
         let last_index = u64::MAX / (nanos(quota) as u64) / limit;
@@ -859,9 +900,9 @@ impl KeyModel for Counter {
                 capacity: self.limit as u32,
             };
         }
-        if cost > room {
+        if !self.fits(t, cost) {
             let mut grid = t / self.interval + 1;
-            while self.room(grid * self.interval) < cost {
+            while !self.fits(grid * self.interval, cost) {
                 grid += 1;
             }
             return Decision::Denied {
@@ -983,9 +1024,11 @@ impl KeyModel for Arrival {
                 remaining,
                 capacity: self.capacity as u32,
             }
-        } else if needed > refill_ns.max(0) {
-            // Tokens never count below zero (so a zero cost passes), but the wait
-            // counts the whole debt; one that ends after the end never ends.
+        } else if needed > refill_ns {
+            // Tokens never count below zero, but the refill does: a key in debt (a
+            // TAT more than the burst past the reading) is denied even a cost of 0,
+            // and the wait counts the whole debt; one that ends after the end never
+            // ends.
             let wait_ns = (needed - refill_ns) as u128;
             Decision::Denied {
                 remaining,

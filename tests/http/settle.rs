@@ -256,8 +256,8 @@ fn only_failed_logins_are_charged_with_an_estimate_of_zero() {
         at_once(&mut service, from("mallory"));
     }
     assert_eq!(failures.peek("mallory"), 0, "each failure is charged");
-    // Past the quota a failure is charged into debt. A cost of zero is always
-    // allowed, so the attempts go on: an estimate of 0 counts, it does not refuse.
+    // The fourth failure is still tried (nothing left, but nothing owed: an estimate
+    // of 0 fits) and charged into debt.
     let response = at_once(&mut service, from("mallory"));
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
@@ -267,6 +267,17 @@ fn only_failed_logins_are_charged_with_an_estimate_of_zero() {
             charged: 1,
             forgiven: 0
         })
+    );
+    // A key in debt has less than nothing: even an estimate of 0 is refused until
+    // the debt is repaid, one refill of 20 s.
+    let refused = at_once(&mut service, from("mallory"));
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[RETRY_AFTER], "20");
+    clock.advance(Duration::from_secs(20));
+    fail.store(0, Ordering::Relaxed);
+    assert_eq!(
+        at_once(&mut service, from("mallory")).status(),
+        StatusCode::OK
     );
 }
 

@@ -104,35 +104,6 @@ async fn agree(conn: ConnectionManager, quota: Quota, steps: &[Step]) -> Result<
                         "step {i}: no decision: {got:?}"
                     )));
                 };
-                if let (
-                    Decision::Denied {
-                        remaining: 0,
-                        retry_after,
-                    },
-                    Decision::Allowed { remaining: 0 },
-                ) = (got, expected)
-                    && cost == 0
-                {
-                    // Redis refuses a cost of 0 to a reading that owes (a debt, or a
-                    // clock behind the last refill by more than the tokens held): it
-                    // has less than nothing. Until the in-process bucket follows (issue
-                    // 47), hold Redis to it another way: the in-process bucket has its
-                    // first token exactly one interval after Redis lets a cost of 0
-                    // through, so it, too, is short of more than nothing now.
-                    let first = at_micro_resolution(local.acquire(key.as_str(), 1));
-                    prop_assert_eq!(
-                        first,
-                        Decision::Denied {
-                            remaining: 0,
-                            retry_after: retry_after + quota.refill_every()
-                        },
-                        "step {} {:?} at {} ns: Redis refused a cost of 0",
-                        i,
-                        step,
-                        now
-                    );
-                    continue;
-                }
                 prop_assert_eq!(got, expected, "step {} {:?} at {} ns", i, step, now);
             }
             Step::Peek { by, key } => {
