@@ -206,15 +206,21 @@ const CHAT_TOKENS_PER_MINUTE: u32 = 300;
 
 /// What a `/chat` request reserves: a quarter of its body's declared length (about
 /// four bytes a token), at most the capacity, so a long prompt waits rather than being
-/// refused outright.
+/// refused outright. A body without a length (chunked) or with one that is not a
+/// number reserves the capacity: the worst case, so that leaving the length out, or
+/// declaring more than fits, never starts a call for free.
 fn chat_estimate(request: &Parts) -> u32 {
     estimate_from(&request.headers)
 }
 
 fn estimate_from(headers: &http::HeaderMap) -> u32 {
     let length = headers.get(http::header::CONTENT_LENGTH);
-    let bytes = length.and_then(|value| value.to_str().ok()?.parse::<u32>().ok());
-    (bytes.unwrap_or(0) / 4).min(CHAT_TOKENS_PER_MINUTE)
+    match length.map(|value| value.to_str().ok()?.trim().parse::<u64>().ok()) {
+        Some(Some(bytes)) => u32::try_from(bytes / 4)
+            .unwrap_or(u32::MAX)
+            .min(CHAT_TOKENS_PER_MINUTE),
+        None | Some(None) => CHAT_TOKENS_PER_MINUTE,
+    }
 }
 
 /// A stand-in for a model call: answers, reporting the tokens it used in

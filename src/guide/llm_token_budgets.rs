@@ -181,13 +181,35 @@
 //! const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 //! const TOKENS_USED: HeaderName = HeaderName::from_static("x-tokens-used");
 //!
-//! /// A quarter of the body's declared length: a guess at the prompt's tokens.
+//! /// The tokens quota's capacity: the most one request may be estimated at.
+//! const CAPACITY: u32 = 10_000;
+//!
+//! /// A quarter of the body's declared length: a guess at the prompt's tokens, at
+//! /// most the capacity (so a long prompt waits rather than being refused as
+//! /// exceeding it). No length — a chunked body — or one that is not a number
+//! /// assumes the worst, the capacity: a client must not start a call for free by
+//! /// leaving the length out, or by declaring more than a `u32` holds.
 //! fn from_length(request: &Parts) -> u32 {
 //!     let length = request.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok());
-//!     length.and_then(|v| v.parse::<u32>().ok()).map_or(0, |bytes| bytes / 4)
+//!     match length.map(|v| v.trim().parse::<u64>()) {
+//!         Some(Ok(bytes)) => u32::try_from(bytes / 4).unwrap_or(u32::MAX).min(CAPACITY),
+//!         None | Some(Err(_)) => CAPACITY,
+//!     }
 //! }
 //!
-//! let tokens = Arc::new(TokenBucket::<String>::new(Quota::per_minute(10_000)?)?);
+//! let head = |length: Option<&str>| {
+//!     let mut request = http::Request::builder();
+//!     if let Some(length) = length {
+//!         request = request.header(CONTENT_LENGTH, length);
+//!     }
+//!     request.body(()).unwrap().into_parts().0
+//! };
+//! assert_eq!(from_length(&head(Some("4000"))), 1_000);
+//! assert_eq!(from_length(&head(Some("99999999999"))), CAPACITY, "oversized");
+//! assert_eq!(from_length(&head(None)), CAPACITY, "chunked: no length");
+//! assert_eq!(from_length(&head(Some("lots"))), CAPACITY, "not a number");
+//!
+//! let tokens = Arc::new(TokenBucket::<String>::new(Quota::per_minute(CAPACITY)?)?);
 //! let chat = Policy::builder()
 //!     .check(
 //!         Check::from_limiter("tokens", tokens, HeaderKey::new(API_KEY))
@@ -207,8 +229,8 @@
 //! ```
 //!
 //! An estimate above the key's capacity can never be admitted: the request is refused
-//! as exceeding capacity (429 without `Retry-After`), so clamp an estimate from an
-//! untrusted length to the capacity if such requests should wait instead.
+//! as exceeding capacity (429 without `Retry-After`), so `from_length` clamps an
+//! estimate from an untrusted length to the capacity, where such requests wait instead.
 //!
 //! The example server (`examples/http_server.rs`) has such a route, `/chat`, whose
 //! handler reports the tokens it used; `results/http.md` shows a response reporting
