@@ -547,9 +547,13 @@ async fn reload_on_sighup(
 /// once two polls in a row see the same stamp: a file being written in place (`cat >`,
 /// an editor that rewrites it) is read when the writing has paused, not half-way.
 /// That narrows the window, it does not close it: a writer idle for a second mid-file
-/// is read half-written. What makes that harmless is the library's: a cut-short file
-/// that defines no limit, no policy or drops the `[layer]` is refused, and the running
-/// limits stay (write to a temporary file and rename it over this one to be exact).
+/// is read half-written, and a file cut short but valid cannot be told from an edit.
+/// The library refuses a file that is empty, defines no limit or no policy, or drops
+/// the running `[layer]`, and the running limits stay; it accepts a valid file with
+/// fewer routes (`head -n 40 limits.toml > limits.toml` can write one), whose requests
+/// then move to the policies the file gives them, with those policies' own keys. So
+/// write the file atomically: a temporary file in the same directory, renamed over
+/// this one, and no reload ever sees it half-written.
 async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
     let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
         let metadata = std::fs::metadata(path).ok()?;

@@ -69,6 +69,13 @@
 //!   start afresh once the whole file came back. To limit nothing on purpose, write
 //!   `unlimited = true` and nothing else. A reload that would drop the running
 //!   `[layer]` is refused the same way.
+//! - **What a reload cannot refuse**: a file cut short after its `[layer]` has begun,
+//!   that is still valid — fewer routes, say. Nothing tells it from an intended edit,
+//!   so it is applied: the requests of the routes it lost move to the policies the file
+//!   now gives them (the fallback), whose keys have their own state, and a key
+//!   throttled on its old route starts fresh there. **Write the file atomically**:
+//!   write a temporary file in the same directory and rename it over the limits file
+//!   (as for nginx's configuration), so that a reload never reads a half-written one.
 //! - **Routes**: a prefix given twice is refused (the first match applies, so the
 //!   second could never); `ipv6_prefix` is 1 to 128.
 //! - **Keys**: `{ header = "NAME" }`, `"client_address"`, or `{ extractor = "NAME" }`
@@ -200,7 +207,8 @@
 //! polls the file's modification time and length each second, and reads a change
 //! once two polls in a row agree, so a file being written in place is read when the
 //! writing pauses: one file needs no watcher dependency; rename a finished file over
-//! it to be exact), reads and parses it on tokio's blocking pool, logs what changed
+//! it to be exact — a file written in place and read mid-way may be valid and
+//! shorter, and is then applied), reads and parses it on tokio's blocking pool, logs what changed
 //! (the [`Changes`](crate::config::Changes) of each reload, or why a file was
 //! refused), and reports at `/metrics` (feature `metrics`) the running version as the
 //! gauge `turnstile_config_version` and the last reload's outcome as
