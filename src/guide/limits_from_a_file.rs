@@ -76,6 +76,10 @@
 //!   throttled on its old route starts fresh there. **Write the file atomically**:
 //!   write a temporary file in the same directory and rename it over the limits file
 //!   (as for nginx's configuration), so that a reload never reads a half-written one.
+//! - **Only a regular file is read** ([`Config::load`](crate::config::Config::load)),
+//!   after following symbolic links, and at most 16 MiB of it: a FIFO, a device or a
+//!   directory is refused at once, never waited on, and a larger file is refused with
+//!   its size.
 //! - **Routes**: a prefix given twice is refused (the first match applies, so the
 //!   second could never); `ipv6_prefix` is 1 to 128.
 //! - **Keys**: `{ header = "NAME" }`, `"client_address"`, or `{ extractor = "NAME" }`
