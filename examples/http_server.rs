@@ -554,6 +554,10 @@ async fn reload_on_sighup(
 /// then move to the policies the file gives them, with those policies' own keys. So
 /// write the file atomically: a temporary file in the same directory, renamed over
 /// this one, and no reload ever sees it half-written.
+///
+/// An edit followed by a SIGHUP is read twice, once for each: harmless, the second
+/// finds nothing changed (and logs `version N: no change`, a version being each file
+/// applied). Not deduplicated: a SIGHUP is the operator's way to say "read it now".
 async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
     let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
         let metadata = std::fs::metadata(path).ok()?;

@@ -116,7 +116,9 @@
 //! [`LiveLimits::reload`](crate::config::LiveLimits::reload) builds the new file beside
 //! the running one, and only once all of it was built swaps it in: one pointer store
 //! (arc-swap's `ArcSwap`). A file that fails to load or build leaves the running one
-//! untouched, and the error says why. What happens to each limit:
+//! untouched, and the error says why. Each reload applied counts a version, one that
+//! changes nothing included (its [`Changes`](crate::config::Changes) is empty, and
+//! says `no change`). What happens to each limit:
 //!
 //! | the limit in the new file | its limiter | its keys |
 //! |---|---|---|
