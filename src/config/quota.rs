@@ -30,12 +30,20 @@ pub(crate) fn parse_quota(text: &str) -> Result<Quota, String> {
         return Err(not_a_quota());
     };
     let count: u32 = parse_count(count, "the count before '/'")?;
+    let period_text = period;
     let period = parse_period(period).map_err(|error| match error {
         DurationError::Form => not_a_quota(),
         DurationError::TooLong => {
             format!("the period of {text:?} is longer than the clocks can measure")
         }
     })?;
+    // Said of the period the user wrote: the interval it makes (period / count) is
+    // the quota's business, and its error would speak of a refill interval.
+    if period.is_zero() {
+        return Err(format!(
+            "the period {period_text:?} of {text:?} is zero: a rate needs a period of at least 1ns"
+        ));
+    }
     let capacity = match burst {
         Some(burst) => parse_count(burst, "the burst")?,
         None => count,
@@ -186,6 +194,18 @@ mod tests {
         assert!(parse_duration("99999999999d").is_err());
         assert_eq!(parse_duration("5\u{b5}s"), Ok(Duration::from_micros(5)));
         assert_eq!(parse_duration("5\u{3bc}s"), Ok(Duration::from_micros(5)));
+    }
+
+    #[test]
+    fn a_zero_period_is_said_of_the_period_written() {
+        for (zero, period) in [("1/0s", "0s"), ("5/0min burst 9", "0min"), ("1/0ns", "0ns")] {
+            assert_eq!(
+                parse_quota(zero),
+                Err(format!(
+                    "the period {period:?} of {zero:?} is zero: a rate needs a period of at least 1ns"
+                ))
+            );
+        }
     }
 
     #[test]
