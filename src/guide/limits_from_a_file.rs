@@ -55,7 +55,10 @@
 //!
 //! - **Quotas** read as people write them: `"N/UNIT"` is `Quota::per_minute(N)` and
 //!   its kind (capacity N, one token every UNIT / N, rounded up to the nanosecond),
-//!   with units `ms`, `s`, `min`, `h`, `d` and an optional count (`"5/10s"`);
+//!   with an optional count (`"5/10s"`) and a unit, in lower case: `ns`; `us`, `µs`,
+//!   `μs`; `ms`; `s`, `sec`, `second`, `seconds`; `m`, `min`, `minute`, `minutes`;
+//!   `h`, `hour`, `hours`; `d`, `day`, `days` (durations such as `refill_every` and
+//!   `delay` take the same units, with a count);
 //!   `burst B` sets the capacity and keeps the rate. A table `{ capacity,
 //!   refill_every }` is [`Quota::new`](crate::Quota::new)'s two arguments.
 //! - **Checks** are a limit's name, or a table with its `cost` (default 1, at least
@@ -101,7 +104,7 @@
 //! [`ConfigError`](crate::config::ConfigError):
 //!
 //! ```text
-//! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ms, s, min, h, d), or a table { capacity = 50, refill_every = "100ms" }
+//! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ns, us, ms, s, m or min, h, d), or a table { capacity = 50, refill_every = "100ms" }
 //! limits.toml:4:1: limits.login.burts: unknown field `burts`, expected one of `algorithm`, `quota`, `key`
 //! limits.toml:7:23: policies.api.checks[1]: unknown limit "per-ip": expected one of the names under [limits]: per-user
 //! ```
