@@ -206,15 +206,21 @@ const CHAT_TOKENS_PER_MINUTE: u32 = 300;
 
 /// What a `/chat` request reserves: a quarter of its body's declared length (about
 /// four bytes a token), at most the capacity, so a long prompt waits rather than being
-/// refused outright.
+/// refused outright. A body without a length (chunked) or with one that is not a
+/// number reserves the capacity: the worst case, so that leaving the length out, or
+/// declaring more than fits, never starts a call for free.
 fn chat_estimate(request: &Parts) -> u32 {
     estimate_from(&request.headers)
 }
 
 fn estimate_from(headers: &http::HeaderMap) -> u32 {
     let length = headers.get(http::header::CONTENT_LENGTH);
-    let bytes = length.and_then(|value| value.to_str().ok()?.parse::<u32>().ok());
-    (bytes.unwrap_or(0) / 4).min(CHAT_TOKENS_PER_MINUTE)
+    match length.map(|value| value.to_str().ok()?.trim().parse::<u64>().ok()) {
+        Some(Some(bytes)) => u32::try_from(bytes / 4)
+            .unwrap_or(u32::MAX)
+            .min(CHAT_TOKENS_PER_MINUTE),
+        None | Some(None) => CHAT_TOKENS_PER_MINUTE,
+    }
 }
 
 /// A stand-in for a model call: answers, reporting the tokens it used in
@@ -541,9 +547,17 @@ async fn reload_on_sighup(
 /// once two polls in a row see the same stamp: a file being written in place (`cat >`,
 /// an editor that rewrites it) is read when the writing has paused, not half-way.
 /// That narrows the window, it does not close it: a writer idle for a second mid-file
-/// is read half-written. What makes that harmless is the library's: a cut-short file
-/// that defines no limit, no policy or drops the `[layer]` is refused, and the running
-/// limits stay (write to a temporary file and rename it over this one to be exact).
+/// is read half-written, and a file cut short but valid cannot be told from an edit.
+/// The library refuses a file that is empty, defines no limit or no policy, or drops
+/// the running `[layer]`, and the running limits stay; it accepts a valid file with
+/// fewer routes (`head -n 40 limits.toml > limits.toml` can write one), whose requests
+/// then move to the policies the file gives them, with those policies' own keys. So
+/// write the file atomically: a temporary file in the same directory, renamed over
+/// this one, and no reload ever sees it half-written.
+///
+/// An edit followed by a SIGHUP is read twice, once for each: harmless, the second
+/// finds nothing changed (and logs `version N: no change`, a version being each file
+/// applied). Not deduplicated: a SIGHUP is the operator's way to say "read it now".
 async fn reload_on_change(limits: LiveLimits, path: PathBuf) {
     let stamp = |path: &Path| -> Option<(SystemTime, u64)> {
         let metadata = std::fs::metadata(path).ok()?;

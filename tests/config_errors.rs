@@ -413,3 +413,56 @@ fn the_format_follows_the_extension_in_any_case() {
     assert_eq!(Format::from_path(Path::new("a.json")), Some(Format::Json));
     assert_eq!(Format::from_path(Path::new("a.ini")), None);
 }
+
+/// A fresh directory of the system's temporary one, for this test alone.
+fn scratch_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("turnstile-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_file_over_16_mib_is_refused_before_it_is_read() {
+    let dir = scratch_dir("oversized");
+    let path = dir.join("limits.toml");
+    std::fs::write(&path, GOOD).unwrap();
+    assert!(Config::load(&path).is_ok(), "the good file, small, loads");
+    // Sparse: 16 MiB and a byte, of which nothing is written.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(16 * 1024 * 1024 + 1).unwrap();
+    let error = Config::load(&path).unwrap_err();
+    assert_eq!(error.origin(), path.display().to_string());
+    assert!(error.message().contains("16777217 bytes"), "{error}");
+    assert!(error.message().contains("larger than"), "{error}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_directory_is_refused_as_not_a_regular_file() {
+    let dir = scratch_dir("directory");
+    let path = dir.join("limits.toml");
+    std::fs::create_dir(&path).unwrap();
+    let error = Config::load(&path).unwrap_err();
+    assert_eq!(error.origin(), path.display().to_string());
+    assert!(error.message().contains("not a regular file"), "{error}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A FIFO would block its reader until a writer came: it is refused instead, at once.
+/// (Were it opened, this test would hang: nothing ever writes to it.)
+#[cfg(unix)]
+#[test]
+fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    let dir = scratch_dir("fifo");
+    let path = dir.join("limits.toml");
+    let made = std::process::Command::new("mkfifo").arg(&path).status();
+    assert!(made.is_ok_and(|status| status.success()), "mkfifo");
+    let error = Config::load(&path).unwrap_err();
+    assert_eq!(error.origin(), path.display().to_string());
+    assert!(
+        error.message().contains("not a regular file (a FIFO)"),
+        "{error}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -84,6 +84,23 @@ fn an_unchanged_limit_keeps_every_keys_state_across_a_reload() {
     assert_eq!(admitted(&limits, "alice", 5), 1);
 }
 
+/// A reload of the same file is applied and counted (a version is each file applied),
+/// says it changed nothing, and leaves every key as it was.
+#[test]
+fn a_reload_that_changes_nothing_is_counted_and_says_so() {
+    let clock = ManualClock::new();
+    let limits = live(config("token_bucket", Some("\"3/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 2), 2);
+    let changes = limits
+        .reload(config("token_bucket", Some("\"3/h\"")))
+        .unwrap();
+    assert!(changes.is_empty());
+    assert_eq!(changes.version(), 2);
+    assert_eq!(limits.version(), 2);
+    assert_eq!(changes.to_string(), "version 2: no change");
+    assert_eq!(admitted(&limits, "alice", 5), 1);
+}
+
 #[test]
 fn a_lowered_quota_caps_what_a_key_has_left_and_never_refills_a_throttled_key() {
     let clock = ManualClock::new();

@@ -206,7 +206,10 @@ impl LiveLimits {
     }
 
     /// The running configuration's version: 1 when built, one more at each
-    /// successful reload (a failed one leaves it).
+    /// successful reload (a failed one leaves it). A reload that changes nothing is
+    /// still applied and counted: the version counts the files swapped in, not the
+    /// changes, and the reload's [`Changes`] says there were none
+    /// ([`is_empty`](Changes::is_empty); displayed as `version N: no change`).
     pub fn version(&self) -> u64 {
         self.shared.current.load().version
     }

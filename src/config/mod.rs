@@ -171,8 +171,14 @@ impl Config {
 
     /// Reads the file at `path`, in the format its extension names.
     ///
+    /// Only a regular file is read (after following symbolic links): a FIFO, a
+    /// device or a directory is refused before it is opened, so a reload never
+    /// blocks waiting for a writer, nor reads without end. A file larger than
+    /// 16 MiB is refused too, before it is read.
+    ///
     /// # Errors
-    /// An unreadable file, an extension that names no format, and what
+    /// An unreadable file, one that is not a regular file or is larger than
+    /// 16 MiB, an extension that names no format, and what
     /// [`Config::parse`] refuses.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
@@ -184,8 +190,8 @@ impl Config {
                 "unknown format: expected a file ending in .toml, .yaml, .yml or .json",
             )
         })?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| ConfigError::new(&origin, "", format!("cannot read: {error}")))?;
+        let text =
+            read_limits_file(path).map_err(|message| ConfigError::new(&origin, "", message))?;
         Self::parse(&text, format, &origin)
     }
 
@@ -345,6 +351,70 @@ fn all_resolve(known: &KnownNames, document: &Document) -> bool {
         KeySpec::ClientAddress | KeySpec::Header(_) => true,
     });
     limits_resolve && policies_resolve && extractors_resolve
+}
+
+/// The largest file [`Config::load`] reads: 16 MiB. A limits file of thousands of
+/// limits and routes is well under a megabyte; the cap keeps a wrong path (a log, a
+/// disk image) from being read whole into memory, and parsed, on each reload.
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The text of the limits file at `path`, or why it cannot be read: not a regular
+/// file (checked before opening it, since opening a FIFO waits for a writer), over
+/// 16 MiB, or what the system said.
+fn read_limits_file(path: &Path) -> Result<String, String> {
+    let cannot = |error: std::io::Error| format!("cannot read: {error}");
+    // `metadata` follows symbolic links: a link to a regular file is read.
+    let metadata = std::fs::metadata(path).map_err(cannot)?;
+    if !metadata.is_file() {
+        return Err(format!(
+            "not a regular file ({}): a limits file must be one",
+            file_kind(&metadata.file_type())
+        ));
+    }
+    let too_large = |bytes: u64| {
+        format!(
+            "{bytes} bytes: larger than the {} a limits file may have",
+            MAX_FILE_BYTES
+        )
+    };
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(too_large(metadata.len()));
+    }
+    // The file may have grown since: read one byte past the cap at most, so a file
+    // written to while it is read is refused instead of read without end.
+    let mut text = String::new();
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let read = std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_FILE_BYTES + 1),
+        &mut text,
+    )
+    .map_err(cannot)?;
+    if read as u64 > MAX_FILE_BYTES {
+        return Err(too_large(read as u64));
+    }
+    Ok(text)
+}
+
+/// What a file that is not a regular file is, for the error.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
 }
 
 /// Reads a document, each format through its own deserializer and

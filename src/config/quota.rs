@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// What a quota's text is expected to look like, for error messages.
 pub(crate) const QUOTA_FORMS: &str = "a quota such as \"100/min\", \"10/s burst 50\" or \"5/10s\" \
-(units: ms, s, min, h, d), or a table { capacity = 50, refill_every = \"100ms\" }";
+(units: ns, us, ms, s, m or min, h, d), or a table { capacity = 50, refill_every = \"100ms\" }";
 
 /// Parses `"N/PERIOD"` or `"N/PERIOD burst B"`: the rate is one word (no spaces
 /// inside it), `burst` a word of its own, and every count plain decimal digits (no
@@ -30,12 +30,20 @@ pub(crate) fn parse_quota(text: &str) -> Result<Quota, String> {
         return Err(not_a_quota());
     };
     let count: u32 = parse_count(count, "the count before '/'")?;
+    let period_text = period;
     let period = parse_period(period).map_err(|error| match error {
         DurationError::Form => not_a_quota(),
         DurationError::TooLong => {
             format!("the period of {text:?} is longer than the clocks can measure")
         }
     })?;
+    // Said of the period the user wrote: the interval it makes (period / count) is
+    // the quota's business, and its error would speak of a refill interval.
+    if period.is_zero() {
+        return Err(format!(
+            "the period {period_text:?} of {text:?} is zero: a rate needs a period of at least 1ns"
+        ));
+    }
     let capacity = match burst {
         Some(burst) => parse_count(burst, "the burst")?,
         None => count,
@@ -71,8 +79,7 @@ fn parse_period(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// What a duration's text is expected to look like, for error messages.
-pub(crate) const DURATION_FORMS: &str =
-    "a duration such as \"250ms\", \"2s\", \"1min\", \"1h\" or \"1d\" (also ns, us)";
+pub(crate) const DURATION_FORMS: &str = "a duration such as \"250ms\", \"2s\", \"1min\", \"1h\" or \"1d\" (units: ns, us, ms, s, m or min, h, d)";
 
 /// Why a duration's text was refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -84,6 +91,9 @@ enum DurationError {
 }
 
 /// Parses a whole number and a unit: `"250ms"`, `"2s"`, `"5min"`, `"1h"`, `"1d"`.
+/// The units, exactly (lower case; the guide's page lists the same): `ns`; `us`, `µs`,
+/// `μs`; `ms`; `s`, `sec`, `second`, `seconds`; `m`, `min`, `minute`, `minutes`; `h`,
+/// `hour`, `hours`; `d`, `day`, `days`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     read_duration(text).map_err(|error| match error {
         DurationError::Form => format!("{:?} is not {DURATION_FORMS}", text.trim()),
@@ -186,6 +196,39 @@ mod tests {
         assert!(parse_duration("99999999999d").is_err());
         assert_eq!(parse_duration("5\u{b5}s"), Ok(Duration::from_micros(5)));
         assert_eq!(parse_duration("5\u{3bc}s"), Ok(Duration::from_micros(5)));
+    }
+
+    #[test]
+    fn a_zero_period_is_said_of_the_period_written() {
+        for (zero, period) in [("1/0s", "0s"), ("5/0min burst 9", "0min"), ("1/0ns", "0ns")] {
+            assert_eq!(
+                parse_quota(zero),
+                Err(format!(
+                    "the period {period:?} of {zero:?} is zero: a rate needs a period of at least 1ns"
+                ))
+            );
+        }
+    }
+
+    #[test]
+    fn every_unit_listed_in_the_guide_reads() {
+        let nanos = |text: &str| parse_duration(text).map(|d| d.as_nanos());
+        for (units, one) in [
+            (&["ns"][..], 1),
+            (&["us", "\u{b5}s", "\u{3bc}s"], 1_000),
+            (&["ms"], 1_000_000),
+            (&["s", "sec", "second", "seconds"], 1_000_000_000),
+            (&["m", "min", "minute", "minutes"], 60_000_000_000),
+            (&["h", "hour", "hours"], 3_600_000_000_000),
+            (&["d", "day", "days"], 86_400_000_000_000),
+        ] {
+            for unit in units {
+                assert_eq!(nanos(&format!("2{unit}")), Ok(2 * one), "{unit}");
+            }
+        }
+        for other in ["2mins", "2hrs", "2w", "2S", "2Min"] {
+            assert!(parse_duration(other).is_err(), "{other}");
+        }
     }
 
     #[test]

@@ -55,7 +55,10 @@
 //!
 //! - **Quotas** read as people write them: `"N/UNIT"` is `Quota::per_minute(N)` and
 //!   its kind (capacity N, one token every UNIT / N, rounded up to the nanosecond),
-//!   with units `ms`, `s`, `min`, `h`, `d` and an optional count (`"5/10s"`);
+//!   with an optional count (`"5/10s"`) and a unit, in lower case: `ns`; `us`, `µs`,
+//!   `μs`; `ms`; `s`, `sec`, `second`, `seconds`; `m`, `min`, `minute`, `minutes`;
+//!   `h`, `hour`, `hours`; `d`, `day`, `days` (durations such as `refill_every` and
+//!   `delay` take the same units, with a count);
 //!   `burst B` sets the capacity and keeps the rate. A table `{ capacity,
 //!   refill_every }` is [`Quota::new`](crate::Quota::new)'s two arguments.
 //! - **Checks** are a limit's name, or a table with its `cost` (default 1, at least
@@ -69,6 +72,17 @@
 //!   start afresh once the whole file came back. To limit nothing on purpose, write
 //!   `unlimited = true` and nothing else. A reload that would drop the running
 //!   `[layer]` is refused the same way.
+//! - **What a reload cannot refuse**: a file cut short after its `[layer]` has begun,
+//!   that is still valid — fewer routes, say. Nothing tells it from an intended edit,
+//!   so it is applied: the requests of the routes it lost move to the policies the file
+//!   now gives them (the fallback), whose keys have their own state, and a key
+//!   throttled on its old route starts fresh there. **Write the file atomically**:
+//!   write a temporary file in the same directory and rename it over the limits file
+//!   (as for nginx's configuration), so that a reload never reads a half-written one.
+//! - **Only a regular file is read** ([`Config::load`](crate::config::Config::load)),
+//!   after following symbolic links, and at most 16 MiB of it: a FIFO, a device or a
+//!   directory is refused at once, never waited on, and a larger file is refused with
+//!   its size.
 //! - **Routes**: a prefix given twice is refused (the first match applies, so the
 //!   second could never); `ipv6_prefix` is 1 to 128.
 //! - **Keys**: `{ header = "NAME" }`, `"client_address"`, or `{ extractor = "NAME" }`
@@ -90,7 +104,7 @@
 //! [`ConfigError`](crate::config::ConfigError):
 //!
 //! ```text
-//! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ms, s, min, h, d), or a table { capacity = 50, refill_every = "100ms" }
+//! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ns, us, ms, s, m or min, h, d), or a table { capacity = 50, refill_every = "100ms" }
 //! limits.toml:4:1: limits.login.burts: unknown field `burts`, expected one of `algorithm`, `quota`, `key`
 //! limits.toml:7:23: policies.api.checks[1]: unknown limit "per-ip": expected one of the names under [limits]: per-user
 //! ```
@@ -105,7 +119,9 @@
 //! [`LiveLimits::reload`](crate::config::LiveLimits::reload) builds the new file beside
 //! the running one, and only once all of it was built swaps it in: one pointer store
 //! (arc-swap's `ArcSwap`). A file that fails to load or build leaves the running one
-//! untouched, and the error says why. What happens to each limit:
+//! untouched, and the error says why. Each reload applied counts a version, one that
+//! changes nothing included (its [`Changes`](crate::config::Changes) is empty, and
+//! says `no change`). What happens to each limit:
 //!
 //! | the limit in the new file | its limiter | its keys |
 //! |---|---|---|
@@ -200,7 +216,8 @@
 //! polls the file's modification time and length each second, and reads a change
 //! once two polls in a row agree, so a file being written in place is read when the
 //! writing pauses: one file needs no watcher dependency; rename a finished file over
-//! it to be exact), reads and parses it on tokio's blocking pool, logs what changed
+//! it to be exact — a file written in place and read mid-way may be valid and
+//! shorter, and is then applied), reads and parses it on tokio's blocking pool, logs what changed
 //! (the [`Changes`](crate::config::Changes) of each reload, or why a file was
 //! refused), and reports at `/metrics` (feature `metrics`) the running version as the
 //! gauge `turnstile_config_version` and the last reload's outcome as

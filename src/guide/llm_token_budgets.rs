@@ -81,26 +81,36 @@
 //! ```
 //!
 //! # Estimating: high or low
-//! The estimate decides who waits, not what is charged (the settlement corrects it):
+//! The estimate decides who waits, and how much a call can cost beyond it: the
+//! settlement charges the actual cost, but a user's debt is capped at one capacity, and
+//! what a call used past its estimate plus that cap is forgiven, reported in
+//! [`Settlement::forgiven`](crate::Settlement::forgiven) and charged to nobody.
 //!
-//! - **An upper bound** (the prompt plus the answer's `max_tokens`): a user never owes,
-//!   but while a call runs its whole bound is held, so a user with several calls in
-//!   flight is refused earlier than their actual use would warrant.
+//! - **An upper bound** (the prompt plus the answer's `max_tokens`): the actual can
+//!   never pass the estimate, so nothing is ever forgiven and a user never owes — **the
+//!   recipe for a hard budget**: reserve the model request's own `max_tokens` (plus
+//!   the prompt), and the user gets no more than the quota over time. The cost: while a
+//!   call runs its whole bound is held, so a user with several calls in flight is
+//!   refused earlier than their actual use would warrant.
 //! - **A guess** (the prompt alone, or the user's average): more calls start, and a call
 //!   that used more than its guess puts the user in debt, which the next request's wait
-//!   counts. The user still gets no more than the quota over time: what was not paid up
-//!   front is paid by waiting.
+//!   counts. That holds the quota only while a call's excess stays within one capacity:
+//!   debt is capped at one capacity and the rest is forgiven. Against 1,000 tokens a
+//!   minute, a call guessed at 300 that used 50,000 is charged 1,700 (the 700 left and
+//!   1,000 of debt), and 48,000 are forgiven. So a guess bounds what a user gets over
+//!   time only by the quota plus what is forgiven: watch `forgiven` (log it, or count
+//!   it in a metric) — a user whose calls are forgiven often is outrunning the guess.
 //! - **An estimate of 0** holds nothing while a call runs, and still refuses a user in
 //!   debt: a request is allowed iff what the user has covers its cost, and a user who
 //!   owes has less than nothing. So calls start freely until one puts the user in
 //!   debt, and then every call, even one estimated at 0, waits until refill has
-//!   repaid it.
+//!   repaid it. Like a guess, it forgives what a call uses past one capacity.
 //!
 //! ```rust
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use turnstile::policy::{Check, Outcome, Policy};
-//! use turnstile::{ManualClock, Quota, TokenBucket};
+//! use turnstile::{ManualClock, Quota, Settlement, TokenBucket};
 //!
 //! struct Chat { user: u64, prompt_tokens: u32 }
 //!
@@ -127,6 +137,16 @@
 //! // refilled: 800 tokens of 60 ms.
 //! let next = policy.acquire(&chat);
 //! assert_eq!(next.outcome(), Outcome::Denied { retry_after: Duration::from_millis(800 * 60) });
+//!
+//! // Another user's call, guessed at 300, used 50,000: 1,700 are charged (the 700
+//! // left and a debt of one capacity), and the other 48,000 are forgiven.
+//! let huge = Chat { user: 8, prompt_tokens: 300 };
+//! let verdict = policy.acquire(&huge);
+//! let settlement = policy.settle(&huge, &verdict, 50_000);
+//! assert_eq!(settlement, Settlement { refunded: 0, charged: 1_700, forgiven: 48_000 });
+//! if settlement.forgiven > 0 {
+//!     // Log it or count it: this user's calls outrun their estimates.
+//! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -161,13 +181,35 @@
 //! const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 //! const TOKENS_USED: HeaderName = HeaderName::from_static("x-tokens-used");
 //!
-//! /// A quarter of the body's declared length: a guess at the prompt's tokens.
+//! /// The tokens quota's capacity: the most one request may be estimated at.
+//! const CAPACITY: u32 = 10_000;
+//!
+//! /// A quarter of the body's declared length: a guess at the prompt's tokens, at
+//! /// most the capacity (so a long prompt waits rather than being refused as
+//! /// exceeding it). No length — a chunked body — or one that is not a number
+//! /// assumes the worst, the capacity: a client must not start a call for free by
+//! /// leaving the length out, or by declaring more than a `u32` holds.
 //! fn from_length(request: &Parts) -> u32 {
 //!     let length = request.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok());
-//!     length.and_then(|v| v.parse::<u32>().ok()).map_or(0, |bytes| bytes / 4)
+//!     match length.map(|v| v.trim().parse::<u64>()) {
+//!         Some(Ok(bytes)) => u32::try_from(bytes / 4).unwrap_or(u32::MAX).min(CAPACITY),
+//!         None | Some(Err(_)) => CAPACITY,
+//!     }
 //! }
 //!
-//! let tokens = Arc::new(TokenBucket::<String>::new(Quota::per_minute(10_000)?)?);
+//! let head = |length: Option<&str>| {
+//!     let mut request = http::Request::builder();
+//!     if let Some(length) = length {
+//!         request = request.header(CONTENT_LENGTH, length);
+//!     }
+//!     request.body(()).unwrap().into_parts().0
+//! };
+//! assert_eq!(from_length(&head(Some("4000"))), 1_000);
+//! assert_eq!(from_length(&head(Some("99999999999"))), CAPACITY, "oversized");
+//! assert_eq!(from_length(&head(None)), CAPACITY, "chunked: no length");
+//! assert_eq!(from_length(&head(Some("lots"))), CAPACITY, "not a number");
+//!
+//! let tokens = Arc::new(TokenBucket::<String>::new(Quota::per_minute(CAPACITY)?)?);
 //! let chat = Policy::builder()
 //!     .check(
 //!         Check::from_limiter("tokens", tokens, HeaderKey::new(API_KEY))
@@ -187,8 +229,8 @@
 //! ```
 //!
 //! An estimate above the key's capacity can never be admitted: the request is refused
-//! as exceeding capacity (429 without `Retry-After`), so clamp an estimate from an
-//! untrusted length to the capacity if such requests should wait instead.
+//! as exceeding capacity (429 without `Retry-After`), so `from_length` clamps an
+//! estimate from an untrusted length to the capacity, where such requests wait instead.
 //!
 //! The example server (`examples/http_server.rs`) has such a route, `/chat`, whose
 //! handler reports the tokens it used; `results/http.md` shows a response reporting

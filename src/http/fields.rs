@@ -73,19 +73,26 @@ pub(crate) fn limit_field(policy: &Policy<Parts>, binding: Binding) -> Option<He
 ///
 /// The limiter does not say when its key's next unit arrives, only what it decided:
 /// - a denial's `retry_after` is the exact time until the request's whole cost is
-///   there, and the next unit comes no later;
-/// - a key that has used quota regains some within [`Limit::regained_within`] (the
-///   refill interval of a token bucket, the window of a window limiter);
+///   there, and the next unit comes no later. It is the denial's whole bound: a key
+///   in debt (a settle charged more than it had) regains nothing until refill has
+///   repaid the debt, which can take far longer than one refill interval, and
+///   `retry_after` counts that debt exactly;
+/// - an admitted key regains some within [`Limit::regained_within`] (the refill
+///   interval of a token bucket, the window of a window limiter): it is not in debt,
+///   or it would have been denied. A cost over the capacity is refused without a
+///   look at the key's debt, so its `t` assumes none: the one case where `t` can be
+///   short, for a request that can never pass anyway;
 /// - an overflow's hint is when its limiter next makes room.
 ///
-/// so `t` is the smaller of the bounds that apply, rounded up. For a token bucket
-/// denial of cost 1 that is exact to the second: `retry_after` is the next token.
+/// so `t` is the bound that applies, rounded up. A denial's `t` is its `Retry-After`:
+/// for a token bucket denial of cost 1 that is exact to the second (`retry_after` is
+/// the next token); for a larger cost it is when that cost is there, later than the
+/// next unit, but a denial does not say how much of its wait is debt.
 fn reset_seconds(decision: Decision, limit: Limit) -> u64 {
-    let regain = limit.regained_within();
     let bound = match decision {
-        Decision::Denied { retry_after, .. } => retry_after.min(regain),
+        Decision::Denied { retry_after, .. } => retry_after,
         Decision::Overflow { retry_hint } => retry_hint,
-        Decision::Allowed { .. } | Decision::ExceedsCapacity { .. } => regain,
+        Decision::Allowed { .. } | Decision::ExceedsCapacity { .. } => limit.regained_within(),
     };
     seconds_rounded_up(bound)
 }
@@ -132,8 +139,13 @@ mod tests {
         assert_eq!(reset_seconds(denied(400), steady), 1);
         assert_eq!(
             reset_seconds(denied(3_000), steady),
-            1,
-            "a cost of 5 waits 3 s; the next token comes within one interval"
+            3,
+            "a cost of 5 waits 3 s; the denial does not say how much of that is debt"
+        );
+        assert_eq!(
+            reset_seconds(denied(41_000), steady),
+            41,
+            "a key in debt regains nothing until the debt is repaid"
         );
         assert_eq!(reset_seconds(denied(3_000), windowed), 3);
         assert_eq!(reset_seconds(allowed, steady), 1);

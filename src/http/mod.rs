@@ -90,15 +90,18 @@
 //!
 //! **How `t` is computed** — it is an upper bound, rounded up: a limiter does not say
 //! when a key's next unit arrives, only what it decided. The key can use more than `r`
-//! once its next unit arrives; for a token bucket a key short of tokens gains one at
-//! the next point of its refill grid, within one refill interval, and a denial's exact
-//! `retry_after` also bounds it. So `t` = the refill interval for an allowed request,
-//! the smaller of `retry_after` and the refill interval for a denial (exact for a
-//! cost-1 denial), each rounded up to whole seconds; for window limiters
-//! ([`Limit::windowed`]) the window replaces the refill interval. Rounding up only
-//! lengthens the window a client spreads `r` over, which the draft names as the
-//! server's safe side (its section 8.5: "return … a higher effective window"). A
-//! denial's `Retry-After` is never earlier than the end of its `t`, as the draft asks.
+//! once its next unit arrives; for a token bucket an admitted key short of tokens gains
+//! one at the next point of its refill grid, within one refill interval. A denied key
+//! may owe (a [settle](#charging-from-the-response) charged it more than it had) and
+//! then gains nothing until refill has repaid the debt, however many intervals that
+//! takes; its exact `retry_after` counts the debt, and bounds the next unit. So `t` =
+//! the refill interval for an allowed request and `retry_after` for a denial (exact
+//! for a cost-1 denial, later than the next unit for a larger cost), each rounded up
+//! to whole seconds; for window limiters ([`Limit::windowed`]) the window replaces the
+//! refill interval. Rounding up only lengthens the window a client spreads `r` over,
+//! which the draft names as the server's safe side (its section 8.5: "return … a
+//! higher effective window"). A denial's `Retry-After` is never earlier than the end
+//! of its `t`, as the draft asks: they are equal.
 //!
 //! **Draft 10** defined `t` differently — the seconds "until additional quota … is
 //! made available" — but for every limiter here the two definitions name the same

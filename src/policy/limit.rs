@@ -5,8 +5,9 @@ use crate::Quota;
 use std::time::Duration;
 
 /// A check's quota as clients are told of it (the `q` and `w` of the IETF
-/// `RateLimit-Policy` field), and the longest a key can wait for more quota (which
-/// bounds the `t` of the `RateLimit` field from above, so `t` is never under-reported).
+/// `RateLimit-Policy` field), and the longest a key not in debt can wait for more quota
+/// (which bounds the `t` of an admitted request's `RateLimit` field from above; a
+/// denial's `t` is its `retry_after`, which counts a debt).
 ///
 /// The [`RateLimiter`](crate::RateLimiter) trait does not say which algorithm a
 /// limiter runs, and the two families regain quota differently, so a check states it.
@@ -49,8 +50,10 @@ impl Limit {
         self.quota
     }
 
-    /// The longest a key can wait, from any state, until it next gains quota: the
-    /// refill interval for a steady limiter, the window for a windowed one.
+    /// The longest a key not in debt can wait, from any state, until it next gains
+    /// quota: the refill interval for a steady limiter, the window for a windowed one.
+    /// A key in debt (a settle charged it more than it had) gains nothing until refill
+    /// has repaid the debt, which can take longer.
     pub fn regained_within(&self) -> Duration {
         match self.regain {
             Regain::Steady => self.quota.refill_every(),

@@ -86,6 +86,42 @@ async fn a_response_reporting_more_drives_the_key_into_debt_counted_by_the_next_
     );
 }
 
+/// The `t` of a `RateLimit` field value.
+fn t_of(field: &str) -> u64 {
+    field.rsplit_once(";t=").unwrap().1.parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_key_in_debt_is_told_a_t_no_earlier_than_its_retry_after() {
+    let clock = ManualClock::new();
+    let tokens: Tokens = bucket(tokens_quota(), &clock);
+    let app = Router::new()
+        .route(
+            "/chat",
+            route_get(|| async { ([(TOKENS_USED, "141")], "answer") }),
+        )
+        .layer(by_header(tokens_policy(&tokens, 1)));
+    let server = serve_app(app).await;
+
+    // Estimated at 1, charged 141: the key owes 41 (under the debt cap of 100).
+    assert_eq!(
+        get(server, 1, "/chat", Some("alice")).await.status,
+        StatusCode::OK
+    );
+    let reply = get(server, 1, "/chat", Some("alice")).await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(reply.header("retry-after"), Some("42"), "41 owed, 1 asked");
+    let field = reply.header("ratelimit").unwrap();
+    assert!(field.starts_with(r#""tokens";r=0;t="#), "{field}");
+    // A client that waits `t` must not be refused again for the same debt.
+    assert!(t_of(field) >= 42, "t under-reports the debt: {field}");
+    clock.advance(Duration::from_secs(t_of(field)));
+    assert_eq!(
+        get(server, 1, "/chat", Some("alice")).await.status,
+        StatusCode::OK
+    );
+}
+
 /// A service answering each request with `respond`'s response, at once.
 #[derive(Clone)]
 struct Answer<F>(F);
