@@ -27,9 +27,7 @@
 ///
 /// - **Token bucket**: `full_at` lies more than `capacity` grid points past the
 ///   reading; the bucket holds `capacity − (full_at − g)` tokens, below zero. Each
-///   interval repays one token. (A reading behind the bucket's last refill, another
-///   thread's clock slightly behind, can see the same; the word cannot tell the two
-///   apart, nor can the Redis script, and both deny it a cost of zero.)
+///   interval repays one token.
 /// - **GCRA**: the theoretical arrival time lies more than `capacity × interval` past
 ///   the reading; each interval repays one token (continuously).
 /// - **Fixed window**: the window's count passes the limit. What is past the limit
@@ -39,6 +37,12 @@
 ///   weighted estimate then repays it as the window slides on (up to two windows).
 /// - **Sliding log**: extra entries recorded at the settle's reading, which count
 ///   against the key for one window from then, as the admissions they stand for.
+///
+/// (A reading that lags the key's state, another thread's clock slightly behind, can
+/// read the same with no settle: on the token bucket and GCRA a reading behind the
+/// key's last refill, on the sliding window counter a late reading inside the key's
+/// window. The state cannot tell the two apart, nor can the Redis script, and both
+/// deny such a reading a cost of zero.)
 ///
 /// # The debt cap
 /// A key owes at most its **debt cap: one capacity** (one window's limit). What a
@@ -61,7 +65,9 @@
 /// as a refund is: a key never holds more than its capacity, and
 /// [`Settlement::refunded`] is what it actually got back (a debt is repaid first).
 /// Their tokens are fungible: a token given back is one the key would have had,
-/// whenever the estimate was taken.
+/// whenever the estimate was taken. GCRA counts a part of an interval given back as
+/// a whole token: a key owing half a token that is given back 1 reports `refunded:
+/// 1`, and holds 0.
 ///
 /// **The fixed window, the sliding window counter and the sliding log give nothing
 /// back on settle** (`refunded: 0`, the state unchanged). Their state cannot tell
