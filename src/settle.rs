@@ -51,12 +51,13 @@
 /// the range its representation holds: a token bucket's `full_at` at most
 /// `2 × capacity` grid points past the reading, a GCRA's arrival time at most
 /// `2 × capacity × interval`, a window count at most `2 × limit` (each layout
-/// reserves that room), a sliding log at most `2 × limit` entries. Two corners hold
-/// less, and say so: a sliding window counter whose word has no room for counts
+/// reserves that room), a sliding log at most `2 × limit` entries. Three corners
+/// hold less, and say so: a sliding window counter whose word has no room for counts
 /// twice as wide (quotas near the largest it accepts) owes at most what its count
-/// field holds beyond the limit (possibly nothing), and a GCRA whose full refill
+/// field holds beyond the limit (possibly nothing), a GCRA whose full refill
 /// exceeds 2^61 ns owes at most what keeps its arrival time within 2^62 ns of the
-/// reading. The cap is not configurable: a larger one would take from every layout's
+/// reading, and a sliding log whose limit exceeds 2^31 owes at most `u32::MAX −
+/// limit` entries (its length is a `u32`). The cap is not configurable: a larger one would take from every layout's
 /// range (the clock's end, a window index's bits) for every key, and a caller that
 /// wants less charged settles at less.
 ///
