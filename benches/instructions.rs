@@ -99,8 +99,8 @@ impl Contender for TwoChecks {
 
 /// One settle per call on a keyed limiter: a reservation of `estimate` settled at
 /// `actual`, on the uniform pattern's keys, each stored far from full and far from
-/// empty (a quota of `u32::MAX` a microsecond, a million taken) so that neither a
-/// charge nor a give-back meets a bound.
+/// empty (`settling!`'s quota, `TAKEN` taken) so that neither a charge nor a
+/// give-back meets a bound.
 struct Settling<L> {
     limiter: L,
     estimate: u32,
@@ -119,7 +119,7 @@ impl<L: RateLimiter<u64> + Send + Sync> Contender for Settling<L> {
 /// else one less), its keys stored first.
 fn count_settles<L: RateLimiter<u64> + Send + Sync>(limiter: L, charge: bool, checks: u64) -> u64 {
     for key in 0..Pattern::Uniform.key_space() as u64 {
-        assert!(limiter.acquire(&key, 1_000_000).is_allowed());
+        assert!(limiter.acquire(&key, TAKEN).is_allowed());
     }
     let (estimate, actual) = if charge { (1, 2) } else { (2, 1) };
     let contender = Settling {
@@ -130,11 +130,22 @@ fn count_settles<L: RateLimiter<u64> + Send + Sync>(limiter: L, charge: bool, ch
     measured(&contender, &Pattern::Uniform.keys(0), checks)
 }
 
-/// The quota settles are counted under, and the builder setting every limiter gets.
+/// What each key takes before its settles are counted: a give-back has that much to
+/// give back on every key (10^7 checks over the 1,000 keys), well above what the
+/// refill brings back in a run (60 tokens a second), and the sliding log's 1,000
+/// keys hold 8 bytes for each (80 MB).
+const TAKEN: u32 = 10_000;
+
+/// The quota settles are counted under, and the builder setting every limiter gets:
+/// one that every algorithm holds, the sliding window counter's word included, with
+/// room for a debt (`2 × bits(2 × 2^16) + bits(u64::MAX / 2^40 ns) = 60 ≤ 63`): a
+/// 2^16 capacity refilled every 2^24 ns (16.8 ms; a window of 18 minutes, which a
+/// run stays within), so a charge has `2^16 − TAKEN` left and a debt cap of 2^16
+/// beyond it (10^7 charges are 10,000 per key).
 macro_rules! settling {
     ($limiter:ident) => {
         $limiter::<u64>::builder(
-            Quota::new(u32::MAX, Duration::from_micros(1)).expect("a valid quota"),
+            Quota::new(1 << 16, Duration::from_nanos(1 << 24)).expect("a valid quota"),
         )
         .expected_keys(2048)
         .build()

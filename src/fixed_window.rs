@@ -289,20 +289,24 @@ mod tests {
 
     proptest! {
         /// `forgettable_from` is the start of the first window with nothing counted
-        /// in it, when the index field reaches it.
+        /// in it, when the index field reaches it. Counts in debt (up to twice the
+        /// limit) included: what passes the limit counts in the next window too, and
+        /// a word in debt is never forgettable.
         #[test]
         fn forgettable_from_is_the_start_of_the_first_empty_window(
             quota in any_quota(), index in any::<u64>(), count in any::<u64>(),
             random in any::<u64>(),
         ) {
             let rules = FixedWindowRules::new(&quota);
-            let word = rules.pack(index % (rules.last_index + 1), count % (rules.limit + 1));
+            let word = rules.pack(index % (rules.last_index + 1), count % (2 * rules.limit + 1));
             let from = rules.forgettable_from(word);
             for at in readings(from, random) {
                 let (index, count) = rules.unpack(word);
                 let current = rules.clamp(rules.window.index(at));
-                let empty = index < current || (index == current && count == 0);
+                let empty = (index == current && count == 0)
+                    || (index < current && (count <= rules.limit || index + 1 < current));
                 prop_assert_eq!(rules.forgettable(word, at), empty);
+                prop_assert!(rules.debt(word, at) == 0 || !rules.forgettable(word, at));
             }
         }
     }

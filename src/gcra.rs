@@ -342,19 +342,27 @@ mod tests {
     }
 
     proptest! {
-        /// `admit` is `acquire`'s verdict and word, from any TAT requests leave, at
-        /// any reading (lagging ones and the limiter's end included), for any cost.
+        /// `admit` is `acquire`'s verdict and word, from any TAT requests and
+        /// settles' charges leave (TATs in debt included), at any reading (lagging
+        /// ones and the limiter's end included), for any cost (1 and 0 on a key in
+        /// debt among them).
         #[test]
         fn admit_is_acquires_verdict_and_word(
             quota in any_quota(),
-            earlier in proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            earlier in proptest::collection::vec(
+                (any::<u64>(), 0..=20u32, any::<bool>()), 0..4,
+            ),
             now in any::<u64>(),
             near in 0..3u64,
-            cost in prop_oneof![0..=20u32, any::<u32>()],
+            cost in prop_oneof![0..=2u32, 0..=20u32, any::<u32>()],
         ) {
             let Ok(rules) = GcraRules::new(&quota) else { return Ok(()) };
-            let word = earlier.iter().fold(rules.fresh(), |word, &(at, cost)| {
-                rules.acquire(word, at, cost).0
+            let word = earlier.iter().fold(rules.fresh(), |word, &(at, cost, charge)| {
+                if charge {
+                    rules.charge(word, at, cost).0
+                } else {
+                    rules.acquire(word, at, cost).0
+                }
             });
             // Readings on and just around the instant the key holds `cost`.
             let owed = (rules.capacity.saturating_sub(u64::from(cost)))

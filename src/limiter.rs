@@ -24,7 +24,12 @@ pub trait RateLimiter<K> {
     /// takes nothing and is allowed, unless the key is in debt (a
     /// [`settle`](Self::settle) charged it beyond what it had, and refill has not yet
     /// repaid it). A key in debt has less than nothing, so even a cost of zero is
-    /// denied, its `retry_after` the exact time until the debt is repaid.
+    /// denied, its `retry_after` the exact time until the debt is repaid. A reading
+    /// that lags the key's state can read the same with no settle: on the token bucket
+    /// and GCRA a reading behind the key's last refill, on the sliding window counter a
+    /// late reading inside the key's window (one per second, drained at 5 s: a cost of
+    /// zero read at 4.999 s is denied for 1 ms) — the state cannot tell such a lag from
+    /// a debt.
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where
         K: Borrow<Q>,

@@ -52,6 +52,16 @@
 //!    back at the old rate until the old bucket was nearly full; we chose exactness
 //!    for moves by clocks that agree.
 //!
+//!    The same lag can also leave the key **owing**. The word cannot tell a settle's
+//!    charge from a reading behind the key's latest refill (as a cost of 0 cannot:
+//!    [`Settlement`]), so a moving reading that lags by `j` of the old intervals
+//!    across the key's latest refill reads `j` tokens fewer than the key has, and
+//!    what falls below none counts as debt: the key can leave the move owing up to
+//!    `min(j, capacity)` tokens more than a move at the latest request's time would
+//!    leave it, charged in the new quota's units — its next admission up to that many
+//!    new intervals later. A restriction, never an admission, repaid at the new rate.
+//!    (Telling a lag from a charge would take a second word per key.)
+//!
 //! # Exact under concurrency, and what runs when
 //! The resolver — user code — runs first, with nothing frozen: a resolver that
 //! panics, panics in the caller's request and leaves the key as it was; one that is

@@ -27,9 +27,7 @@
 ///
 /// - **Token bucket**: `full_at` lies more than `capacity` grid points past the
 ///   reading; the bucket holds `capacity − (full_at − g)` tokens, below zero. Each
-///   interval repays one token. (A reading behind the bucket's last refill, another
-///   thread's clock slightly behind, can see the same; the word cannot tell the two
-///   apart, nor can the Redis script, and both deny it a cost of zero.)
+///   interval repays one token.
 /// - **GCRA**: the theoretical arrival time lies more than `capacity × interval` past
 ///   the reading; each interval repays one token (continuously).
 /// - **Fixed window**: the window's count passes the limit. What is past the limit
@@ -40,6 +38,12 @@
 /// - **Sliding log**: extra entries recorded at the settle's reading, which count
 ///   against the key for one window from then, as the admissions they stand for.
 ///
+/// (A reading that lags the key's state, another thread's clock slightly behind, can
+/// read the same with no settle: on the token bucket and GCRA a reading behind the
+/// key's last refill, on the sliding window counter a late reading inside the key's
+/// window. The state cannot tell the two apart, nor can the Redis script, and both
+/// deny such a reading a cost of zero.)
+///
 /// # The debt cap
 /// A key owes at most its **debt cap: one capacity** (one window's limit). What a
 /// charge would add beyond it is *forgiven*, reported in
@@ -47,12 +51,13 @@
 /// the range its representation holds: a token bucket's `full_at` at most
 /// `2 × capacity` grid points past the reading, a GCRA's arrival time at most
 /// `2 × capacity × interval`, a window count at most `2 × limit` (each layout
-/// reserves that room), a sliding log at most `2 × limit` entries. Two corners hold
-/// less, and say so: a sliding window counter whose word has no room for counts
+/// reserves that room), a sliding log at most `2 × limit` entries. Three corners
+/// hold less, and say so: a sliding window counter whose word has no room for counts
 /// twice as wide (quotas near the largest it accepts) owes at most what its count
-/// field holds beyond the limit (possibly nothing), and a GCRA whose full refill
+/// field holds beyond the limit (possibly nothing), a GCRA whose full refill
 /// exceeds 2^61 ns owes at most what keeps its arrival time within 2^62 ns of the
-/// reading. The cap is not configurable: a larger one would take from every layout's
+/// reading, and a sliding log whose limit exceeds 2^31 owes at most `u32::MAX −
+/// limit` entries (its length is a `u32`). The cap is not configurable: a larger one would take from every layout's
 /// range (the clock's end, a window index's bits) for every key, and a caller that
 /// wants less charged settles at less.
 ///
@@ -61,7 +66,9 @@
 /// as a refund is: a key never holds more than its capacity, and
 /// [`Settlement::refunded`] is what it actually got back (a debt is repaid first).
 /// Their tokens are fungible: a token given back is one the key would have had,
-/// whenever the estimate was taken.
+/// whenever the estimate was taken. GCRA counts a part of an interval given back as
+/// a whole token: a key owing half a token that is given back 1 reports `refunded:
+/// 1`, and holds 0.
 ///
 /// **The fixed window, the sliding window counter and the sliding log give nothing
 /// back on settle** (`refunded: 0`, the state unchanged). Their state cannot tell

@@ -388,7 +388,8 @@ mod tests {
 
     proptest! {
         /// `forgettable_from` is the start of the first window in which neither it
-        /// nor the one before counts anything.
+        /// nor the one before counts anything. Counts up to what the current count
+        /// reaches with a debt included: a word in debt is never forgettable.
         #[test]
         fn forgettable_from_is_the_start_of_the_first_window_with_nothing_counted(
             quota in any_quota(), index in any::<u64>(), previous in any::<u64>(),
@@ -396,7 +397,7 @@ mod tests {
         ) {
             let Ok(rules) = SlidingWindowRules::new(&quota) else { return Ok(()) };
             let last_index = u64::MAX / rules.interval / rules.limit;
-            let counts = rules.limit + 1;
+            let counts = rules.most + 1;
             let index = index % last_index.saturating_add(1);
             let word = rules.pack(index, previous % counts, current % counts);
             let from = rules.forgettable_from(word);
@@ -406,6 +407,7 @@ mod tests {
                     && seen.previous == 0
                     && seen.current == 0;
                 prop_assert_eq!(rules.forgettable(word, at), empty);
+                prop_assert!(rules.debt(word, at) == 0 || !rules.forgettable(word, at));
             }
         }
     }

@@ -322,34 +322,51 @@ mod tests {
 
     proptest! {
         /// `forgettable_from` is the first instant at which the bucket is full: the
-        /// grid index reaches `full_at`.
+        /// grid index reaches `full_at`. Words in debt (up to the debt cap past an
+        /// empty bucket) included: one is never forgettable while it owes.
         #[test]
         fn forgettable_from_is_the_first_instant_the_bucket_is_full(
-            quota in any_quota(), word in any::<u64>(), random in any::<u64>(),
+            quota in any_quota(),
+            word in any::<u64>(),
+            below_top in prop_oneof![Just(None), (0..4u64).prop_map(Some)],
+            random in any::<u64>(),
         ) {
             let rules = TokenBucketRules::new(&quota);
-            let word = word % (rules.last_index + rules.capacity + 1);
+            // Up to the deepest debt, the band past `last_index` drawn often.
+            let top = rules.last_index + rules.capacity + rules.debt_cap;
+            let word = match below_top {
+                None => word % (top + 1),
+                Some(back) => top.saturating_sub(back),
+            };
             let from = rules.forgettable_from(word);
             for at in readings(from, random) {
                 prop_assert_eq!(rules.forgettable(word, at), word <= rules.index(at));
+                prop_assert!(rules.debt(word, at) == 0 || !rules.forgettable(word, at));
             }
         }
     }
 
     proptest! {
-        /// `admit` is `acquire`'s verdict and word, from any word requests leave, at
-        /// any reading (lagging ones included), for any cost.
+        /// `admit` is `acquire`'s verdict and word, from any word requests and
+        /// settles' charges leave (words in debt included), at any reading (lagging
+        /// ones included), for any cost (1 and 0 on a key in debt among them).
         #[test]
         fn admit_is_acquires_verdict_and_word(
             quota in any_quota(),
-            earlier in proptest::collection::vec((any::<u64>(), 0..=20u32), 0..4),
+            earlier in proptest::collection::vec(
+                (any::<u64>(), 0..=20u32, any::<bool>()), 0..4,
+            ),
             now in any::<u64>(),
             near in 0..3u64,
-            cost in prop_oneof![0..=20u32, any::<u32>()],
+            cost in prop_oneof![0..=2u32, 0..=20u32, any::<u32>()],
         ) {
             let rules = TokenBucketRules::new(&quota);
-            let word = earlier.iter().fold(rules.full(), |word, &(at, cost)| {
-                rules.acquire(word, at, cost).0
+            let word = earlier.iter().fold(rules.full(), |word, &(at, cost, charge)| {
+                if charge {
+                    rules.charge(word, at, cost).0
+                } else {
+                    rules.acquire(word, at, cost).0
+                }
             });
             // Readings on and just around the grid points that decide: where the
             // bucket holds `cost`, and where it is full again.

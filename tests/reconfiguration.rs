@@ -201,6 +201,41 @@ fn a_key_moves_to_a_new_quota_no_earlier_than_its_own_latest_refill() {
 }
 
 #[test]
+fn a_move_at_a_lagging_reading_owes_at_most_the_lagged_intervals_in_new_tokens() {
+    // 10 per 1 s; the key takes all 10 at 101.5 s, then the quota becomes 10 per
+    // 10 s, moved by a reading that lags by `lag`, which crosses `j` of the old grid
+    // points. The word cannot tell that lag from a charge, so the key may owe `j`
+    // tokens (at most its capacity) more than a move on time leaves it: its next token
+    // comes at most `min(j, 10)` new intervals later — and never earlier.
+    let moved_at = |lag: Duration| {
+        let clock = ManualClock::new();
+        let limiter = TokenBucket::<u64>::builder(quota(10, secs(1)))
+            .clock(clock.clone())
+            .build_reconfigurable();
+        clock.set(ms(101_500));
+        assert!(limiter.acquire(&1, 10).is_allowed());
+        clock.set(ms(101_500) - lag);
+        limiter.set_quota(quota(10, secs(10)));
+        // The move happens on the key's next request, at the lagging reading.
+        let _ = limiter.acquire(&1, 0);
+        clock.set(ms(101_500));
+        match limiter.acquire(&1, 1) {
+            Decision::Denied { retry_after, .. } => retry_after,
+            allowed => panic!("a key drained on time was admitted after the move: {allowed:?}"),
+        }
+    };
+    let on_time = moved_at(Duration::ZERO);
+    for (lag, j) in [(ms(300), 0), (ms(501), 1), (ms(2_501), 3), (ms(15_500), 16)] {
+        let late = moved_at(lag);
+        assert!(late >= on_time, "lag {lag:?}: {late:?} < {on_time:?}");
+        assert!(
+            late <= on_time + secs(10) * j.min(10),
+            "lag {lag:?}: {late:?} owes more than {j} new intervals beyond {on_time:?}"
+        );
+    }
+}
+
+#[test]
 fn setting_the_same_quota_lets_no_fixed_window_admit_more_than_its_limit() {
     // 10 per 10 s window. Window [10 s, 20 s) is used up at 15 s; the quota is set
     // again; a core lagging at 5 s asks. That window still admits 10 in all.

@@ -332,8 +332,9 @@ fn a_charge_on_a_key_with_no_state_creates_it_and_charges_from_full() {
     assert_eq!(limiter.len(), 1);
 }
 
-/// At the key cap a new key has no state to owe in: its charge is forgiven, and
-/// the settlement says so; a key the store holds is charged as ever.
+/// At the key cap a new key has no state to owe in: its charge is forgiven, the
+/// settlement says so, and it counts as an overflow; a key the store holds is
+/// charged as ever.
 #[test]
 fn at_the_key_cap_a_charge_on_a_new_key_is_reported_forgiven() {
     let limiter = TokenBucket::<u8>::builder(ten_per_second())
@@ -343,6 +344,7 @@ fn at_the_key_cap_a_charge_on_a_new_key_is_reported_forgiven() {
         .build()
         .unwrap();
     assert!(limiter.acquire(&1, 1).is_allowed());
+    assert_eq!(limiter.stats().overflowed, 0);
     assert_eq!(
         limiter.settle(&2, 0, 4),
         Settlement {
@@ -351,7 +353,12 @@ fn at_the_key_cap_a_charge_on_a_new_key_is_reported_forgiven() {
             forgiven: 4
         }
     );
+    assert_eq!(limiter.stats().overflowed, 1);
+    // A refund on a key it does not hold stores nothing, at the cap or not.
+    assert_eq!(limiter.settle(&2, 4, 0), Settlement::default());
+    assert_eq!(limiter.stats().overflowed, 1);
     assert_eq!(limiter.settle(&1, 1, 5).charged, 4);
+    assert_eq!(limiter.stats().overflowed, 1);
     assert_eq!(limiter.peek(&1), 5);
 }
 

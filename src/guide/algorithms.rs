@@ -51,7 +51,9 @@
 //!
 //! The window of the key's last admitted request and what it admitted there (every
 //! `Quota` fits: the index needs no more bits than the token bucket's refill index,
-//! the count no more than its tokens); a request in a later window starts from zero.
+//! the count no more than its tokens). A request in the next window starts from
+//! what a settle charged past the limit (the debt carried one window), one in any
+//! later window from zero.
 //! The flaw is the reset itself: nothing remembers how late in its window the last
 //! window's requests came, so C at the end of one window and C at the start of the
 //! next all pass — tested by name (`tests/fixed_window.rs`).

@@ -55,9 +55,10 @@
 //! There is no token field, so **every quota fits**: every capacity from 1 to
 //! `u32::MAX` beside every interval from 1 ns to 584 years — `Quota::per_second(1_000_000)`,
 //! or `Quota::new(u32::MAX, Duration::from_nanos(1))` for a bandwidth limit of 4 GiB
-//! at once refilled a byte per nanosecond. The word never exceeds `g + C`, so nothing
+//! at once refilled a byte per nanosecond. The word never exceeds `g + 2C` (a
+//! settle's debt, at most one capacity, lies past the empty bucket), so nothing
 //! wraps: **the limiter is exact for 584 years after its creation** (for a 1 ns
-//! interval, 292 years less `C` nanoseconds, after which its grid stops). The `per_*`
+//! interval, 292 years less `2C` nanoseconds, after which its grid stops). The `per_*`
 //! constructors of [`Quota`] round the interval *up* to the nanosecond when the period
 //! does not divide evenly, so the long-run rate never exceeds n per period (above a
 //! billion a second, the interval is 1 ns).
@@ -74,11 +75,11 @@
 //!
 //! | algorithm | quotas it holds | exact for |
 //! |---|---|---|
-//! | [`TokenBucket`] | every `Quota` | the clock's whole range, 584 years; at a 1 ns interval 292 years less C ns, after which its grid stops |
-//! | [`FixedWindow`] | every `Quota` (a window longer than the clock's range is one window forever) | 584 years; for intervals of a few nanoseconds, whose window index has fewer bits, at least 2⁶¹ intervals (73 years at 1 ns), after which the last window never ends |
+//! | [`TokenBucket`] | every `Quota` | the clock's whole range, 584 years; at a 1 ns interval 292 years less 2C ns, after which its grid stops |
+//! | [`FixedWindow`] | every `Quota` (a window longer than the clock's range is one window forever) | 584 years; for intervals of a few nanoseconds, whose window index has fewer bits, at least 2⁶⁰ intervals (36 years at 1 ns; the count field holds up to twice the limit, for a debt), after which the last window never ends |
 //! | [`SlidingLog`] | every `Quota`, but memory grows with the limit: 8 bytes per request in the window | 584 years |
 //! | [`SlidingWindowCounter`] | index and two counts must fit one word below its top bit: `2 × bits(C) + max(1, bits(u64::MAX / W)) ≤ 63`, about C ≤ √(W in ns / 2): `per_second(n)` up to 16,383, `per_minute` up to 131,071, `per_hour` up to 1,048,575 | 584 years |
-//! | [`Gcra`] | `C × I ≤ 2^62` ns (a full refill within 146 years) | 292 years less one full refill (`2^63 − 3 − C × I` ns): later readings count as that instant |
+//! | [`Gcra`] | `C × I ≤ 2^62` ns (a full refill within 146 years) | 292 years less one full refill and the debt cap's refill (`2^63 − 3 − (C + D) × I` ns, the debt cap `D = min(C, (2^62 − C × I) / I)`): later readings count as that instant |
 //!
 //! Every state word keeps its top bit clear: that bit marks a key frozen where it is
 //! while a copy of it takes its place (a relocation, [`crate::evict`]), and it is why

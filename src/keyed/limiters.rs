@@ -150,8 +150,10 @@ pub type PerKeyFixedWindow<K, C = QuantaClock, S = DefaultHasher> =
 /// elapsed.
 ///
 /// **Range.** TAT lies up to one full refill (`capacity × refill_every`) past the
-/// reading, and the state word keeps its top bit clear ([`crate::guide::state_word`]),
-/// so the limiter's time ends that long (and 3 ns) before 2^63 ns (292 years): later
+/// reading, plus the refill of a settle's debt cap (up to another full refill, less
+/// where the two would pass 2^62 ns: [`Settlement`](crate::Settlement)), and the state
+/// word keeps its top bit clear ([`crate::guide::state_word`]), so the limiter's time
+/// ends that long (and 3 ns) before 2^63 ns (292 years): later
 /// readings count as that instant, where time stands still — no key gains anything
 /// more, and a `retry_after` is measured from that instant. The constructors refuse,
 /// with [`QuotaError::Unsupported`](crate::QuotaError::Unsupported), a full refill

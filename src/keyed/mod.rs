@@ -321,7 +321,8 @@ where
     }
 
     /// Keys held now, keys forgotten so far, and new keys answered by the
-    /// [`Overflow`](crate::Overflow) policy because the store held `max_keys` keys.
+    /// [`Overflow`](crate::Overflow) policy (or charged nothing by a settle) because
+    /// the store held `max_keys` keys.
     pub fn stats(&self) -> KeyStats {
         let (evicted, overflowed) = self.core.eviction.tally();
         KeyStats {
@@ -594,7 +595,10 @@ where
     /// `acquire_new` stores a new key's with its first request (at the watermark read
     /// once the insertion is registered). At the key cap, a key the store does not
     /// hold has nowhere to owe: nothing is charged, and the settlement says the
-    /// whole charge was forgiven.
+    /// whole charge was forgiven. It goes through the cap's path as a new key's
+    /// request does (`Eviction::at_cap`): counted as an overflow and room asked for
+    /// — the answer, for a request, is dropped: a settle admits nothing, and the
+    /// overflow allowance is not charged for a key it does not hold.
     #[cold]
     fn settle_new<Q>(
         &self,
@@ -614,6 +618,8 @@ where
             {
                 return found;
             }
+            // A cost of 0 and no allowance: only the count and the room asked for.
+            let _ = self.eviction.at_cap(&self.keys(), now, 0, None);
             return Ok(0);
         }
         let create = |key: &K| self.algorithm.create(key);

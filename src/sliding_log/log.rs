@@ -13,7 +13,8 @@ use crate::window::Window;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingLogRules {
     limit: u64,
-    /// The most a key can owe, in entries past the limit: one limit.
+    /// The most a key can owe, in entries past the limit: one limit, or less where
+    /// the limit and it would pass `u32::MAX` (see [`log_debt_cap`]).
     debt_cap: u64,
     window: Window,
     /// The window when it fits a `u64`, for the expiry test on the hot path; `None`
@@ -27,11 +28,22 @@ impl SlidingLogRules {
         let window = Window::of(quota);
         Self {
             limit: u64::from(quota.capacity()),
-            debt_cap: u64::from(quota.capacity()),
+            debt_cap: log_debt_cap(quota.capacity()),
             window,
             window_nanos: u64::try_from(window.len()).ok(),
         }
     }
+}
+
+/// The debt cap of a log of `limit`: one limit, but at most `u32::MAX − limit`, so
+/// that a log in debt holds at most `u32::MAX` entries and its `u32` length and
+/// slot numbers never overflow. A limit above 2^31 owes less than a limit (a limit
+/// of `u32::MAX`, nothing): the rest of a charge is reported forgiven.
+const fn log_debt_cap(limit: u32) -> u64 {
+    let limit = limit as u64;
+    // No underflow: `limit ≤ u32::MAX`.
+    let room = u32::MAX as u64 - limit;
+    if limit < room { limit } else { room }
 }
 
 /// The admitted requests of one key still in its window, oldest first: one timestamp
@@ -43,7 +55,7 @@ impl SlidingLogRules {
 /// keeps its largest size. A key in debt (a settle charged it beyond the limit:
 /// [`Settlement`](crate::Settlement)) holds the extra entries too, at the settle's
 /// reading, up to the debt cap of one limit: at most `2 × limit` timestamps and
-/// slots.
+/// slots (and at most `u32::MAX`: [`log_debt_cap`]).
 ///
 /// Only admitted requests with a cost change the log. They first drop the entries
 /// that have left the window at their reading, which later decisions cannot tell
@@ -306,6 +318,26 @@ mod tests {
     /// 3 per 300 ms.
     fn three_per_300ms() -> SlidingLogRules {
         SlidingLogRules::new(&Quota::new(3, Duration::from_millis(100)).unwrap())
+    }
+
+    /// The debt cap keeps the entries a log may hold, the limit and the debt cap,
+    /// within its `u32` length: one limit up to 2^31 − 1, less above, none at
+    /// `u32::MAX`.
+    #[test]
+    fn a_log_in_debt_never_holds_more_than_u32_max_entries() {
+        let rules_of =
+            |limit| SlidingLogRules::new(&Quota::new(limit, Duration::from_secs(1)).unwrap());
+        for (limit, cap) in [
+            (3, 3),
+            ((1 << 31) - 1, (1 << 31) - 1),
+            (1 << 31, (1 << 31) - 1),
+            ((1 << 31) + 10, (1 << 31) - 11),
+            (u32::MAX, 0),
+        ] {
+            let rules = rules_of(limit);
+            assert_eq!(rules.debt_cap, cap, "limit {limit}");
+            assert!(rules.limit + rules.debt_cap <= u64::from(u32::MAX));
+        }
     }
 
     #[test]
