@@ -11,7 +11,9 @@
 //! (a policy of two token-bucket checks) or `settle-ALGORITHM` (one settle of a
 //! reservation per call, ALGORITHM one of the five above); MIX is
 //! allowed, denied, churn, zipf-allowed or zipf-denied — for `settle-*`, `charge` (a
-//! settle at one more than its estimate of 1) or `give-back` (at one less than its
+//! settle at one more than its estimate of 1), `acquire` (`acquire(key, 1)` on the
+//! same limiter and keys, the check a settle is compared with) or `give-back` (at one
+//! less than its
 //! estimate of 2). Keys are the uniform pattern
 //! (1,000 keys, all stored before counting), with churn a new key for every check,
 //! with zipf-* the zipf pattern (1,000,000 keys, all stored before counting: run with
@@ -101,32 +103,43 @@ impl Contender for TwoChecks {
 /// `actual`, on the uniform pattern's keys, each stored far from full and far from
 /// empty (`settling!`'s quota, `TAKEN` taken) so that neither a charge nor a
 /// give-back meets a bound.
+/// With `acquire`, the same limiter and keys asked `acquire(key, 1)` instead: the
+/// check a settle is compared with, counted around the call as the settles are.
 struct Settling<L> {
     limiter: L,
-    estimate: u32,
-    actual: u32,
+    step: Step,
+}
+
+/// What each counted call does.
+#[derive(Clone, Copy)]
+enum Step {
+    /// A settle at one more than its estimate of 1.
+    Charge,
+    /// A settle at one less than its estimate of 2.
+    GiveBack,
+    /// `acquire(key, 1)`.
+    Acquire,
 }
 
 impl<L: RateLimiter<u64> + Send + Sync> Contender for Settling<L> {
     #[inline]
     fn check(&self, key: u64) -> bool {
-        let settled = self.limiter.settle(&key, self.estimate, self.actual);
+        let (estimate, actual) = match self.step {
+            Step::Acquire => return self.limiter.acquire(&key, 1).is_allowed(),
+            Step::Charge => (1, 2),
+            Step::GiveBack => (2, 1),
+        };
+        let settled = self.limiter.settle(&key, estimate, actual);
         settled.charged + settled.refunded > 0
     }
 }
 
-/// Counts `checks` settles on `limiter` (`charge`: at one more than the estimate,
-/// else one less), its keys stored first.
-fn count_settles<L: RateLimiter<u64> + Send + Sync>(limiter: L, charge: bool, checks: u64) -> u64 {
+/// Counts `checks` calls of `step` on `limiter`, its keys stored first.
+fn count_settles<L: RateLimiter<u64> + Send + Sync>(limiter: L, step: Step, checks: u64) -> u64 {
     for key in 0..Pattern::Uniform.key_space() as u64 {
         assert!(limiter.acquire(&key, TAKEN).is_allowed());
     }
-    let (estimate, actual) = if charge { (1, 2) } else { (2, 1) };
-    let contender = Settling {
-        limiter,
-        estimate,
-        actual,
-    };
+    let contender = Settling { limiter, step };
     measured(&contender, &Pattern::Uniform.keys(0), checks)
 }
 
@@ -189,10 +202,11 @@ fn main() -> ExitCode {
     };
     if let Some(algorithm) = name.strip_prefix("settle-") {
         let charge = match mix {
-            "charge" => true,
-            "give-back" => false,
+            "charge" => Step::Charge,
+            "give-back" => Step::GiveBack,
+            "acquire" => Step::Acquire,
             other => {
-                eprintln!("unknown settle mix {other}: charge or give-back");
+                eprintln!("unknown settle mix {other}: charge, give-back or acquire");
                 return ExitCode::FAILURE;
             }
         };

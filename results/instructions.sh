@@ -8,8 +8,8 @@
 #   bash results/instructions.sh            # N = 200000, every contender, both mixes
 #   bash results/instructions.sh turnstile  # one contender; its annotated profile
 #                                           # (instructions per source file) follows
-#   bash results/instructions.sh settle-token-bucket  # settles, not checks: its two
-#                                           # columns are a charge and a give-back
+#   bash results/instructions.sh settle-token-bucket  # settles, not checks: its three
+#                                           # columns are a charge, a give-back and an acquire
 #                                           # (any algorithm after `settle-`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +26,15 @@ NAMES=("$@")
   mutex-per-key global-lock governor token-bucket gcra fixed-window sliding-window sliding-log
   direct-turnstile direct-turnstile-gcra direct-governor)
 
-printf '%-18s %8s %8s\n' contender allowed denied
+if [[ ${NAMES[0]} == settle-* ]]; then
+  printf '%-18s %8s %8s %8s\n' contender charge give-back acquire
+else
+  printf '%-18s %8s %8s\n' contender allowed denied
+fi
 for name in "${NAMES[@]}"; do
   row=$(printf '%-18s' "$name")
   mixes=(allowed denied)
-  [[ $name == settle-* ]] && mixes=(charge give-back)
+  [[ $name == settle-* ]] && mixes=(charge give-back acquire)
   for mix in "${mixes[@]}"; do
     valgrind --tool=callgrind --toggle-collect='*measured*' \
       --callgrind-out-file="$OUT/$name.$mix" "$BIN" "$name" "$mix" "$N" >/dev/null 2>&1
@@ -42,7 +46,7 @@ done
 
 if [ $# -eq 1 ]; then
   mixes=(allowed denied)
-  [[ $1 == settle-* ]] && mixes=(charge give-back)
+  [[ $1 == settle-* ]] && mixes=(charge give-back acquire)
   for mix in "${mixes[@]}"; do
     echo
     echo "where $1's $mix checks go (instructions per check, by source file, inlined code included):"
