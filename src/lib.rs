@@ -28,6 +28,8 @@
 //! | several limits on one request, dry run, waiting | [`guide::policies`], [`policy`] |
 //! | HTTP: 429, `Retry-After`, the RateLimit fields (feature `tower`) | [`guide::http`], `turnstile::http` |
 //! | HTTP behind load balancers: the client's address from trusted proxies (feature `tower`) | [`guide::behind_a_proxy`], `turnstile::http::RealIp` |
+//! | costs known only after the response: reserve, then settle | [`guide::llm_token_budgets`], [`Settlement`] |
+//! | limits from a file, reloaded while running (feature `config`) | [`guide::limits_from_a_file`], `turnstile::config` |
 //! | limits shared by many servers (feature `redis`) | [`guide::redis`], `turnstile::redis` |
 //! | metrics and logs (features `metrics`, `tracing`) | `turnstile::observe` |
 //! | moving from governor | [`guide::coming_from_governor`] |
