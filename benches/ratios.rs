@@ -45,7 +45,12 @@ fn main() {
     let names: Vec<&str> = LIMITERS
         .iter()
         .copied()
-        .chain(["floor-stack", "turnstile-manual"])
+        .chain([
+            "floor-stack",
+            "turnstile-manual",
+            "turnstile-presized",
+            "floor-insert",
+        ])
         .collect();
     let mut csv = String::from(INTERLEAVED_HEADER);
     for pattern in Pattern::ALL {
@@ -64,6 +69,10 @@ fn main() {
                 name != "turnstile-manual"
                     || manual_named
                     || matches!(pattern, Pattern::Zipf | Pattern::Churn)
+            })
+            .filter(|&(_, name)| {
+                !matches!(name, "turnstile-presized" | "floor-insert")
+                    || named("TURNSTILE_BENCH_LIMITERS", name)
             })
             .filter(|&(_, name)| chosen("TURNSTILE_BENCH_LIMITERS", name))
             .map(|(mix, name)| {

@@ -10,6 +10,7 @@
 #
 #   bash results/http-bench.sh            # 5 runs of 10 s per configuration
 #   RUNS=3 SECONDS_PER_RUN=20 bash results/http-bench.sh
+#   CONFIGS="generous generous-in-code" bash results/http-bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,9 @@ cpu_ticks() {
 # recorder installed (the cost of recording, by difference); limited: the endpoint
 # table as shipped, so all but the first requests are refused with 429 (the cost of
 # refusing).
-CONFIGS=(no-limits generous generous-no-recorder limited)
+# CONFIGS="generous generous-in-code" compares the table read from the file (a
+# reloadable layer) with the same table built in code (a fixed layer).
+read -ra CONFIGS <<<"${CONFIGS:-no-limits generous generous-no-recorder limited}"
 declare -A RPS CPU
 
 for run in $(seq 1 "$RUNS"); do

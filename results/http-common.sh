@@ -12,11 +12,13 @@ median() {
 
 # The server's flags for a configuration: no-limits and generous are flags of their
 # own; generous-no-recorder is generous without a metrics recorder (the limiters are
-# named but report to no one); limited is the endpoint table as shipped.
+# named but report to no one); generous-in-code is generous built in code, a fixed
+# layer; limited is the endpoint table as shipped.
 flags_of() {
   case "$1" in
     limited) ;;
     generous-no-recorder) echo "--generous --no-recorder" ;;
+    generous-in-code) echo "--generous --in-code" ;;
     *) echo "--$1" ;;
   esac
 }

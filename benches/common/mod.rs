@@ -160,6 +160,9 @@ impl Contender for FloorLookup {
     }
 }
 
+/// What `turnstile-presized` is sized for: more keys than a churn sample brings.
+pub const PRESIZED_KEYS: usize = 1 << 20;
+
 /// Which contenders run, in table order.
 pub const LIMITERS: [&str; 6] = [
     "turnstile",
@@ -283,6 +286,17 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
                     .unwrap(),
             )
         }),
+        // Presized for a million keys whatever the pattern: churn's "with
+        // `expected_keys`" (the plain "turnstile" is sized to the pattern's key space,
+        // which churn does not have). Runs only where named.
+        "turnstile-presized" => visitor.visit(move || {
+            Ours(
+                TokenBucket::<u64>::builder(quota)
+                    .expected_keys(PRESIZED_KEYS)
+                    .build()
+                    .unwrap(),
+            )
+        }),
         // No sweeper thread: what automatic sweeps cost, beside "turnstile".
         "turnstile-manual" => visitor.visit(move || {
             Ours(
@@ -317,6 +331,14 @@ pub fn with_contender<V: Visit>(name: &str, mix: Mix, pattern: Pattern, visitor:
             clock: QuantaClock::new(),
             words: Words::with_capacity(expected_keys),
             removes_behind: pattern == Pattern::Churn,
+        }),
+        // papaya's bare insertion of a new key (and the clock and the CAS around
+        // it), nothing removed behind: what issue 45 compares a new key with. Runs
+        // only where named.
+        "floor-insert" => visitor.visit(move || FloorStack {
+            clock: QuantaClock::new(),
+            words: Words::with_capacity(expected_keys),
+            removes_behind: false,
         }),
         "floor-clock" => visitor.visit(move || FloorClock(QuantaClock::new())),
         "floor-lookup" => visitor.visit(move || {
