@@ -265,6 +265,106 @@ fn a_shared_limit_of_an_algorithm_without_a_script_is_refused() {
     );
 }
 
+/// `GOOD` with `settings` added to its limit.
+fn with_memory(settings: &str) -> String {
+    GOOD.replace(
+        "quota = \"100/min\"",
+        &format!("quota = \"100/min\"\n{settings}"),
+    )
+}
+
+#[test]
+fn memory_settings_load_and_overflow_defaults_to_deny() {
+    for settings in [
+        "max_keys = 250000",
+        "max_keys = 250000\noverflow = \"deny\"",
+        "max_keys = 1\noverflow = \"50/s\"",
+        "max_keys = 10\noverflow = { capacity = 5, refill_every = \"1s\" }",
+        "eviction_margin = \"0s\"",
+        "eviction_margin = \"5m\"",
+    ] {
+        let config = Config::from_toml(&with_memory(settings), "limits.toml")
+            .unwrap_or_else(|error| panic!("{settings}: {error}"));
+        assert!(
+            LiveLimits::new(config, Extractors::new()).is_ok(),
+            "{settings}"
+        );
+    }
+    // Unset and explicit "deny" say the same.
+    assert_eq!(
+        Config::from_toml(&with_memory("max_keys = 7"), "limits.toml").unwrap(),
+        Config::from_toml(
+            &with_memory("max_keys = 7\noverflow = \"deny\""),
+            "limits.toml"
+        )
+        .unwrap()
+    );
+}
+
+#[test]
+fn an_overflow_without_max_keys_is_refused() {
+    let error = toml_error(&with_memory("overflow = \"deny\""));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(error.line().is_some());
+    assert!(error.message().contains("set max_keys too"), "{error}");
+}
+
+#[test]
+fn max_keys_of_0_is_refused_and_a_negative_one_is_not_a_count() {
+    let error = toml_error(&with_memory("max_keys = 0"));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(
+        error.message().contains("max_keys is at least 1"),
+        "{error}"
+    );
+    let error = toml_error(&with_memory("max_keys = -5"));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.max_keys");
+    assert_eq!(error.line(), Some(4));
+}
+
+#[test]
+fn an_overflow_that_is_not_deny_or_a_quota_says_what_it_takes() {
+    let error = toml_error(&with_memory("max_keys = 10\noverflow = \"allow\""));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.overflow");
+    assert_eq!(error.line(), Some(5));
+    assert!(error.message().contains("\"deny\", or a quota"), "{error}");
+    let error = toml_error(&with_memory("max_keys = 10\noverflow = 5"));
+    assert_eq!(error.field(), "limits.per-user.overflow");
+    assert!(error.message().contains("\"deny\", or a quota"), "{error}");
+}
+
+#[test]
+fn an_overflow_quota_the_algorithm_refuses_carries_its_own_error() {
+    let error = toml_error(&with_memory(
+        "algorithm = \"sliding_window\"\nmax_keys = 10\n\
+         overflow = { capacity = 4294967295, refill_every = \"1ns\" }",
+    ));
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user");
+    assert!(
+        error
+            .message()
+            .contains("sliding_window cannot hold the overflow quota"),
+        "{error}"
+    );
+}
+
+#[test]
+fn memory_settings_on_a_shared_limit_are_refused() {
+    for settings in ["max_keys = 10", "eviction_margin = \"2s\""] {
+        let error = toml_error(&with_memory(&format!(
+            "{settings}\nstore = {{ redis = \"redis://127.0.0.1/\" }}"
+        )));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user");
+        assert!(error.message().contains("in-process limit's"), "{error}");
+    }
+}
+
 #[test]
 fn a_missing_refill_every_is_reported_as_missing() {
     let error = toml_error(&GOOD.replace("\"100/min\"", "{ capacity = 5 }"));

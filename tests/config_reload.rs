@@ -195,6 +195,50 @@ fn a_removed_limit_drops_its_state_and_a_changed_algorithm_starts_a_new_limiter(
     assert_eq!(changes.version(), 4);
 }
 
+/// Limit `a` at 5 an hour with the memory `settings` given, in policy `p`.
+fn holding(settings: &str) -> Config {
+    let text = format!(
+        "[limits.a]\nquota = \"5/h\"\nkey = {{ header = \"x-api-key\" }}\n{settings}\n\
+         [policies.p]\nchecks = [\"a\"]\n[layer]\nfallback = \"p\"\n"
+    );
+    Config::from_toml(&text, "test.toml").unwrap()
+}
+
+#[test]
+fn max_keys_from_the_file_caps_the_keys_and_a_change_of_it_replaces_the_limiter() {
+    let clock = ManualClock::new();
+    let limits = live(holding("max_keys = 2"), &clock);
+    assert!(admits(&limits, "alice"));
+    assert!(admits(&limits, "bob"));
+    // At the cap a new key is refused ("deny" unless said), and no stored key is
+    // forgettable (each has taken a token), so none is forgotten to make room.
+    assert!(!admits(&limits, "carol"));
+    assert!(admits(&limits, "alice"));
+    // The same settings keep the limiter and every key's state.
+    assert!(limits.reload(holding("max_keys = 2")).unwrap().is_empty());
+    assert_eq!(admitted(&limits, "alice", 5), 3);
+    // Changed settings replace it, as the change says.
+    let changes = limits.reload(holding("max_keys = 3")).unwrap();
+    assert_eq!(
+        changes.changes(),
+        [Change::LimitReplaced {
+            limit: "a".into(),
+            why: Replaced::Memory
+        }]
+    );
+    assert_eq!(admitted(&limits, "alice", 6), 5);
+    // A shared overflow: the keys over the cap share one allowance of 2 an hour.
+    limits
+        .reload(holding("max_keys = 1\noverflow = \"2/h\""))
+        .unwrap();
+    assert!(admits(&limits, "alice"));
+    assert!(admits(&limits, "bob"));
+    assert!(admits(&limits, "carol"));
+    assert!(!admits(&limits, "dave"));
+    assert!(!admits(&limits, "bob"));
+    assert_eq!(admitted(&limits, "alice", 5), 4);
+}
+
 #[test]
 fn a_request_through_live_limits_allocates_nothing_once_its_key_exists() {
     let clock = ManualClock::new();

@@ -5,15 +5,15 @@ use super::error::ConfigError;
 #[cfg(feature = "redis")]
 use super::schema::FailureSpec;
 use super::schema::{
-    AlgorithmName, CheckSpec, ClientAddressSpec, Document, KeySpec, LimitSpec, MissingKeySpec,
-    PolicySpec, StoreSpec,
+    AlgorithmName, CheckSpec, ClientAddressSpec, Document, KeySpec, LimitSpec, MemorySpec,
+    MissingKeySpec, OverflowSpec, PolicySpec, StoreSpec,
 };
 use crate::algorithm::{Algorithm, FromQuota, Reconfigurable};
 use crate::http::{HeaderKey, PeerIp, RateLimitLayer, RealIp};
 use crate::policy::{Check, KeyExtractor, Limit, MissingKey, Policy, PolicyCheck};
 use crate::{
-    Clock, DynRateLimiter, FixedWindow, Gcra, KeyRef, KeyedLimiter, Quota, QuotaError, SlidingLog,
-    SlidingWindowCounter, TokenBucket,
+    Clock, DynRateLimiter, FixedWindow, Gcra, KeyRef, KeyedLimiter, Overflow, Quota, QuotaError,
+    SlidingLog, SlidingWindowCounter, TokenBucket,
 };
 use http::HeaderName;
 use http::request::Parts;
@@ -323,14 +323,47 @@ where
     C: Clock + Clone + 'static,
 {
     let quota = spec.quota.quota;
+    let memory = &spec.memory;
     match spec.algorithm {
-        AlgorithmName::TokenBucket => Ok(movable(TokenBucket::<K>::builder(quota), name, clock)),
-        AlgorithmName::FixedWindow => Ok(movable(FixedWindow::<K>::builder(quota), name, clock)),
-        AlgorithmName::SlidingLog => Ok(movable(SlidingLog::<K>::builder(quota), name, clock)),
-        AlgorithmName::Gcra => fixed(Gcra::<K>::builder(quota), name, clock),
-        AlgorithmName::SlidingWindow => {
-            fixed(SlidingWindowCounter::<K>::builder(quota), name, clock)
-        }
+        AlgorithmName::TokenBucket => Ok(movable(
+            holding(TokenBucket::<K>::builder(quota), memory),
+            name,
+            clock,
+        )),
+        AlgorithmName::FixedWindow => Ok(movable(
+            holding(FixedWindow::<K>::builder(quota), memory),
+            name,
+            clock,
+        )),
+        AlgorithmName::SlidingLog => Ok(movable(
+            holding(SlidingLog::<K>::builder(quota), memory),
+            name,
+            clock,
+        )),
+        AlgorithmName::Gcra => fixed(holding(Gcra::<K>::builder(quota), memory), name, clock),
+        AlgorithmName::SlidingWindow => fixed(
+            holding(SlidingWindowCounter::<K>::builder(quota), memory),
+            name,
+            clock,
+        ),
+    }
+}
+
+/// `builder` holding what `memory` says: its cap and overflow, its eviction margin.
+fn holding<L>(builder: crate::Builder<L>, memory: &MemorySpec) -> crate::Builder<L> {
+    let builder = match memory.eviction_margin {
+        Some(margin) => builder.eviction_margin(margin),
+        None => builder,
+    };
+    match &memory.max_keys {
+        Some((keys, overflow)) => builder.max_keys(
+            *keys,
+            match overflow {
+                OverflowSpec::Deny => Overflow::Deny,
+                OverflowSpec::Shared(quota) => Overflow::Shared(quota.quota),
+            },
+        ),
+        None => builder,
     }
 }
 

@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 ///   quota (the token bucket, fixed window and sliding log can move keys; a change of
 ///   a GCRA's or sliding window counter's quota is refused, as their keys cannot
 ///   move — give the limit a new name to start it afresh);
-/// - a limit whose algorithm, key or store changed is a new limit: a new limiter, the
-///   old one's state dropped, as a removed limit's is once no request holds it;
+/// - a limit whose algorithm, key, store or memory settings (`max_keys`, `overflow`,
+///   `eviction_margin`) changed is a new limit: a new limiter, the old one's state
+///   dropped, as a removed limit's is once no request holds it;
 /// - a shared (Redis) limit's state is Redis's: its quota cannot change while it runs
 ///   (refused, as a GCRA's);
 /// - policies and routes are rebuilt on the limiters above; a request in flight
@@ -467,7 +468,8 @@ fn plan(
             Some(old)
                 if old.spec.algorithm == spec.algorithm
                     && old.spec.key == spec.key
-                    && old.spec.store == spec.store =>
+                    && old.spec.store == spec.store
+                    && old.spec.memory == spec.memory =>
             {
                 let Some(requota) = &old.requota else {
                     return Err(cannot_move(origin, name, spec));
@@ -497,8 +499,10 @@ fn plan(
                             Replaced::Algorithm
                         } else if old.spec.key != spec.key {
                             Replaced::Key
-                        } else {
+                        } else if old.spec.store != spec.store {
                             Replaced::Store
+                        } else {
+                            Replaced::Memory
                         },
                     },
                 });
@@ -645,8 +649,8 @@ pub enum Change {
         /// The quota now, as written.
         to: String,
     },
-    /// A limit whose algorithm, key or store changed: a new limiter, the old one's
-    /// state dropped.
+    /// A limit whose algorithm, key, store or memory settings changed: a new limiter,
+    /// the old one's state dropped.
     LimitReplaced {
         /// Its name.
         limit: String,
@@ -684,6 +688,9 @@ pub enum Replaced {
     Key,
     /// Its store changed (in process or Redis, the Redis URL or failure policy).
     Store,
+    /// What it holds in process changed (`max_keys`, `overflow`, `eviction_margin`):
+    /// a limiter's store is sized and capped when it is built.
+    Memory,
 }
 
 impl fmt::Display for Replaced {
@@ -692,6 +699,7 @@ impl fmt::Display for Replaced {
             Replaced::Algorithm => "its algorithm changed",
             Replaced::Key => "its key changed",
             Replaced::Store => "its store changed",
+            Replaced::Memory => "its max_keys, overflow or eviction_margin changed",
         })
     }
 }

@@ -122,6 +122,8 @@ pub(crate) struct LimitSpec {
     pub(crate) key: KeySpec,
     /// `None`: in process.
     pub(crate) store: Option<StoreSpec>,
+    /// What an in-process limit holds (the builder's defaults when unset).
+    pub(crate) memory: MemorySpec,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +135,77 @@ struct RawLimit {
     key: KeySpec,
     #[serde(default)]
     store: Option<StoreSpec>,
+    #[serde(default)]
+    max_keys: Option<usize>,
+    #[serde(default)]
+    overflow: Option<OverflowSpec>,
+    #[serde(default)]
+    eviction_margin: Option<DurationSpec>,
+}
+
+/// What an in-process limit holds: at most `max_keys` keys, a new key at the cap
+/// answered as `overflow` says ([`Builder::max_keys`](crate::Builder::max_keys)), and
+/// how long a key that carries no information is kept
+/// ([`Builder::eviction_margin`](crate::Builder::eviction_margin)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemorySpec {
+    pub(crate) max_keys: Option<(usize, OverflowSpec)>,
+    pub(crate) eviction_margin: Option<Duration>,
+}
+
+impl MemorySpec {
+    /// Whether every setting is the builder's default.
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What a new key gets at `max_keys`: `"deny"`, or a quota every such key shares
+/// ([`Overflow`](crate::Overflow)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum OverflowSpec {
+    /// Refused ([`Overflow::Deny`](crate::Overflow::Deny)).
+    Deny,
+    /// One allowance shared by every key that finds no room
+    /// ([`Overflow::Shared`](crate::Overflow::Shared)).
+    Shared(QuotaSpec),
+}
+
+/// What `overflow` takes, for messages.
+const OVERFLOW_FORMS: &str = "\"deny\", or a quota that every new key over max_keys \
+    shares, such as \"50/s\"";
+
+impl<'de> Deserialize<'de> for OverflowSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OverflowVisitor;
+
+        impl<'de> Visitor<'de> for OverflowVisitor {
+            type Value = OverflowSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(OVERFLOW_FORMS)
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<OverflowSpec, E> {
+                if text == "deny" {
+                    return Ok(OverflowSpec::Deny);
+                }
+                let quota = parse_quota(text)
+                    .map_err(|error| E::custom(format!("overflow is {OVERFLOW_FORMS}: {error}")))?;
+                Ok(OverflowSpec::Shared(QuotaSpec {
+                    quota,
+                    text: format!("{text:?}"),
+                }))
+            }
+
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<OverflowSpec, M::Error> {
+                QuotaSpec::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(OverflowSpec::Shared)
+            }
+        }
+
+        deserializer.deserialize_any(OverflowVisitor)
+    }
 }
 
 /// Where a shared limit's state lives: `{ redis = "URL", failure = "closed" }`.
@@ -173,13 +246,64 @@ impl TryFrom<RawLimit> for LimitSpec {
         if raw.store.is_some() {
             shared_store_allowed(raw.algorithm)?;
         }
+        let memory = memory(
+            raw.algorithm,
+            raw.max_keys,
+            raw.overflow,
+            raw.eviction_margin,
+        )?;
+        if raw.store.is_some() && !memory.is_default() {
+            return Err(
+                "max_keys, overflow and eviction_margin are an in-process limit's: a \
+                 shared limit's keys live in Redis, which expires them"
+                    .into(),
+            );
+        }
         Ok(Self {
             algorithm: raw.algorithm,
             quota: raw.quota,
             key: raw.key,
             store: raw.store,
+            memory,
         })
     }
+}
+
+/// The memory settings as written, checked: `overflow` only beside a `max_keys` of at
+/// least 1 (`"deny"` when not given), an overflow quota that `algorithm` can hold.
+fn memory(
+    algorithm: AlgorithmName,
+    max_keys: Option<usize>,
+    overflow: Option<OverflowSpec>,
+    eviction_margin: Option<DurationSpec>,
+) -> Result<MemorySpec, String> {
+    let max_keys = match (max_keys, overflow) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err("overflow says what a new key gets at max_keys: set max_keys too".into());
+        }
+        (Some(0), _) => {
+            return Err(
+                "max_keys is at least 1 (a limit that holds no key would answer every \
+                 request by its overflow)"
+                    .into(),
+            );
+        }
+        (Some(keys), overflow) => Some((keys, overflow.unwrap_or(OverflowSpec::Deny))),
+    };
+    if let Some((_, OverflowSpec::Shared(quota))) = &max_keys {
+        algorithm.holds(&quota.quota).map_err(|error| {
+            format!(
+                "{} cannot hold the overflow quota {}: {error}",
+                algorithm.name(),
+                quota.text
+            )
+        })?;
+    }
+    Ok(MemorySpec {
+        max_keys,
+        eviction_margin: eviction_margin.map(|margin| margin.0),
+    })
 }
 
 /// Whether a limit of `algorithm` can live in Redis: the token bucket and the fixed

@@ -27,6 +27,9 @@
 //! [limits.per-ip]
 //! quota = { capacity = 300, refill_every = "200ms" }
 //! key = "client_address"              # the peer, or behind trusted proxies RealIp
+//! max_keys = 250000                   # at most about this many keys held, and at
+//! overflow = "50/s"                   # the cap new keys share 50/s ("deny": refused)
+//! eviction_margin = "1s"              # a full key forgotten after this (the default)
 //! # Shared by many servers (feature redis; a token_bucket or a fixed_window):
 //! # store = { redis = "redis://10.0.0.5/", failure = "closed" }   # or "open"
 //!
@@ -96,8 +99,18 @@
 //!   `turnstile:NAME:`), with its failure policy; it connects on the tokio runtime
 //!   the limits are built and reloaded in. A key of text is its UTF-8, an address its
 //!   octets.
-//! - **Not yet in the format**: leased Redis limits, `max_keys` and the other builder
-//!   settings, predicate routes. Build those in code.
+//! - **Memory**, for an in-process limit: `max_keys` caps the keys it holds
+//!   ([`Builder::max_keys`](crate::Builder::max_keys); at least 1), and `overflow`
+//!   says what a new key gets at the cap: `"deny"` (the default when only `max_keys`
+//!   is given: [`Overflow::Deny`](crate::Overflow::Deny)) or a quota every such key
+//!   shares ([`Overflow::Shared`](crate::Overflow::Shared), which the limit's
+//!   algorithm must hold). `eviction_margin` is how long a key that carries no
+//!   information is kept ([`Builder::eviction_margin`](crate::Builder::eviction_margin),
+//!   1 s by default). Without them a limit's memory follows its active keys
+//!   ([bounded memory](crate::guide::bounded_memory)); a shared limit takes none of
+//!   them (Redis expires its keys).
+//! - **Not yet in the format**: leased Redis limits, `expected_keys`, predicate
+//!   routes. Build those in code.
 //!
 //! Every table refuses a field it does not know, and a mistake is reported with its
 //! file, line, column and field, and what was expected —
@@ -105,7 +118,7 @@
 //!
 //! ```text
 //! limits.toml:3:9: limits.login.quota: "5 per minute" is not a quota such as "100/min", "10/s burst 50" or "5/10s" (units: ns, us, ms, s, m or min, h, d), or a table { capacity = 50, refill_every = "100ms" }
-//! limits.toml:4:1: limits.login.burts: unknown field `burts`, expected one of `algorithm`, `quota`, `key`
+//! limits.toml:4:1: limits.login.burts: unknown field `burts`, expected one of `algorithm`, `quota`, `key`, `store`, `max_keys`, `overflow`, `eviction_margin`
 //! limits.toml:7:23: policies.api.checks[1]: unknown limit "per-ip": expected one of the names under [limits]: per-user
 //! ```
 //!
@@ -129,7 +142,7 @@
 //! | the quota changed | kept | each key moves at its next request, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
 //! | the quota of a `gcra` or `sliding_window` limit changed | — | refused: their keys cannot move (rename the limit to start it afresh) |
 //! | the quota of a shared (Redis) limit changed | — | refused: its state is Redis's, under the old quota (rename the limit to start it afresh) |
-//! | the algorithm, key or store changed | a new one | the old state dropped (a new limit under the old name) |
+//! | the algorithm, key, store or memory settings (`max_keys`, `overflow`, `eviction_margin`) changed | a new one | the old state dropped (a new limit under the old name) |
 //! | gone | dropped once no request holds it | dropped |
 //!
 //! Policies and routes are rebuilt on those limiters each time. **On the request
