@@ -163,7 +163,10 @@ impl LiveLimits {
     /// How long a [`reload`](Self::reload) that changes a quota waits for requests
     /// still running under the old configuration before it moves the limiters to
     /// their new quotas (see [what a request can see](Self#what-a-request-can-see-of-a-reload));
-    /// 1 s unless set. Past it the quotas move anyway. Returns `self`, for chaining.
+    /// 1 s unless set. Past it the quotas move anyway. `Duration::ZERO` moves them
+    /// right after the swap: new requests then meet the new quotas within
+    /// microseconds, and requests in flight meet them in the checks they make after.
+    /// Returns `self`, for chaining.
     pub fn drain_limit(self, limit: Duration) -> Self {
         *self
             .shared

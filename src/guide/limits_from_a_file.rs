@@ -166,6 +166,15 @@
 //! moved and the other not. A request held past the drain limit (delay mode, a policy
 //! kept across requests) can meet a new quota with its old check.
 //!
+//! Both halves cannot hold at once, and nothing waits to make them: a key's state is
+//! under one quota at a time, so an old request and a new one meeting the same key
+//! between the swap and the move see the same quota. The default keeps the old
+//! requests' checks exact; `drain_limit(Duration::ZERO)` chooses the other half: the
+//! quotas move right after the swap, so new requests meet the new quotas within the
+//! microseconds of the moves, and a request in flight meets them in the checks (and
+//! settles) it makes after. (With the layer a request's checks come first, so few
+//! requests in flight have checks left.)
+//!
 //! **Key moves are lazy**: a reload only publishes each changed limiter's new quota
 //! ([`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota)), and each key moves
 //! at its own next request — so the moves cost the same whatever the number of keys,
