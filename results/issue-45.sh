@@ -15,6 +15,7 @@
 #   2. memory: bytes per key at 1M keys, one 10M-key stream per limiter, the sweep's
 #      pause over 1M keys (`benches/memory.rs`, all of it);
 #   3. the 10M-key stream again, 3 interleaved rounds (`memory-stream.sh`): medians;
+#      then at two threads with one malloc arena (what glibc's per-thread arenas add);
 #   4. throughput ratios to governor, full mode (21+ interleaved rounds of 100 ms):
 #      hot, uniform and zipf at 1, 2 and 4 threads; churn at 1, 2 and 4 with the
 #      presized ring and the floors beside;
@@ -57,9 +58,12 @@ done
 for contender in turnstile turnstile-presized turnstile-words governor floor-insert floor-stack; do
   count "$contender" churn
 done
-# Where a new key's instructions go, by function (inclusive), for the ring.
-callgrind_annotate --inclusive=yes --auto=no "$OUT/callgrind.turnstile.churn" 2>/dev/null |
-  head -60 >"$OUT/new-key-profile.txt"
+# Where a new key's instructions go, by function (inclusive), for the ring and the
+# word store.
+for contender in turnstile turnstile-words floor-insert; do
+  callgrind_annotate --inclusive=yes --auto=no "$OUT/callgrind.$contender.churn" 2>/dev/null |
+    head -80 >"$OUT/new-key-profile.$contender.txt"
+done
 rm -f "$OUT"/callgrind.*.{allowed,denied}
 
 # 2. Memory per key, one stream each, the sweep's pause.
@@ -69,6 +73,16 @@ TURNSTILE_BENCH_OUT="$OUT" cargo bench --bench memory >"$OUT/memory.txt" 2>&1
 # 3. The stream, 3 interleaved rounds.
 stamp memory-stream | tee -a "$OUT/run.txt"
 bash results/memory-stream.sh >"$OUT/memory-stream.txt" 2>&1
+
+# 3b. What glibc's per-thread malloc arenas add at two request threads: the same
+#     stream with one arena (MALLOC_ARENA_MAX=1), 3 rounds.
+stamp one-arena | tee -a "$OUT/run.txt"
+stream=$(ls -t target/release/deps/memory-* | grep -v '\.d$' | head -1)
+for round in 1 2 3; do
+  for limiter in turnstile turnstile-capped turnstile-words; do
+    MALLOC_ARENA_MAX=1 "$stream" --stream "$limiter" 2 2>&1 | grep thr:
+  done
+done >"$OUT/memory-stream-one-arena.txt"
 
 # 4. Throughput ratios to governor: hot, uniform and zipf with the rivals; churn also
 #    with the presized ring and papaya's bare insertion.
