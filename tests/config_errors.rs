@@ -385,7 +385,12 @@ fn an_overflow_quota_the_algorithm_refuses_carries_its_own_error() {
 
 #[test]
 fn memory_settings_on_a_shared_limit_are_refused() {
-    for settings in ["max_keys = 10", "eviction_margin = \"2s\""] {
+    // The default margin written out too: a shared limit takes none of them.
+    for settings in [
+        "max_keys = 10",
+        "eviction_margin = \"2s\"",
+        "eviction_margin = \"1s\"",
+    ] {
         let error = toml_error(&with_memory(&format!(
             "{settings}\nstore = {{ redis = \"redis://127.0.0.1/\" }}"
         )));

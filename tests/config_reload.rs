@@ -240,6 +240,40 @@ fn max_keys_from_the_file_caps_the_keys_and_a_change_of_it_replaces_the_limiter(
 }
 
 #[test]
+fn memory_settings_written_as_they_already_are_change_nothing_and_keep_every_key() {
+    let clock = ManualClock::new();
+    let limits = live(holding(""), &clock);
+    assert!(admits(&limits, "alice"));
+    // The default margin written out says what the file said without it: the same
+    // configuration, no change, every key's state kept.
+    assert_eq!(holding(""), holding("eviction_margin = \"1s\""));
+    assert!(
+        limits
+            .reload(holding("eviction_margin = \"1s\""))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(admitted(&limits, "alice", 5), 4);
+    // And removed again: no change either.
+    assert!(limits.reload(holding("")).unwrap().is_empty());
+    assert!(!admits(&limits, "alice"));
+    // An overflow quota is compared as a quota, however written.
+    limits
+        .reload(holding("max_keys = 2\noverflow = \"2/h\""))
+        .unwrap();
+    assert!(admits(&limits, "bob"));
+    assert!(
+        limits
+            .reload(holding(
+                "max_keys = 2\noverflow = { capacity = 2, refill_every = \"30m\" }"
+            ))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(admitted(&limits, "bob", 5), 4);
+}
+
+#[test]
 fn a_request_through_live_limits_allocates_nothing_once_its_key_exists() {
     let clock = ManualClock::new();
     let limits = live(config("token_bucket", Some("\"3/h\"")), &clock);

@@ -196,13 +196,6 @@ pub(crate) struct MemorySpec {
     pub(crate) eviction_margin: Option<Duration>,
 }
 
-impl MemorySpec {
-    /// Whether every setting is the builder's default.
-    fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
 /// What a new key gets at `max_keys`: `"deny"`, or a quota every such key shares
 /// ([`Overflow`](crate::Overflow)).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -289,19 +282,23 @@ impl TryFrom<RawLimit> for LimitSpec {
         if raw.store.is_some() {
             shared_store_allowed(raw.algorithm)?;
         }
-        let memory = memory(
-            raw.algorithm,
-            raw.max_keys,
-            raw.overflow,
-            raw.eviction_margin,
-        )?;
-        if raw.store.is_some() && !memory.is_default() {
+        // Refused as written, a default written out included: a shared limit takes
+        // none of them.
+        let memory_written =
+            raw.max_keys.is_some() || raw.overflow.is_some() || raw.eviction_margin.is_some();
+        if raw.store.is_some() && memory_written {
             return Err(
                 "max_keys, overflow and eviction_margin are an in-process limit's: a \
                  shared limit's keys live in Redis, which expires them"
                     .into(),
             );
         }
+        let memory = memory(
+            raw.algorithm,
+            raw.max_keys,
+            raw.overflow,
+            raw.eviction_margin,
+        )?;
         Ok(Self {
             algorithm: raw.algorithm,
             quota: raw.quota,
@@ -312,8 +309,9 @@ impl TryFrom<RawLimit> for LimitSpec {
     }
 }
 
-/// The memory settings as written, checked: `overflow` only beside a `max_keys`
-/// (`"deny"` when not given), an overflow quota that `algorithm` can hold.
+/// The memory settings as written, checked and said one way: `overflow` only beside a
+/// `max_keys` (`"deny"` when not given), an overflow quota that `algorithm` can hold,
+/// the default margin as none.
 fn memory(
     algorithm: AlgorithmName,
     max_keys: Option<MaxKeys>,
@@ -336,9 +334,14 @@ fn memory(
             )
         })?;
     }
+    // The builder's default margin written out is no margin written: the same
+    // limiter, so a reload that adds or removes it keeps every key's state.
+    let default_margin = crate::evict::EvictionSettings::default().margin;
     Ok(MemorySpec {
         max_keys,
-        eviction_margin: eviction_margin.map(|margin| margin.0),
+        eviction_margin: eviction_margin
+            .map(|margin| margin.0)
+            .filter(|margin| *margin != default_margin),
     })
 }
 
