@@ -290,6 +290,15 @@ fn memory_settings_load_and_overflow_defaults_to_deny() {
             "{settings}"
         );
     }
+    // "deny" is trimmed as a quota's text is: not read as a quota, said of "deny".
+    assert_eq!(
+        Config::from_toml(
+            &with_memory("max_keys = 7\noverflow = \" deny \""),
+            "limits.toml"
+        )
+        .unwrap(),
+        Config::from_toml(&with_memory("max_keys = 7"), "limits.toml").unwrap()
+    );
     // Unset and explicit "deny" say the same.
     assert_eq!(
         Config::from_toml(&with_memory("max_keys = 7"), "limits.toml").unwrap(),

@@ -223,7 +223,9 @@ impl<'de> Deserialize<'de> for OverflowSpec {
             }
 
             fn visit_str<E: de::Error>(self, text: &str) -> Result<OverflowSpec, E> {
-                if text == "deny" {
+                // Trimmed as a quota's text is, so " deny " is not read as a quota
+                // (whose error would say `"deny" is not a quota`).
+                if text.trim() == "deny" {
                     return Ok(OverflowSpec::Deny);
                 }
                 let quota = parse_quota(text)
