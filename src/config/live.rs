@@ -692,7 +692,7 @@ pub enum Replaced {
     /// Its store changed (in process or Redis, the Redis URL or failure policy).
     Store,
     /// What it holds in process changed (`max_keys`, `overflow`, `eviction_margin`):
-    /// a limiter's store is sized and capped when it is built.
+    /// a limiter's cap, overflow and margin are set when it is built.
     Memory,
 }
 
