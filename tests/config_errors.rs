@@ -392,6 +392,8 @@ fn an_overflow_quota_the_algorithm_refuses_carries_its_own_error() {
     );
 }
 
+// Without the `redis` feature a shared limit is refused first, for that.
+#[cfg(feature = "redis")]
 #[test]
 fn memory_settings_on_a_shared_limit_are_refused() {
     // The default margin written out too: a shared limit takes none of them.
