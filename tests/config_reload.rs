@@ -137,6 +137,11 @@ fn a_refused_reload_leaves_the_running_limits_untouched() {
     let error = limits.reload(config("gcra", Some("\"8/h\""))).unwrap_err();
     assert_eq!(error.field(), "limits.a.quota");
     assert!(error.message().contains("cannot move its keys"), "{error}");
+    // The quota to keep is the running one, not the one refused.
+    assert!(
+        error.message().contains("keep its quota \"4/h\""),
+        "{error}"
+    );
     // A file with a mistake in it, reloaded from disk: refused.
     let broken = "[limits.a]\nquota = \"8/hour and a bit\"\nkey = \"client_address\"\n";
     assert!(Config::from_toml(broken, "test.toml").is_err());
