@@ -290,6 +290,15 @@ fn memory_settings_load_and_overflow_defaults_to_deny() {
             "{settings}"
         );
     }
+    // "deny" is trimmed as a quota's text is: not read as a quota, said of "deny".
+    assert_eq!(
+        Config::from_toml(
+            &with_memory("max_keys = 7\noverflow = \" deny \""),
+            "limits.toml"
+        )
+        .unwrap(),
+        Config::from_toml(&with_memory("max_keys = 7"), "limits.toml").unwrap()
+    );
     // Unset and explicit "deny" say the same.
     assert_eq!(
         Config::from_toml(&with_memory("max_keys = 7"), "limits.toml").unwrap(),
@@ -311,18 +320,48 @@ fn an_overflow_without_max_keys_is_refused() {
 }
 
 #[test]
-fn max_keys_of_0_is_refused_and_a_negative_one_is_not_a_count() {
-    let error = toml_error(&with_memory("max_keys = 0"));
+fn max_keys_that_is_not_a_count_of_at_least_1_is_refused_at_its_own_line() {
+    // 0 is a mistake of max_keys alone: said at max_keys (line 4, after its `=`),
+    // as a negative number or a fraction is, in words a file's author reads (not
+    // serde's `usize`).
+    for (value, says) in [
+        ("0", "at least 1"),
+        ("-5", "-5"),
+        ("1.5", "1.5"),
+        ("\"10\"", "\"10\""),
+    ] {
+        let error = toml_error(&with_memory(&format!("max_keys = {value}")));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user.max_keys", "{error}");
+        assert_eq!(
+            (error.line(), error.column()),
+            (Some(4), Some(12)),
+            "{error}"
+        );
+        assert!(error.message().contains(says), "{error}");
+        assert!(
+            error
+                .message()
+                .contains("a whole number of keys, at least 1"),
+            "{error}"
+        );
+        assert!(!error.message().contains("usize"), "{error}");
+    }
+    // The same in YAML and JSON: at max_keys's own line.
+    let yaml = "limits:\n  a:\n    quota: 5/h\n    key: { header: x-api-key }\n    \
+                max_keys: 0\npolicies:\n  p:\n    checks: [a]\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
     println!("{error}");
-    assert_eq!(error.field(), "limits.per-user");
-    assert!(
-        error.message().contains("max_keys is at least 1"),
-        "{error}"
-    );
-    let error = toml_error(&with_memory("max_keys = -5"));
+    assert_eq!(error.field(), "limits.a.max_keys");
+    assert_eq!(error.line(), Some(5));
+    assert!(error.message().contains("at least 1"), "{error}");
+    let json = "{\"limits\": {\"a\": {\"quota\": \"5/h\", \"key\": {\"header\": \"x-api-key\"},\n\
+                \"max_keys\": 0}},\n\"policies\": {\"p\": {\"checks\": [\"a\"]}}}";
+    let error = Config::from_json(json, "limits.json").unwrap_err();
     println!("{error}");
-    assert_eq!(error.field(), "limits.per-user.max_keys");
-    assert_eq!(error.line(), Some(4));
+    assert_eq!(error.field(), "limits.a.max_keys");
+    assert_eq!(error.line(), Some(2));
+    assert!(error.message().contains("at least 1"), "{error}");
 }
 
 #[test]
@@ -353,9 +392,16 @@ fn an_overflow_quota_the_algorithm_refuses_carries_its_own_error() {
     );
 }
 
+// Without the `redis` feature a shared limit is refused first, for that.
+#[cfg(feature = "redis")]
 #[test]
 fn memory_settings_on_a_shared_limit_are_refused() {
-    for settings in ["max_keys = 10", "eviction_margin = \"2s\""] {
+    // The default margin written out too: a shared limit takes none of them.
+    for settings in [
+        "max_keys = 10",
+        "eviction_margin = \"2s\"",
+        "eviction_margin = \"1s\"",
+    ] {
         let error = toml_error(&with_memory(&format!(
             "{settings}\nstore = {{ redis = \"redis://127.0.0.1/\" }}"
         )));

@@ -137,6 +137,11 @@ fn a_refused_reload_leaves_the_running_limits_untouched() {
     let error = limits.reload(config("gcra", Some("\"8/h\""))).unwrap_err();
     assert_eq!(error.field(), "limits.a.quota");
     assert!(error.message().contains("cannot move its keys"), "{error}");
+    // The quota to keep is the running one, not the one refused.
+    assert!(
+        error.message().contains("keep its quota \"4/h\""),
+        "{error}"
+    );
     // A file with a mistake in it, reloaded from disk: refused.
     let broken = "[limits.a]\nquota = \"8/hour and a bit\"\nkey = \"client_address\"\n";
     assert!(Config::from_toml(broken, "test.toml").is_err());
@@ -237,6 +242,40 @@ fn max_keys_from_the_file_caps_the_keys_and_a_change_of_it_replaces_the_limiter(
     assert!(!admits(&limits, "dave"));
     assert!(!admits(&limits, "bob"));
     assert_eq!(admitted(&limits, "alice", 5), 4);
+}
+
+#[test]
+fn memory_settings_written_as_they_already_are_change_nothing_and_keep_every_key() {
+    let clock = ManualClock::new();
+    let limits = live(holding(""), &clock);
+    assert!(admits(&limits, "alice"));
+    // The default margin written out says what the file said without it: the same
+    // configuration, no change, every key's state kept.
+    assert_eq!(holding(""), holding("eviction_margin = \"1s\""));
+    assert!(
+        limits
+            .reload(holding("eviction_margin = \"1s\""))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(admitted(&limits, "alice", 5), 4);
+    // And removed again: no change either.
+    assert!(limits.reload(holding("")).unwrap().is_empty());
+    assert!(!admits(&limits, "alice"));
+    // An overflow quota is compared as a quota, however written.
+    limits
+        .reload(holding("max_keys = 2\noverflow = \"2/h\""))
+        .unwrap();
+    assert!(admits(&limits, "bob"));
+    assert!(
+        limits
+            .reload(holding(
+                "max_keys = 2\noverflow = { capacity = 2, refill_every = \"30m\" }"
+            ))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(admitted(&limits, "bob", 5), 4);
 }
 
 #[test]

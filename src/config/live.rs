@@ -475,7 +475,7 @@ fn plan(
                     && old.spec.memory == spec.memory =>
             {
                 let Some(requota) = &old.requota else {
-                    return Err(cannot_move(origin, name, spec));
+                    return Err(cannot_move(origin, name, &old.spec));
                 };
                 moves.push((Arc::clone(requota), spec.quota.quota));
                 changes.push(Change::QuotaChanged {
@@ -539,7 +539,8 @@ fn plan(
     })
 }
 
-/// A quota change the algorithm's keys cannot follow.
+/// A quota change the algorithm's keys cannot follow, said of the running limit's
+/// `spec` (the quota to keep is the running one's).
 fn cannot_move(origin: &str, name: &str, spec: &LimitSpec) -> ConfigError {
     let which = match spec.store {
         Some(_) => "shared (Redis)".to_owned(),
@@ -692,7 +693,7 @@ pub enum Replaced {
     /// Its store changed (in process or Redis, the Redis URL or failure policy).
     Store,
     /// What it holds in process changed (`max_keys`, `overflow`, `eviction_margin`):
-    /// a limiter's store is sized and capped when it is built.
+    /// a limiter's cap, overflow and margin are set when it is built.
     Memory,
 }
 

@@ -136,11 +136,54 @@ struct RawLimit {
     #[serde(default)]
     store: Option<StoreSpec>,
     #[serde(default)]
-    max_keys: Option<usize>,
+    max_keys: Option<MaxKeys>,
     #[serde(default)]
     overflow: Option<OverflowSpec>,
     #[serde(default)]
     eviction_margin: Option<DurationSpec>,
+}
+
+/// `max_keys` as written: a whole number of keys, at least 1. Read by its own
+/// visitor, so 0, a negative number or a fraction is refused at `max_keys`'s line, in
+/// words a file's author reads.
+struct MaxKeys(usize);
+
+/// What `max_keys` takes, for messages.
+const MAX_KEYS_FORMS: &str = "a whole number of keys, at least 1";
+
+impl<'de> Deserialize<'de> for MaxKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MaxKeysVisitor;
+
+        impl Visitor<'_> for MaxKeysVisitor {
+            type Value = MaxKeys;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(MAX_KEYS_FORMS)
+            }
+
+            fn visit_u64<E: de::Error>(self, keys: u64) -> Result<MaxKeys, E> {
+                if keys == 0 {
+                    return Err(E::custom(format!(
+                        "max_keys is {MAX_KEYS_FORMS} (a limit that holds no key would \
+                         answer every request by its overflow)"
+                    )));
+                }
+                usize::try_from(keys)
+                    .map(MaxKeys)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(keys), &self))
+            }
+
+            fn visit_i64<E: de::Error>(self, keys: i64) -> Result<MaxKeys, E> {
+                match u64::try_from(keys) {
+                    Ok(keys) => self.visit_u64(keys),
+                    Err(_) => Err(E::invalid_value(de::Unexpected::Signed(keys), &self)),
+                }
+            }
+        }
+
+        deserializer.deserialize_u64(MaxKeysVisitor)
+    }
 }
 
 /// What an in-process limit holds: at most `max_keys` keys, a new key at the cap
@@ -151,13 +194,6 @@ struct RawLimit {
 pub(crate) struct MemorySpec {
     pub(crate) max_keys: Option<(usize, OverflowSpec)>,
     pub(crate) eviction_margin: Option<Duration>,
-}
-
-impl MemorySpec {
-    /// Whether every setting is the builder's default.
-    fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
 }
 
 /// What a new key gets at `max_keys`: `"deny"`, or a quota every such key shares
@@ -187,7 +223,9 @@ impl<'de> Deserialize<'de> for OverflowSpec {
             }
 
             fn visit_str<E: de::Error>(self, text: &str) -> Result<OverflowSpec, E> {
-                if text == "deny" {
+                // Trimmed as a quota's text is, so " deny " is not read as a quota
+                // (whose error would say `"deny" is not a quota`).
+                if text.trim() == "deny" {
                     return Ok(OverflowSpec::Deny);
                 }
                 let quota = parse_quota(text)
@@ -246,19 +284,23 @@ impl TryFrom<RawLimit> for LimitSpec {
         if raw.store.is_some() {
             shared_store_allowed(raw.algorithm)?;
         }
-        let memory = memory(
-            raw.algorithm,
-            raw.max_keys,
-            raw.overflow,
-            raw.eviction_margin,
-        )?;
-        if raw.store.is_some() && !memory.is_default() {
+        // Refused as written, a default written out included: a shared limit takes
+        // none of them.
+        let memory_written =
+            raw.max_keys.is_some() || raw.overflow.is_some() || raw.eviction_margin.is_some();
+        if raw.store.is_some() && memory_written {
             return Err(
                 "max_keys, overflow and eviction_margin are an in-process limit's: a \
                  shared limit's keys live in Redis, which expires them"
                     .into(),
             );
         }
+        let memory = memory(
+            raw.algorithm,
+            raw.max_keys,
+            raw.overflow,
+            raw.eviction_margin,
+        )?;
         Ok(Self {
             algorithm: raw.algorithm,
             quota: raw.quota,
@@ -269,11 +311,12 @@ impl TryFrom<RawLimit> for LimitSpec {
     }
 }
 
-/// The memory settings as written, checked: `overflow` only beside a `max_keys` of at
-/// least 1 (`"deny"` when not given), an overflow quota that `algorithm` can hold.
+/// The memory settings as written, checked and said one way: `overflow` only beside a
+/// `max_keys` (`"deny"` when not given), an overflow quota that `algorithm` can hold,
+/// the default margin as none.
 fn memory(
     algorithm: AlgorithmName,
-    max_keys: Option<usize>,
+    max_keys: Option<MaxKeys>,
     overflow: Option<OverflowSpec>,
     eviction_margin: Option<DurationSpec>,
 ) -> Result<MemorySpec, String> {
@@ -282,14 +325,7 @@ fn memory(
         (None, Some(_)) => {
             return Err("overflow says what a new key gets at max_keys: set max_keys too".into());
         }
-        (Some(0), _) => {
-            return Err(
-                "max_keys is at least 1 (a limit that holds no key would answer every \
-                 request by its overflow)"
-                    .into(),
-            );
-        }
-        (Some(keys), overflow) => Some((keys, overflow.unwrap_or(OverflowSpec::Deny))),
+        (Some(MaxKeys(keys)), overflow) => Some((keys, overflow.unwrap_or(OverflowSpec::Deny))),
     };
     if let Some((_, OverflowSpec::Shared(quota))) = &max_keys {
         algorithm.holds(&quota.quota).map_err(|error| {
@@ -300,9 +336,14 @@ fn memory(
             )
         })?;
     }
+    // The builder's default margin written out is no margin written: the same
+    // limiter, so a reload that adds or removes it keeps every key's state.
+    let default_margin = crate::evict::EvictionSettings::default().margin;
     Ok(MemorySpec {
         max_keys,
-        eviction_margin: eviction_margin.map(|margin| margin.0),
+        eviction_margin: eviction_margin
+            .map(|margin| margin.0)
+            .filter(|margin| *margin != default_margin),
     })
 }
 

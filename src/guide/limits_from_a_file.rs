@@ -106,7 +106,9 @@
 //!   shares ([`Overflow::Shared`](crate::Overflow::Shared), which the limit's
 //!   algorithm must hold). `eviction_margin` is how long a key that carries no
 //!   information is kept ([`Builder::eviction_margin`](crate::Builder::eviction_margin),
-//!   1 s by default). Without them a limit's memory follows its active keys
+//!   1 s by default; `"1s"` written out is the same setting as none), and so how
+//!   often a limit at its `max_keys` asks for room (at most once per margin): a long
+//!   margin keeps a full cap full longer. Without them a limit's memory follows its active keys
 //!   ([bounded memory](crate::guide::bounded_memory)); a shared limit takes none of
 //!   them (Redis expires its keys).
 //! - **Not yet in the format**: leased Redis limits, `expected_keys`, predicate
@@ -138,7 +140,7 @@
 //!
 //! | the limit in the new file | its limiter | its keys |
 //! |---|---|---|
-//! | the same algorithm, quota and key | kept (the same `Arc`) | every key's state kept |
+//! | the same algorithm, quota, key, store and memory settings | kept (the same `Arc`) | every key's state kept |
 //! | the quota changed | kept | each key moves at its next request, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
 //! | the quota of a `gcra` or `sliding_window` limit changed | — | refused: their keys cannot move (rename the limit to start it afresh) |
 //! | the quota of a shared (Redis) limit changed | — | refused: its state is Redis's, under the old quota (rename the limit to start it afresh) |
