@@ -31,7 +31,7 @@ stamp() { echo "== $1: $(date -u '+%F %T') UTC, load $(cut -d' ' -f1-3 /proc/loa
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches || echo ' (dirty)')"
   echo "machine $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "rustc $(rustc --version)"
+  rustc --version
   stamp start
 } | tee "$OUT/run.txt"
 
@@ -64,7 +64,7 @@ for contender in turnstile turnstile-words floor-insert; do
   callgrind_annotate --inclusive=yes --auto=no "$OUT/callgrind.$contender.churn" 2>/dev/null |
     head -80 >"$OUT/new-key-profile.$contender.txt"
 done
-rm -f "$OUT"/callgrind.*.{allowed,denied}
+rm -f "$OUT"/callgrind.*
 
 # 2. Memory per key, one stream each, the sweep's pause.
 stamp memory | tee -a "$OUT/run.txt"
