@@ -26,7 +26,7 @@
 //! # The freeze
 //! A request that found a key in the draining table may be about to compare-and-set
 //! its word while a move copies it. So a move swaps each word it copies to
-//! [`RETIRED`] and copies the value the swap returned: from then on every
+//! [`FROZEN`] and copies the value the swap returned: from then on every
 //! compare-and-set on the old word fails, and the copy holds the word's last value.
 //! The moved slot is then marked removed. A request that meets the frozen word takes
 //! the path every retired word sends it down (`remove_retired`, then a new look): the
@@ -42,6 +42,14 @@ use crate::sync::Ordering;
 use crate::word::RETIRED;
 use sdd::{Guard, Shared, Tag};
 use std::hash::{BuildHasher, Hash};
+
+/// What a move leaves in a word it copied: the freeze, named apart from forgetting
+/// though it is the same value as [`RETIRED`], so that every path that meets a frozen
+/// word already goes where it must (`remove_retired`, which finds the key moved and
+/// removes nothing, then a new look), and no state of any algorithm can be it. The
+/// keyed path therefore cannot tell a frozen word from a forgotten one; it need not,
+/// and pays one hold of the segment's lock when it meets one.
+const FROZEN: u64 = RETIRED;
 
 /// The share of its room, in eighths, past which a segment's table is due to be
 /// grown by the sweeper thread, so that requests do not allocate the next one.
@@ -227,7 +235,7 @@ where
             // Acquire: the word may have been retired by a sweep, whose Release made
             // its watermark visible first; whoever reads the copy through the new
             // table's publication must see that watermark too.
-            copy.2 = word.swap(RETIRED, Ordering::Acquire);
+            copy.2 = word.swap(FROZEN, Ordering::Acquire);
         }
         for (hash, key, last) in copies.into_iter().flatten() {
             table.insert(hash, key, last);
