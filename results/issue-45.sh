@@ -15,7 +15,7 @@
 #   2. memory: bytes per key at 1M keys, one 10M-key stream per limiter, the sweep's
 #      pause over 1M keys (`benches/memory.rs`, all of it);
 #   3. the 10M-key stream again, 3 interleaved rounds (`memory-stream.sh`): medians;
-#      then at two threads with one malloc arena (what glibc's per-thread arenas add);
+#      then with one malloc arena (what glibc's per-thread arenas add);
 #   4. throughput ratios to governor, full mode (21+ interleaved rounds of 100 ms):
 #      hot, uniform and zipf at 1, 2 and 4 threads; churn at 1, 2 and 4 with the
 #      presized ring and the floors beside;
@@ -74,13 +74,15 @@ TURNSTILE_BENCH_OUT="$OUT" cargo bench --bench memory >"$OUT/memory.txt" 2>&1
 stamp memory-stream | tee -a "$OUT/run.txt"
 bash results/memory-stream.sh >"$OUT/memory-stream.txt" 2>&1
 
-# 3b. What glibc's per-thread malloc arenas add at two request threads: the same
-#     stream with one arena (MALLOC_ARENA_MAX=1), 3 rounds.
+# 3b. What glibc's per-thread malloc arenas add: the same stream with one arena
+#     (MALLOC_ARENA_MAX=1), 3 rounds at 1 and 2 request threads.
 stamp one-arena | tee -a "$OUT/run.txt"
 stream=$(ls -t target/release/deps/memory-* | grep -v '\.d$' | head -1)
 for round in 1 2 3; do
   for limiter in turnstile turnstile-capped turnstile-words; do
-    MALLOC_ARENA_MAX=1 "$stream" --stream "$limiter" 2 2>&1 | grep thr:
+    for threads in 1 2; do
+      MALLOC_ARENA_MAX=1 "$stream" --stream "$limiter" "$threads" 2>&1 | grep thr:
+    done
   done
 done >"$OUT/memory-stream-one-arena.txt"
 
