@@ -7,7 +7,10 @@
 # request (built, through the layer, its future polled once; one token bucket check,
 # allowed). One key by default, so that every run counts the same (with several, the
 # store's hash seed, random per run, moves a few instructions between runs: KEYS=16
-# RUNS=5 gives the median of five).
+# RUNS=5 gives the median of five). The last column is glibc's memcmp per request: its
+# count depends on where the compared bytes lie (near a page's end or not), which
+# moves with the build and the environment's size by 8 or so; compare layers whose
+# memcmp agrees, or subtract it.
 #
 #   bash results/layer-instructions.sh        # N = 100000, every layer
 #   bash results/layer-instructions.sh live   # one layer; where its instructions go
@@ -27,7 +30,7 @@ BIN=$(cargo bench --features config --bench layer_instructions --no-run --messag
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=(fixed fixed-reconfigurable fixed-dyn live)
 
-printf '%-22s %12s %10s\n' layer per-request vs-first
+printf '%-22s %12s %10s %8s\n' layer per-request vs-first memcmp
 first=
 for name in "${NAMES[@]}"; do
   totals=()
@@ -38,8 +41,10 @@ for name in "${NAMES[@]}"; do
   done
   total=$(printf '%s\n' "${totals[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")
   [ -z "$first" ] && first=$total
-  printf '%-22s %12.1f %+9.2f%%\n' "$name" "$(echo "$total / $N" | bc -l)" \
-    "$(echo "($total - $first) * 100 / $first" | bc -l)"
+  memcmp=$(callgrind_annotate --inclusive=no --auto=no --threshold=100 "$OUT/$name" |
+    awk -v n="$N" '/memcmp/ { c = $1; gsub(",", "", c); m += c } END { printf "%.1f", m / n }')
+  printf '%-22s %12.1f %+9.2f%% %8s\n' "$name" "$(echo "$total / $N" | bc -l)" \
+    "$(echo "($total - $first) * 100 / $first" | bc -l)" "$memcmp"
 done
 
 if [ $# -eq 1 ]; then
