@@ -95,6 +95,11 @@
 //!   a region (at most `cycle::MAX_SHARE` entries in one). So the old map empties as
 //!   fast as the young one fills, whatever the thread gets of the CPU (two request
 //!   threads on two cores leave it little);
+//! - a share that finishes a region leaves the region's pass to the thread (waking
+//!   it) rather than dropping it: the pass's epoch guard, held since the drain
+//!   opened, held back the frees of everything retired meanwhile, and the thread
+//!   that ends it frees them all (under churn, a margin's forgotten keys: a request
+//!   that did took up to 0.67 s in one call, `results/issue-45.md`);
 //! - closing a rotation's claims wakes the thread (starting it on first use) to
 //!   finish the old map's resize while it ages;
 //! - opening a drain (papaya's pass, which finishes a resize the old map is still in,
@@ -369,6 +374,19 @@ impl Eviction {
         let budget = (cycle::SHARE + owed).min(cycle::MAX_SHARE);
         let drained = cycle::drain(self, keys, budget, false);
         OWED.with(|cell| cell.set(if drained.busy { budget } else { 0 }));
+        if drained.spent {
+            // The region this share finished leaves its pass to the thread, whose
+            // release frees what the pass's guard held back (`store/ring/`'s `Slot`);
+            // with manual forgetting, to `evict_idle`, which releases it at its end.
+            // When the thread is gone, the request releases it: the fallback's price.
+            if self.automatic && !self.sweeper.absent() {
+                self.sweeper.request();
+            } else if self.automatic
+                && let Some(ring) = keys.store.ring()
+            {
+                ring.release_spent();
+            }
+        }
     }
 
     /// A sampled insertion's look at the schedule: the cycle's cheap steps if no one
@@ -466,9 +484,19 @@ impl Eviction {
                 let at = now();
                 cycle::advance(self, keys, || at, Role::Thread, &mut 0)
             };
+            // The passes of regions requests' shares finished (what their guards
+            // held back freed here, not on a request): first, and again after a
+            // drain, whose last regions are often a share's.
+            let release = || {
+                if let Some(ring) = keys.store.ring() {
+                    ring.release_spent();
+                }
+            };
+            release();
             match advance() {
                 Left::Draining => {
                     cycle::drain_out(self, keys, breathe, || self.sweeper.stopping());
+                    release();
                     // The drain ended (or another pass opened, for entries left): then
                     // the thread comes back for that pass on its next wake-up, asked
                     // now.
@@ -560,6 +588,10 @@ impl Eviction {
         while cycle::advance(self, keys, &now, Role::Manual, &mut rotations_owed) == Left::Draining
         {
             cycle::drain_out(self, keys, &mut pause, || false);
+        }
+        if let Some(ring) = keys.store.ring() {
+            // The passes of regions requests' shares finished meanwhile.
+            ring.release_spent();
         }
         (self.tally().0 - before) as usize
     }

@@ -173,6 +173,26 @@ struct Region<P> {
     view: View,
 }
 
+/// A region's place: the region while it drains, and the pass of one a request's
+/// share finished, kept for the sweeper thread to release. Releasing a pass ends its
+/// epoch guard, held since the drain opened, and the thread that ends it frees every
+/// entry retired meanwhile that no other guard still holds: up to a margin's worth
+/// of forgotten keys, hundreds of milliseconds of frees under churn (a request that
+/// dropped the pass it finished took 0.25–0.67 s in one call: `results/issue-45.md`).
+/// So a request never drops one; the thread ([`Ring::release_spent`]) or the next
+/// opening of a drain does.
+struct Slot<P> {
+    region: Option<Region<P>>,
+    spent: Option<P>,
+}
+
+impl<P> Slot<P> {
+    const EMPTY: Self = Self {
+        region: None,
+        spent: None,
+    };
+}
+
 /// Why a look found no state a request could use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Missed {
@@ -201,6 +221,9 @@ pub(crate) struct Drained {
     pub(crate) busy: bool,
     /// Whether the region this step worked in has entries left to visit.
     pub(crate) open: bool,
+    /// Whether this step (a request's share) finished its region and left the pass
+    /// for the thread to release ([`Ring::release_spent`]).
+    pub(crate) spent: bool,
 }
 
 /// Places for maps: three maps take turns, and a fourth place, never named by a view,
@@ -218,8 +241,9 @@ pub(crate) struct Ring<K, V, S, M: Passes> {
     /// Every insertion into a map of the ring registers here; the watermark's
     /// handshake (`crate::evict`) uses it too.
     insertions: Insertions,
-    /// The drain's regions of the old map, while one runs (see [`Ring::drain`]).
-    regions: [Mutex<Option<Region<M::Pass>>>; REGIONS],
+    /// The drain's regions of the old map, while one runs (see [`Ring::drain`]), and
+    /// the passes of those requests finished (see [`Slot`]).
+    regions: [Mutex<Slot<M::Pass>>; REGIONS],
     /// Regions of the drain under way not yet done.
     regions_left: AtomicUsize,
     kinds: Kinds<K, V, S>,
@@ -243,7 +267,7 @@ where
             ],
             view: AtomicU64::new(View::FIRST.0),
             insertions: Insertions::new(),
-            regions: std::array::from_fn(|_| Mutex::new(None)),
+            regions: std::array::from_fn(|_| Mutex::new(Slot::EMPTY)),
             regions_left: AtomicUsize::new(0),
             kinds: PhantomData,
         }
@@ -548,10 +572,30 @@ where
         // their locks, and `drain`'s load only spares a thread the locks when no drain
         // is under way.
         self.regions_left.store(REGIONS, Ordering::Relaxed);
-        for (region, placed) in self.regions.iter().zip(&mut placed) {
-            *region.lock().unpoisoned() = placed.take();
+        for (slot, placed) in self.regions.iter().zip(&mut placed) {
+            let spent = {
+                let mut slot = slot.lock().unpoisoned();
+                slot.region = placed.take();
+                slot.spent.take()
+            };
+            // Released by the opener (the sweeper thread, or the request the thread
+            // left the drain to: see `open_drain`'s callers), outside the lock.
+            drop(spent);
         }
         true
+    }
+
+    /// Releases the passes of regions that requests' shares finished (see [`Slot`]),
+    /// each outside its region's lock: for the sweeper thread, `evict_idle`, and a
+    /// limiter without a thread. Whether there were any.
+    pub(crate) fn release_spent(&self) -> bool {
+        let mut released = false;
+        for slot in &self.regions {
+            let spent = slot.lock().unpoisoned().spent.take();
+            released |= spent.is_some();
+            drop(spent);
+        }
+        released
     }
 
     /// Ends the drain if it is over: every region done and the old map empty. Then the
@@ -620,17 +664,17 @@ where
         'rounds: for &waiting in rounds {
             for i in 0..REGIONS {
                 let slot = &self.regions[(first + i) % REGIONS];
-                let region = if waiting {
+                let slot = if waiting {
                     slot.lock().unpoisoned()
                 } else {
                     match slot.try_lock() {
-                        Ok(region) => region,
+                        Ok(slot) => slot,
                         Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
                         Err(std::sync::TryLockError::WouldBlock) => continue,
                     }
                 };
-                if region.is_some() {
-                    held = Some(region);
+                if slot.region.is_some() {
+                    held = Some(slot);
                     break 'rounds;
                 }
             }
@@ -641,7 +685,7 @@ where
                 ..Drained::default()
             };
         };
-        let Some(region) = held.as_mut() else {
+        let Some(region) = held.region.as_mut() else {
             unreachable!("turnstile: a region held is one not done")
         };
         let view = region.view;
@@ -679,12 +723,129 @@ where
         let region_done = !more;
         drained.open = !region_done;
         if region_done {
-            *held = None;
-            drop(held);
+            let finished = held.region.take().map(|region| region.pass);
+            if wait {
+                // The sweeper thread or `evict_idle`: the pass released here (outside
+                // the lock), with the frees its guard held back.
+                drop(held);
+                drop(finished);
+            } else {
+                // A request: kept for the thread (see `Slot`). The slot's spent pass
+                // was taken when this drain opened, so none is overwritten.
+                debug_assert!(
+                    held.spent.is_none(),
+                    "a spent pass left from a drain before"
+                );
+                held.spent = finished;
+                drained.spent = true;
+                drop(held);
+            }
             // AcqRel: a chain of count-downs, which `finish_drain`'s Acquire reads at
             // its end, seeing every region's removals.
             self.regions_left.fetch_sub(1, Ordering::AcqRel);
         }
         drained
+    }
+}
+
+#[cfg(all(test, not(any(turnstile_loom, turnstile_shuttle))))]
+mod tests {
+    use super::{REGIONS, Ring};
+    use crate::algorithm::{Blocked, Retirement};
+    use crate::store::Relocation;
+    use crate::store::papaya::PapayaMap;
+    use crate::sync::{AtomicU64, Ordering};
+
+    type Words = Ring<
+        u64,
+        AtomicU64,
+        foldhash::fast::RandomState,
+        PapayaMap<u64, AtomicU64, foldhash::fast::RandomState>,
+    >;
+
+    /// A copy of the word, as a relocation of the test's plain words.
+    struct Copying;
+
+    impl Relocation<AtomicU64> for Copying {
+        fn relocate(&self, state: &AtomicU64) -> Result<AtomicU64, Blocked> {
+            Ok(AtomicU64::new(state.load(Ordering::Relaxed)))
+        }
+
+        fn relocated_copy(&self, fresh: &AtomicU64) -> AtomicU64 {
+            AtomicU64::new(fresh.load(Ordering::Relaxed))
+        }
+    }
+
+    /// A ring holding `keys` keys in its old map, its drain opened.
+    fn draining(keys: u64) -> Words {
+        let ring = Words::with_hasher(Default::default(), 0);
+        for key in 0..keys {
+            let stored = ring.insert_new(
+                ring.view(),
+                &key,
+                |_| AtomicU64::new(0),
+                |_| Ok(()),
+                |_| Ok(()),
+                &Copying,
+            );
+            assert!(stored.is_ok());
+        }
+        assert!(ring.rotate());
+        assert!(ring.close_claims());
+        assert!(ring.insertions().flip());
+        assert!(ring.insertions().settled());
+        assert!(ring.open_drain());
+        ring
+    }
+
+    #[test]
+    fn a_share_that_finishes_a_region_leaves_its_pass_for_the_thread() {
+        let ring = draining(1_000);
+        let mut spent = 0;
+        while !ring.finish_drain() {
+            let drained = ring.drain(64, false, |_| Retirement::Retired, &Copying);
+            assert!(!drained.busy, "one thread: no region is held by another");
+            spent += usize::from(drained.spent);
+        }
+        // Every region finished by a share, each pass kept until released, once.
+        assert_eq!(spent, REGIONS);
+        assert_eq!(ring.len(), 0);
+        assert!(ring.release_spent());
+        assert!(!ring.release_spent());
+    }
+
+    #[test]
+    fn the_thread_releases_the_passes_of_the_regions_it_finishes_itself() {
+        let ring = draining(1_000);
+        while !ring.finish_drain() {
+            let drained = ring.drain(64, true, |_| Retirement::Retired, &Copying);
+            assert!(!drained.spent);
+        }
+        assert!(!ring.release_spent());
+    }
+
+    #[test]
+    fn opening_a_drain_releases_the_passes_left_from_the_last() {
+        let ring = draining(100);
+        while !ring.finish_drain() {
+            ring.drain(64, false, |_| Retirement::Retired, &Copying);
+        }
+        // The next cycle, its drain opened with the spent passes still in place.
+        for key in 100..200 {
+            let stored = ring.insert_new(
+                ring.view(),
+                &key,
+                |_| AtomicU64::new(0),
+                |_| Ok(()),
+                |_| Ok(()),
+                &Copying,
+            );
+            assert!(stored.is_ok());
+        }
+        assert!(ring.rotate());
+        assert!(ring.close_claims());
+        assert!(ring.insertions().flip());
+        assert!(ring.open_drain());
+        assert!(!ring.release_spent(), "released as the drain opened");
     }
 }
