@@ -36,7 +36,8 @@
 //! each several times, interleaved, and quote medians.
 //!
 //! Last, the pause a sweep costs: `evict_idle()` over 1,000,000 keys, once when none
-//! can be forgotten and once when all can. Writes `sweep.csv`.
+//! can be forgotten and once when all can. Writes `sweep.csv`. `memory --sweep` runs
+//! that part alone (for a profiler).
 
 mod common;
 
@@ -523,6 +524,13 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         child(&args[pos + 1], &args[pos + 2]);
+        return;
+    }
+    if args.iter().any(|a| a == "--sweep") {
+        // The sweep's pauses alone (a profiler's target): `memory --sweep`.
+        let (none, all) = sweep_pauses();
+        println!("1000000,none,{:.2}", none.as_secs_f64() * 1e3);
+        println!("1000000,all,{:.2}", all.as_secs_f64() * 1e3);
         return;
     }
     if let Some(pos) = args.iter().position(|a| a == "--stream") {
