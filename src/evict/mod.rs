@@ -438,6 +438,7 @@ impl Eviction {
     /// the word store's sweep. `breathe` is called where the thread holds nothing of
     /// the store, and may yield its CPU there. Returns how many keys it forgot, and
     /// how long it took, if it forgot any; `None` once the limiter is being dropped.
+    #[cfg_attr(turnstile_loom, allow(dead_code))]
     pub(crate) fn work<K, A, S>(
         &self,
         keys: &Keys<'_, K, A, S>,

@@ -238,6 +238,64 @@ const STARTED: usize = 2;
 /// `Sweeper::state`: there is no thread to ask (manual, or the OS refused one).
 const NO_THREAD: usize = 3;
 
+/// What a keyed limiter's sweeper thread works on: the limiter's state, which the
+/// thread holds weakly ([`for_limiter`]).
+#[cfg_attr(turnstile_loom, allow(dead_code))]
+pub(crate) trait Forgetting: Send + Sync + 'static {
+    /// The limiter's sweeper: the thread's signals.
+    fn sweeper(&self) -> &Sweeper;
+    /// One wake-up's forgetting (`Eviction::work`), `breathe` between its steps;
+    /// `None` once the limiter is being dropped.
+    fn forget(&self, breathe: impl FnMut()) -> Option<()>;
+    /// The store's next stretch of memory prepared (the word store), `stop` asked
+    /// between its steps.
+    fn prepare(&self, stop: impl Fn() -> bool);
+}
+
+/// The sweeper thread of a limiter whose forgetting is `automatic` (else a manual
+/// sweeper): it holds the limiter weakly, so it ends when the limiter is gone. On
+/// each wake-up it prepares memory if asked, at once giving way to forgetting if that
+/// is wanted too (it bounds memory), then forgets, then resumes the preparation.
+#[cfg(not(turnstile_loom))]
+pub(crate) fn for_limiter<T: Forgetting>(automatic: bool, limiter: std::sync::Weak<T>) -> Sweeper {
+    if !automatic {
+        return Sweeper::manual();
+    }
+    Sweeper::on_thread("turnstile-sweeper", move |wants| {
+        let Some(limiter) = limiter.upgrade() else {
+            return false;
+        };
+        let sweeper = limiter.sweeper();
+        // Called between steps of the store's work, holding none of its locks: the
+        // thread's turn may end there (see `TurnTimer`); and whether to stop: the
+        // limiter is being dropped, or forgetting is wanted (it bounds memory).
+        let pace = TurnTimer::new();
+        let stop = |forgetting_wanted: bool| {
+            pace.breathe();
+            sweeper.stopping() || forgetting_wanted || sweeper.sweep_requested()
+        };
+        if wants.prepare {
+            limiter.prepare(|| stop(wants.sweep));
+        }
+        if !wants.sweep {
+            return true;
+        }
+        if limiter.forget(|| pace.breathe()).is_none() {
+            return false;
+        }
+        if wants.prepare {
+            limiter.prepare(|| stop(false));
+        }
+        true
+    })
+}
+
+/// No thread under loom: keys are forgotten on demand.
+#[cfg(turnstile_loom)]
+pub(crate) fn for_limiter<T>(_: bool, _: std::sync::Weak<T>) -> Sweeper {
+    Sweeper::manual()
+}
+
 /// A sweeper thread, not started until it is first needed.
 pub(crate) struct Sweeper {
     signal: Arc<Signal>,

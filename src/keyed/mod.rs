@@ -167,7 +167,7 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
             eviction: Eviction::new(
                 &self.eviction,
                 self.expected_keys,
-                sweeper(automatic, weak.clone()),
+                crate::evict::sweeper::for_limiter(automatic, weak.clone()),
             ),
             overflow,
             quota: self.quota,
@@ -176,61 +176,6 @@ impl<L, C: Clock, S: BuildHasher> Builder<L, C, S> {
         });
         Ok(KeyedLimiter { core })
     }
-}
-
-/// The sweeper thread of a limiter whose forgetting is `automatic`: it holds the
-/// limiter weakly, so it ends when the limiter is gone. Its work is eviction's
-/// (`Eviction::work`, the store's preparation); this only reaches the limiter.
-#[cfg(not(turnstile_loom))]
-fn sweeper<A, K, C, S>(automatic: bool, core: std::sync::Weak<Core<A, K, C, S>>) -> Sweeper
-where
-    A: Algorithm<K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    use crate::evict::sweeper::TurnTimer;
-    if !automatic {
-        return Sweeper::manual();
-    }
-    Sweeper::on_thread("turnstile-sweeper", move |wants| {
-        let Some(limiter) = core.upgrade() else {
-            return false;
-        };
-        let sweeper = &limiter.eviction.sweeper;
-        // Called between steps of the store's work, holding none of its locks: the
-        // thread's turn may end there (see `TurnTimer`); and whether to stop: the
-        // limiter is being dropped, or forgetting is wanted (it bounds memory).
-        let pace = TurnTimer::new();
-        let stop = |forgetting_wanted: bool| {
-            pace.breathe();
-            sweeper.stopping() || forgetting_wanted || sweeper.sweep_requested()
-        };
-        if wants.prepare {
-            // The word store's tables grown ahead and drained; at once given way to
-            // forgetting wanted too, and resumed after it (below).
-            limiter.prepare(|| stop(wants.sweep));
-        }
-        if !wants.sweep {
-            return true;
-        }
-        if limiter.forget(|| pace.breathe()).is_none() {
-            return false;
-        }
-        if wants.prepare {
-            limiter.prepare(|| stop(false));
-        }
-        true
-    })
-}
-
-/// No thread under loom: keys are forgotten on demand.
-#[cfg(turnstile_loom)]
-fn sweeper<A: Algorithm<K>, K, C, S: BuildHasher>(
-    _: bool,
-    _: std::sync::Weak<Core<A, K, C, S>>,
-) -> Sweeper {
-    Sweeper::manual()
 }
 
 impl<A: Algorithm<K>, K, C, S: BuildHasher> KeyedLimiter<A, K, C, S> {
@@ -673,31 +618,6 @@ where
         forgotten
     }
 
-    /// The sweeper thread's forgetting on a wake-up (`Eviction::work`); `None` once the
-    /// limiter is being dropped.
-    #[cfg_attr(turnstile_loom, allow(dead_code))]
-    fn forget(&self, breathe: impl FnMut()) -> Option<()> {
-        let (forgotten, took) =
-            self.eviction
-                .work(&self.keys(), || self.epoch.elapsed(), breathe)?;
-        #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Some(observer) = &self.observer
-            && forgotten > 0
-        {
-            observer.swept(forgotten, self.states.len(), took);
-        }
-        let _ = (forgotten, took);
-        Some(())
-    }
-
-    /// The word store's next stretch of memory, prepared on the sweeper thread.
-    #[cfg_attr(turnstile_loom, allow(dead_code))]
-    fn prepare(&self, stop: impl Fn() -> bool) {
-        if let Some(words) = self.states.words() {
-            crate::store::InPlace::prepare(words, stop);
-        }
-    }
-
     /// One request applied to the state found for a key. A reading older than the
     /// latest forgetting counts as its watermark (see `evict/`); read after the
     /// state is found, which orders it.
@@ -864,6 +784,42 @@ where
             Some(Renewal::Moving) => yield_now(),
             Some(Renewal::Retired) => self.remove_retired(key),
             Some(Renewal::Current | Renewal::Relocated) | None => {}
+        }
+    }
+}
+
+/// What the sweeper thread does for the limiter (`crate::evict::sweeper::for_limiter`).
+impl<A, K, C, S> crate::evict::sweeper::Forgetting for Core<A, K, C, S>
+where
+    A: Algorithm<K> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn sweeper(&self) -> &Sweeper {
+        &self.eviction.sweeper
+    }
+
+    /// The sweeper thread's forgetting on a wake-up (`Eviction::work`); `None` once the
+    /// limiter is being dropped.
+    fn forget(&self, breathe: impl FnMut()) -> Option<()> {
+        let (forgotten, took) =
+            self.eviction
+                .work(&self.keys(), || self.epoch.elapsed(), breathe)?;
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Some(observer) = &self.observer
+            && forgotten > 0
+        {
+            observer.swept(forgotten, self.states.len(), took);
+        }
+        let _ = (forgotten, took);
+        Some(())
+    }
+
+    /// The word store's next stretch of memory, prepared on the sweeper thread.
+    fn prepare(&self, stop: impl Fn() -> bool) {
+        if let Some(words) = self.states.words() {
+            crate::store::InPlace::prepare(words, stop);
         }
     }
 }
