@@ -587,11 +587,19 @@ where
 
     /// Releases the passes of regions that requests' shares finished (see [`Slot`]),
     /// each outside its region's lock: for the sweeper thread, `evict_idle`, and a
-    /// limiter without a thread. Whether there were any.
+    /// limiter without a thread. A region held by a share is passed over, never waited
+    /// for (the next release, or the next opening of a drain, takes its pass).
+    /// Whether it released any.
     pub(crate) fn release_spent(&self) -> bool {
         let mut released = false;
         for slot in &self.regions {
-            let spent = slot.lock().unpoisoned().spent.take();
+            let spent = match slot.try_lock() {
+                Ok(mut slot) => slot.spent.take(),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                    poisoned.into_inner().spent.take()
+                }
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
             released |= spent.is_some();
             drop(spent);
         }
