@@ -12,8 +12,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::Request;
-use std::convert::Infallible;
-use std::future::{Future, Ready, ready};
+use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::sync::Arc;
@@ -23,6 +22,10 @@ use turnstile::config::{Config, Extractors, LiveLimits};
 use turnstile::http::{HeaderKey, RateLimitLayer};
 use turnstile::policy::{Check, Limit, Policy};
 use turnstile::{Quota, TokenBucket};
+
+#[path = "common/answer.rs"]
+mod answer;
+use answer::Ok200;
 
 const GENEROUS: &str = "{ capacity = 1000000, refill_every = \"1us\" }";
 
@@ -54,24 +57,6 @@ fn fixed_layer() -> RateLimitLayer {
         .prefix("/r0", policy())
         .build()
         .unwrap()
-}
-
-/// Answers at once.
-#[derive(Clone)]
-struct Ok200;
-
-impl Service<Request<String>> for Ok200 {
-    type Response = http::Response<String>;
-    type Error = Infallible;
-    type Future = Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<String>) -> Self::Future {
-        ready(Ok(http::Response::new(String::new())))
-    }
 }
 
 /// One request through `service`, its future polled once (it is ready).

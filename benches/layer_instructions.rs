@@ -20,8 +20,7 @@
 //! differences between them are what each costs.
 
 use http::{HeaderValue, Request};
-use std::convert::Infallible;
-use std::future::{Future, Ready, ready};
+use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::process::ExitCode;
@@ -33,6 +32,10 @@ use turnstile::config::{Config, Extractors, LiveLimits};
 use turnstile::http::{HeaderKey, RateLimitLayer};
 use turnstile::policy::{Check, Limit, Policy};
 use turnstile::{DynRateLimiter, Quota, TokenBucket};
+
+#[path = "common/answer.rs"]
+mod answer;
+use answer::Ok200;
 
 /// The quota every layer's one limit has: every request allowed.
 fn quota() -> Quota {
@@ -64,24 +67,6 @@ where
         .prefix("/r0", policy())
         .build()
         .expect("a valid layer")
-}
-
-/// Answers at once.
-#[derive(Clone)]
-struct Ok200;
-
-impl Service<Request<String>> for Ok200 {
-    type Response = http::Response<String>;
-    type Error = Infallible;
-    type Future = Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<String>) -> Self::Future {
-        ready(Ok(http::Response::new(String::new())))
-    }
 }
 
 /// One request through `service` with key `key`, its future polled once (it is

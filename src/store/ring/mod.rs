@@ -784,10 +784,9 @@ mod tests {
         }
     }
 
-    /// A ring holding `keys` keys in its old map, its drain opened.
-    fn draining(keys: u64) -> Words {
-        let ring = Words::with_hasher(Default::default(), 0);
-        for key in 0..keys {
+    /// `keys` inserted as new keys of the view current.
+    fn insert(ring: &Words, keys: std::ops::Range<u64>) {
+        for key in keys {
             let stored = ring.insert_new(
                 ring.view(),
                 &key,
@@ -798,6 +797,12 @@ mod tests {
             );
             assert!(stored.is_ok());
         }
+    }
+
+    /// A ring holding `keys` keys in its old map, its drain opened.
+    fn draining(keys: u64) -> Words {
+        let ring = Words::with_hasher(Default::default(), 0);
+        insert(&ring, 0..keys);
         assert!(ring.rotate());
         assert!(ring.close_claims());
         assert!(ring.insertions().flip());
@@ -839,17 +844,7 @@ mod tests {
             ring.drain(64, false, |_| Retirement::Retired, &Copying);
         }
         // The next cycle, its drain opened with the spent passes still in place.
-        for key in 100..200 {
-            let stored = ring.insert_new(
-                ring.view(),
-                &key,
-                |_| AtomicU64::new(0),
-                |_| Ok(()),
-                |_| Ok(()),
-                &Copying,
-            );
-            assert!(stored.is_ok());
-        }
+        insert(&ring, 100..200);
         assert!(ring.rotate());
         assert!(ring.close_claims());
         assert!(ring.insertions().flip());
