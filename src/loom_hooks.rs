@@ -5,10 +5,11 @@
 // Handles for the model tests, hidden and absent from every other build: not API.
 #![allow(missing_debug_implementations)]
 
-use crate::Clock;
-use crate::algorithm::{Algorithm, Rules};
+use crate::algorithm::{Algorithm, Reconfigurable, Rules};
 use crate::keyed::KeyedLimiter;
+use crate::per_key::PerKey;
 use crate::sync::{AtomicU64, Ordering};
+use crate::{Clock, Quota, RateLimiter};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
@@ -52,6 +53,36 @@ where
     Q: ?Sized + Hash + Eq,
 {
     word(limiter, key)
+}
+
+/// Requests of `limiter` under a configuration that gives every key `quota`,
+/// published now: what a reloaded file's checks carry (`KeyedLimiter::pin_quota`).
+pub fn pin_quota<A, K, C, S>(
+    limiter: &std::sync::Arc<KeyedLimiter<PerKey<A, K>, K, C, S>>,
+    quota: Quota,
+) -> impl RateLimiter<K> + Send + Sync + 'static
+where
+    A: Reconfigurable,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    limiter.pin_quota(quota)
+}
+
+/// The configuration `key`'s entry in `limiter` is at (None if the key has no state).
+pub fn configuration<A, K, C, S, Q>(
+    limiter: &KeyedLimiter<PerKey<A, K>, K, C, S>,
+    key: &Q,
+) -> Option<u64>
+where
+    A: Reconfigurable,
+    K: Hash + Eq + Clone + Send + Sync + Borrow<Q> + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Q: ?Sized + Hash + Eq,
+{
+    limiter.with_state(key, |entry| entry.configuration())
 }
 
 /// Mutant of `evict_idle`: removes forgettable keys from the map without first

@@ -140,6 +140,10 @@ pub mod mutants {
         MoveAtRawReading,
         /// Moving a key rebuilds its state even when its rules are unchanged.
         MoveUnchangedRules,
+        /// Moving a key to new rules swaps its successor in without first claiming the
+        /// entry's configuration number, so a move in place to a later configuration
+        /// that lands meanwhile is undone: the key goes back to an older quota.
+        MoveWithoutClaim,
         /// Moving a key freezes it with the retired marker, as forgetting does, and
         /// "retired but outdated" counts as "being moved": neither a sweep nor a request
         /// removes such an entry.

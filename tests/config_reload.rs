@@ -473,6 +473,11 @@ fn requests_racing_reloads_are_never_admitted_beyond_the_largest_quota() {
 enum Step {
     /// A request of user `0..3`.
     Request(usize),
+    /// A request of user `0..3` through the policy kept by the last `Keep`: a request
+    /// of that version, still in flight.
+    Kept(usize),
+    /// The running policy kept, for `Kept` requests.
+    Keep,
     /// A reload with limit `a` at this capacity (one token a second), or removed.
     Reload(Option<u32>),
     /// A reload of a file that reads but cannot be built (a cost above the new
@@ -485,54 +490,77 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..3usize).prop_map(Step::Request),
+        3 => (0..3usize).prop_map(Step::Kept),
+        1 => Just(Step::Keep),
         2 => prop_oneof![4 => (1..6u32).prop_map(Some), 1 => Just(None)].prop_map(Step::Reload),
         1 => (1..6u32).prop_map(Step::Refused),
         1 => prop_oneof![(1..3u64), Just(3_600u64)].prop_map(Step::Wait),
     ]
 }
 
-/// A key of the model: the capacity it was last moved to, and what it had left then,
-/// at whole second `at`.
+/// A key of the model: the configuration and capacity it was last moved to, and
+/// what it had left then, at whole second `at`.
 #[derive(Clone, Copy, Debug)]
 struct Key {
+    configuration: u64,
     capacity: u32,
     left: u32,
     at: u64,
 }
 
+/// What a version's policy checks: limit `a`'s limiter (which one: a removed limit
+/// added again is a new one), its configuration (one more at each change of quota)
+/// and its capacity; `None` when the version has no limit `a`.
+type Checked = Option<(usize, u64, u32)>;
+
 /// The rules of `turnstile::per_key` for a token bucket of one token a second, with
-/// every key moving lazily, at its next request: refill under the key's own quota,
-/// then a full key starts afresh under the new one, any other keeps what it has
-/// left, capped. A removed limit forgets every key.
+/// every key moving lazily, at its first request under a later configuration:
+/// refill under the key's own quota, then a full key starts afresh under the new
+/// one, any other keeps what it has left, capped. A request of an earlier
+/// configuration than its key's is decided under the key's. A removed limit forgets
+/// every key (for the new versions; a kept policy of an older one keeps its limiter).
 #[derive(Debug, Default)]
 struct Model {
-    capacity: Option<u32>,
-    keys: [Option<Key>; 3],
+    running: Checked,
+    /// Each limiter's keys.
+    limiters: Vec<[Option<Key>; 3]>,
     now: u64,
 }
 
 impl Model {
-    fn request(&mut self, user: usize) -> bool {
-        let Some(capacity) = self.capacity else {
+    fn new(capacity: u32) -> Self {
+        Self {
+            running: Some((0, 0, capacity)),
+            limiters: vec![[None; 3]],
+            now: 0,
+        }
+    }
+
+    fn request(&mut self, checked: Checked, user: usize) -> bool {
+        let Some((limiter, configuration, capacity)) = checked else {
             return true;
         };
         let now = self.now;
-        let key = self.keys[user].get_or_insert(Key {
+        let key = self.limiters[limiter][user].get_or_insert(Key {
+            configuration,
             capacity,
             left: capacity,
             at: now,
         });
         let refilled = u64::from(key.left) + (now - key.at);
         let left = refilled.min(u64::from(key.capacity)) as u32;
-        let left = if key.capacity == capacity {
-            left
+        let (configuration, capacity, left) = if key.configuration >= configuration {
+            (key.configuration, key.capacity, left)
+        } else if key.capacity == capacity {
+            (configuration, capacity, left)
         } else if left == key.capacity {
-            capacity
+            (configuration, capacity, capacity)
         } else {
-            left.min(capacity)
+            (configuration, capacity, left.min(capacity))
         };
         let allowed = left >= 1;
         *key = Key {
+            configuration,
             capacity,
             left: left - u32::from(allowed),
             at: now,
@@ -541,18 +569,26 @@ impl Model {
     }
 
     fn reload(&mut self, capacity: Option<u32>) {
-        if capacity.is_none() {
-            self.keys = [None; 3];
-        }
-        self.capacity = capacity;
+        self.running = match (self.running, capacity) {
+            (_, None) => None,
+            (None, Some(capacity)) => {
+                self.limiters.push([None; 3]);
+                Some((self.limiters.len() - 1, 0, capacity))
+            }
+            (Some(running), Some(capacity)) if running.2 == capacity => Some(running),
+            (Some((limiter, configuration, _)), Some(capacity)) => {
+                Some((limiter, configuration + 1, capacity))
+            }
+        };
     }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Every decision is the model's: never an admission it refuses, never a
-    /// throttled key reset by a reload.
+    /// Every decision is the model's, for requests of the running version and of
+    /// versions still in flight: never an admission it refuses, never a throttled
+    /// key reset by a reload, never a request of the new version under the old quota.
     #[test]
     fn reloads_interleaved_with_requests_decide_as_the_model(
         first in 1..6u32,
@@ -560,14 +596,21 @@ proptest! {
     ) {
         let clock = ManualClock::new();
         let limits = live(config("token_bucket", Some(&per_second(first))), &clock);
-        let mut model = Model { capacity: Some(first), ..Model::default() };
+        let mut model = Model::new(first);
+        let mut kept = (limits.policy("p").unwrap(), model.running);
         let users = ["alice", "bob", "carol"];
         for (index, step) in steps.into_iter().enumerate() {
             match step {
                 Step::Request(user) => {
-                    let expected = model.request(user);
+                    let expected = model.request(model.running, user);
                     prop_assert_eq!(admits(&limits, users[user]), expected, "step {}", index);
                 }
+                Step::Kept(user) => {
+                    let expected = model.request(kept.1, user);
+                    let admitted = kept.0.acquire(&request(users[user])).is_allowed();
+                    prop_assert_eq!(admitted, expected, "step {}", index);
+                }
+                Step::Keep => kept = (limits.policy("p").unwrap(), model.running),
                 Step::Reload(capacity) => {
                     let quota = capacity.map(per_second);
                     limits.reload(config("token_bucket", quota.as_deref())).unwrap();
@@ -729,7 +772,7 @@ fn an_empty_or_cut_short_file_is_refused_and_a_throttled_key_stays_throttled() {
 }
 
 #[test]
-fn a_reload_moves_no_quota_under_a_check_of_the_old_configuration() {
+fn each_request_is_decided_by_its_own_file_and_a_key_moves_forward_only() {
     // Policy p checks a and b; the reload lowers both.
     let file = |a: u32, b: u32| {
         let text = format!(
@@ -740,28 +783,29 @@ fn a_reload_moves_no_quota_under_a_check_of_the_old_configuration() {
         Config::from_toml(&text, "test.toml").unwrap()
     };
     let clock = ManualClock::new(); // frozen: nothing refills
-    let limits = live(file(10, 10), &clock).drain_limit(Duration::from_secs(600));
+    let limits = live(file(10, 10), &clock);
     // A request in flight under version 1: it holds version 1's policy.
     let old = limits.policy("p").unwrap();
-    std::thread::scope(|scope| {
-        let reload = scope.spawn(|| limits.reload(file(1, 1)).unwrap());
-        while limits.version() == 1 {
-            std::thread::yield_now();
-        }
-        // Version 2 is in, and the quotas have not moved: the old checks decide under
-        // the old quotas of both limits (under 1/h a fresh key would have 1).
-        let admitted = (0..3)
-            .filter(|_| old.acquire(&request_from("alice", "/")).is_allowed())
-            .count();
-        assert_eq!(admitted, 3);
-        assert!(!reload.is_finished());
-        drop(old);
-        let changes = reload.join().unwrap();
-        assert_eq!(changes.version(), 2);
-    });
-    // Both moved: alice (7 left of 10) is capped at 1 by a and b alike, a new key of
-    // the same address meets b's 1 already taken.
-    assert!(admits_to(&limits, "p", "alice"));
-    assert!(!admits_to(&limits, "p", "alice"));
+    let old_admits = |user: &str| old.acquire(&request_from(user, "/")).is_allowed();
+    assert!(old_admits("alice"));
+    // The reload waits for no request: it returns while version 1's is held.
+    assert_eq!(limits.reload(file(1, 1)).unwrap().version(), 2);
+    // The old request's checks go on under version 1's quotas for keys no request
+    // of version 2 has met: alice has 9 of 10, under a and b alike (under 1/h she
+    // would have had nothing left).
+    assert!(old_admits("alice") && old_admits("alice"));
+    // A request of version 2 meets the new quotas at once: bob has 1. (The test's
+    // requests share one client address: b's key, which bob's request moves; alice's
+    // own key in a is not moved by it.)
+    assert!(admits_to(&limits, "p", "bob"));
     assert!(!admits_to(&limits, "p", "bob"));
+    // Version 1's request on alice is decided under the quota b's key has moved to
+    // (b's key has nothing left), and a's key, which no new request has met, is
+    // still under 10.
+    assert!(!old_admits("alice"));
+    // Version 2 moves alice's a key: 7 left, capped at 1; b's key has nothing left,
+    // so she is refused, and the refusal takes nothing.
+    assert!(!admits_to(&limits, "p", "alice"));
+    drop(old);
+    assert_eq!(limits.version(), 2);
 }

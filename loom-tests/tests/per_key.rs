@@ -18,14 +18,20 @@
 //! - model 14: the same miss at the `max_keys` cap, on the word store: a request for a
 //!   stored key is answered by the key's state — one that trusts the miss and refuses
 //!   the key as a new one (`Overflow`) is rejected.
+//! - model 22: requests of two configurations (a reloaded file's checks, each
+//!   carrying its own quota) race on one key: the later configuration's moves it in
+//!   place (its rules are the key's), the earlier one's to new rules; the key ends at
+//!   the later configuration and exactly the one token it had is taken — a move that
+//!   swaps its successor in without claiming the entry's configuration number, so
+//!   the key goes back to the earlier configuration, is rejected.
 #![cfg(turnstile_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::check;
 use std::time::Duration;
-use turnstile::loom_hooks::{Mutant, with_mutant};
-use turnstile::{ManualClock, Overflow, Quota, TokenBucket};
+use turnstile::loom_hooks::{Mutant, configuration, pin_quota, with_mutant};
+use turnstile::{ManualClock, Overflow, Quota, RateLimiter, TokenBucket};
 
 const KEY: u64 = 5;
 
@@ -307,6 +313,52 @@ fn mutant_14_trusting_the_miss_at_the_cap_is_rejected() {
         with_mutant(
             Mutant::TrustFirstMiss,
             a_request_at_the_cap_during_a_move_finds_the_key,
+        )
+    });
+}
+
+/// A key at configuration 0 (capacity 2, 1 left) meets a request of configuration 1
+/// (capacity 5: a move to new rules) and one of configuration 2 (capacity 2 again: a
+/// move in place) at once. Whichever lands first, the key ends at configuration 2
+/// (configurations only grow), and its one token is taken exactly once.
+fn two_configurations_move_a_key_forward_only() {
+    let limiter = std::sync::Arc::new(
+        TokenBucket::<u64>::builder(quota(2))
+            .clock(ManualClock::new())
+            .build_reconfigurable(),
+    );
+    assert!(limiter.acquire(&KEY, 1).is_allowed()); // configuration 0, 1 left
+    let earlier = pin_quota(&limiter, quota(5));
+    let later = Arc::new(pin_quota(&limiter, quota(2)));
+    let mover = {
+        let later = later.clone();
+        thread::spawn(move || u32::from(later.acquire(&KEY, 1).is_allowed()))
+    };
+    let taken = u32::from(earlier.acquire(&KEY, 1).is_allowed()) + mover.join().unwrap();
+    assert_eq!(
+        configuration(&limiter, &KEY),
+        Some(2),
+        "forward only: the key went back to an earlier configuration"
+    );
+    assert_eq!((taken, later.peek(&KEY)), (1, 0), "one token, taken once");
+}
+
+#[test]
+fn model_22_two_configurations_move_a_key_forward_only() {
+    check(
+        "22 two configurations move a key forward only",
+        Some(3),
+        two_configurations_move_a_key_forward_only,
+    );
+}
+
+#[test]
+#[should_panic(expected = "forward only:")]
+fn mutant_22_moving_without_claiming_is_rejected() {
+    check("22 mutant: move without claiming", Some(3), || {
+        with_mutant(
+            Mutant::MoveWithoutClaim,
+            two_configurations_move_a_key_forward_only,
         )
     });
 }

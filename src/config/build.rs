@@ -202,8 +202,14 @@ impl KeyExtractor<Parts> for BytesKey {
     }
 }
 
-/// Moves a running limiter's keys to a new quota ([`KeyedLimiter::set_quota`]).
-pub(crate) type Requota = Arc<dyn Fn(Quota) + Send + Sync>;
+/// Publishes a new quota on a running limiter and answers the limiter under it: what
+/// the new configuration's checks are made on (its requests move the keys they meet
+/// to the new quota; the old configuration's keep theirs for keys not moved yet:
+/// [`crate::per_key::Pinned`]).
+pub(crate) type Requota = Arc<dyn Fn(Quota) -> Limiter + Send + Sync>;
+
+/// [`Requota`] before the key's extractor is known.
+type RequotaKeyed<E> = Arc<dyn Fn(Quota) -> Arc<dyn MakeCheck<E>> + Send + Sync>;
 
 /// A limiter, by where its key is found: in process, what makes its checks.
 #[derive(Clone)]
@@ -246,8 +252,8 @@ where
     }
 }
 
-/// A limit's running limiter: what it was built from, and how its quota changes
-/// (`None`: an algorithm whose keys cannot move).
+/// A limit's running limiter, under this configuration's quota: what it was built
+/// from, and how its quota changes (`None`: an algorithm whose keys cannot move).
 #[derive(Clone)]
 pub(crate) struct BuiltLimit {
     pub(crate) spec: LimitSpec,
@@ -268,23 +274,24 @@ impl<C: Clock + Clone + 'static> Make for OnClock<C> {
         if let Some(store) = &spec.store {
             return shared(name, spec, store);
         }
+        let text = || keyed::<String, TextKey, C>(name, spec, &self.0);
         let (limiter, requota) = match &spec.key {
-            KeySpec::ClientAddress => {
-                let (limiter, requota) = keyed::<IpAddr, IpKey, C>(name, spec, &self.0)
-                    .map_err(|error| error.to_string())?;
-                (Limiter::Ip(limiter), requota)
-            }
+            KeySpec::ClientAddress => keyed::<IpAddr, IpKey, C>(name, spec, &self.0)
+                .map(|made| wrapped(made, Limiter::Ip)),
             KeySpec::Header(header) => {
-                let (limiter, requota) = keyed::<String, TextKey, C>(name, spec, &self.0)
-                    .map_err(|error| error.to_string())?;
-                (Limiter::Header(limiter, header.0.clone()), requota)
+                let header = header.0.clone();
+                text().map(|made| wrapped(made, move |make| Limiter::Header(make, header.clone())))
             }
             KeySpec::Extractor(extractor) => {
-                let (limiter, requota) = keyed::<String, TextKey, C>(name, spec, &self.0)
-                    .map_err(|error| error.to_string())?;
-                (Limiter::Extractor(limiter, extractor.0.clone()), requota)
+                let extractor = extractor.0.clone();
+                text().map(|made| {
+                    wrapped(made, move |make| {
+                        Limiter::Extractor(make, extractor.clone())
+                    })
+                })
             }
-        };
+        }
+        .map_err(|error| error.to_string())?;
         Ok(BuiltLimit {
             spec: spec.clone(),
             limiter,
@@ -340,7 +347,17 @@ fn shared(name: &str, _: &LimitSpec, _: &StoreSpec) -> Result<BuiltLimit, String
     ))
 }
 
-type Made<E> = (Arc<dyn MakeCheck<E>>, Option<Requota>);
+type Made<E> = (Arc<dyn MakeCheck<E>>, Option<RequotaKeyed<E>>);
+
+/// `made` as a [`Limiter`] (and its [`Requota`]), `wrap` saying where its key is found.
+fn wrapped<E: 'static>(
+    (make, requota): Made<E>,
+    wrap: impl Fn(Arc<dyn MakeCheck<E>>) -> Limiter + Send + Sync + 'static,
+) -> (Limiter, Option<Requota>) {
+    let limiter = wrap(make);
+    let requota = requota.map(|requota| -> Requota { Arc::new(move |quota| wrap(requota(quota))) });
+    (limiter, requota)
+}
 
 /// A limiter of `spec`'s algorithm keyed by `K`: reconfigurable where the algorithm
 /// is, so a reload can move its keys.
@@ -396,7 +413,7 @@ fn holding<L>(builder: crate::Builder<L>, memory: &MemorySpec) -> crate::Builder
     }
 }
 
-/// A limiter whose keys can move to a new quota.
+/// A limiter whose keys can move to a new quota, under `builder`'s.
 fn movable<A, K, E, C>(
     builder: crate::Builder<KeyedLimiter<A, K>>,
     name: &str,
@@ -409,14 +426,18 @@ where
     E::Key: KeyRef<K>,
     C: Clock + Clone + 'static,
 {
+    let quota = builder.quota;
     let limiter = Arc::new(
         named(builder, name)
             .clock(clock.clone())
             .build_reconfigurable(),
     );
-    let moves = Arc::clone(&limiter);
-    let requota: Requota = Arc::new(move |quota| moves.set_quota(quota));
-    (Arc::new(Keyed(limiter, PhantomData)), Some(requota))
+    let checks = move |quota| -> Arc<dyn MakeCheck<E>> {
+        Arc::new(Keyed(Arc::new(limiter.pin_quota(quota)), PhantomData))
+    };
+    let first = checks(quota);
+    let requota: RequotaKeyed<E> = Arc::new(checks);
+    (first, Some(requota))
 }
 
 /// A limiter whose keys cannot move.

@@ -2,20 +2,19 @@
 //! pointer swap, with every limiter whose limit did not change carried over.
 
 use super::Config;
-use super::build::{self, BuiltLimit, Checks, Extractors, Make, OnClock, Requota};
+use super::build::{self, BuiltLimit, Checks, Extractors, Make, OnClock};
 use super::error::ConfigError;
 use super::schema::{Document, LimitSpec};
 use crate::http::{RateLimitLayer, Table};
 use crate::policy::{Policy, Verdict};
 use crate::sync::{AtomicUsize, Ordering};
-use crate::{Clock, QuantaClock, Quota};
+use crate::{Clock, QuantaClock};
 use arc_swap::ArcSwap;
 use http::request::Parts;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 /// Limits built from a [`Config`] and reloaded while they run: an HTTP layer
 /// ([`layer`](Self::layer)) and the policies by name ([`policy`](Self::policy)),
@@ -28,12 +27,13 @@ use std::time::{Duration, Instant};
 /// - a limit whose algorithm, quota and key are unchanged keeps its limiter, so every
 ///   key's state;
 /// - a limit whose quota changed keeps its limiter too, and each key moves to the new
-///   quota at its next request by the reconfiguration rules of [`crate::per_key`]: a
-///   key keeps what it had left, capped at the new quota, so a throttled key is never
-///   given a fresh allowance. The moves are lazy: the reload only publishes the new
-///   quota (the token bucket, fixed window and sliding log can move keys; a change of
-///   a GCRA's or sliding window counter's quota is refused, as their keys cannot
-///   move — give the limit a new name to start it afresh);
+///   quota at its first request under the new configuration, by the reconfiguration
+///   rules of [`crate::per_key`]: a key keeps what it had left, capped at the new
+///   quota, so a throttled key is never given a fresh allowance. The moves are lazy:
+///   the reload only publishes the new quota (the token bucket, fixed window and
+///   sliding log can move keys; a change of a GCRA's or sliding window counter's
+///   quota is refused, as their keys cannot move — give the limit a new name to start
+///   it afresh);
 /// - a limit whose algorithm, key, store or memory settings (`max_keys`, `overflow`,
 ///   `eviction_margin`) changed is a new limit: a new limiter, the old one's state
 ///   dropped, as a removed limit's is once no request holds it;
@@ -43,19 +43,20 @@ use std::time::{Duration, Instant};
 ///   finishes under the routes and policies it started with.
 ///
 /// # What a request can see of a reload
-/// The routes and policies are swapped in one pointer store each; the quota moves
-/// come after, once the requests that started under the old routes and policies
-/// have finished (waiting up to [`drain_limit`](Self::drain_limit), 1 s by default),
-/// so a check of the old configuration never meets a new quota. The window that
-/// remains: from the swap until the moves, requests under the *new* routes meet the
-/// changed limiters at their *old* quotas (their decision by the old quota, their
-/// `RateLimit` fields and cost from the new file: a new cost above an old, smaller
-/// capacity is refused as exceeding it), and during the moves themselves (one lock
-/// and one store per changed limiter, microseconds) a new policy checking two changed
-/// limits can meet one moved and the other not. The moves are a limiter's own
-/// (its quota is its state, not the table's), which is why they cannot be part of
-/// the one swap. A request in flight past the drain limit (a delayed one, a policy
-/// kept longer than a request) can meet a new quota with its old check.
+/// A request reads the configuration once, at its start (the layer's routes, or a
+/// policy), and every check it makes carries that configuration's quota into the
+/// limiter. The routes and policies are swapped in one pointer store each, so:
+/// - a request that starts after the swap is decided by the new file alone: its
+///   routes, costs, `RateLimit` fields and quotas, every key it meets moved to the new
+///   quota at that request;
+/// - a request in flight finishes under the old file, its checks and settles under
+///   the old quotas — except on a key that a request of the new file has moved
+///   already: a key's state is under one quota at a time and moves forward only, so
+///   the old request is decided under the new quota there (never a fresh allowance:
+///   the key kept what it had left).
+///
+/// Nothing waits: the swap does not wait for the old requests, and no request waits
+/// for a reload.
 ///
 /// Clones share one configuration. The guide's page
 /// [Limits from a file](crate::guide::limits_from_a_file) has a whole example.
@@ -69,9 +70,8 @@ struct Shared {
     /// The layer's routes, swapped with `current`, read by every service of
     /// [`LiveLimits::layer`].
     routes: Arc<ArcSwap<crate::http::Routes>>,
-    /// One reload at a time (requests never take it), and how long a reload waits for
-    /// the old configuration's requests before it moves quotas.
-    reloading: Mutex<Duration>,
+    /// One reload at a time (requests never take it).
+    reloading: Mutex<()>,
     extractors: Extractors,
     make: Box<dyn Make>,
 }
@@ -113,8 +113,6 @@ struct Planned {
     limits: BTreeMap<String, BuiltLimit>,
     policies: BTreeMap<String, Arc<Policy<Parts>>>,
     layer: RateLimitLayer,
-    /// Running limiters whose keys move to a new quota once the plan is applied.
-    moves: Vec<(Requota, Quota)>,
     changes: Vec<Change>,
 }
 
@@ -153,27 +151,11 @@ impl LiveLimits {
             shared: Arc::new(Shared {
                 current: ArcSwap::from_pointee(generation),
                 routes,
-                reloading: Mutex::new(DEFAULT_DRAIN_LIMIT),
+                reloading: Mutex::new(()),
                 extractors,
                 make,
             }),
         })
-    }
-
-    /// How long a [`reload`](Self::reload) that changes a quota waits for requests
-    /// still running under the old configuration before it moves the limiters to
-    /// their new quotas (see [what a request can see](Self#what-a-request-can-see-of-a-reload));
-    /// 1 s unless set. Past it the quotas move anyway. `Duration::ZERO` moves them
-    /// right after the swap: new requests then meet the new quotas within
-    /// microseconds, and requests in flight meet them in the checks they make after.
-    /// Returns `self`, for chaining.
-    pub fn drain_limit(self, limit: Duration) -> Self {
-        *self
-            .shared
-            .reloading
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = limit;
-        self
     }
 
     /// A layer whose services read the routes of the configuration running at each
@@ -224,11 +206,12 @@ impl LiveLimits {
     }
 
     /// Swaps `config` in, as the [type's documentation](Self) says, and tells what
-    /// changed. Reloads run one at a time; requests never wait for one. A reload that
-    /// changes a quota returns once the quota has moved, after waiting for the old
-    /// configuration's requests (up to the [drain limit](Self::drain_limit)): call it
-    /// off an async runtime's workers (`spawn_blocking`). With the `metrics` feature
-    /// each outcome sets the gauge `turnstile_config_last_reload_successful` (1 or 0).
+    /// changed. Reloads run one at a time; requests never wait for one, and a reload
+    /// waits for no request. It builds the new configuration's limiters, policies and
+    /// routes (connecting a new shared limit lazily), so it takes the time of that
+    /// building and of taking the reload lock: call it off an async runtime's workers
+    /// (`spawn_blocking`) when the table is large. With the `metrics` feature each
+    /// outcome sets the gauge `turnstile_config_last_reload_successful` (1 or 0).
     ///
     /// # Errors
     /// What [`LiveLimits::new`] refuses, a change of quota for a limit whose keys
@@ -242,7 +225,7 @@ impl LiveLimits {
     }
 
     fn apply(&self, config: Config) -> Result<Changes, ConfigError> {
-        let drain_limit = self
+        let _reloading = self
             .shared
             .reloading
             .lock()
@@ -255,27 +238,19 @@ impl LiveLimits {
             &self.shared.extractors,
             &*self.shared.make,
         )?;
-        // Nothing running has been touched until here. The new routes and policies go
-        // in first, each one pointer swap; the limiters move to their new quotas once
-        // the requests under the old ones have finished (or the drain limit passed),
-        // so an old check never meets a new quota.
+        // Nothing running has changed until here: a new quota is published on its
+        // limiter by the plan, but only the new checks carry it. The new routes and
+        // policies go in, each one pointer swap; the old ones are dropped once the
+        // last request holding them has finished.
         let version = running.version + 1;
         drop(running);
-        let old_routes = self.shared.routes.swap(planned.layer.table.current());
-        let old = self.shared.current.swap(Arc::new(Generation::new(
+        self.shared.routes.store(planned.layer.table.current());
+        self.shared.current.store(Arc::new(Generation::new(
             version,
             config,
             planned.limits,
             planned.policies,
         )));
-        if !planned.moves.is_empty() {
-            drain(&old_routes, &old, *drain_limit);
-            // Each move only publishes the limiter's new quota: its keys move at
-            // their next requests.
-            for (requota, quota) in &planned.moves {
-                requota(*quota);
-            }
-        }
         report_version(version);
         Ok(Changes {
             version,
@@ -331,8 +306,7 @@ impl PolicyHandle {
 
     /// Runs `with` on the policy running now, and answers what it does; `None` when a
     /// reload removed the policy. The configuration stays loaded while `with` runs
-    /// (keep it short: a reload that changes a quota waits for it, up to its
-    /// [`drain_limit`](LiveLimits::drain_limit)).
+    /// (an `ArcSwap` guard: keep it short, as a thread holds few at a time).
     pub fn with<T>(&self, with: impl FnOnce(&Policy<Parts>) -> T) -> Option<T> {
         let current = self.shared.current.load();
         // Relaxed: a hint, checked by the name at that place before it is used.
@@ -374,30 +348,6 @@ impl fmt::Debug for PolicyHandle {
         f.debug_struct("PolicyHandle")
             .field("name", &self.name)
             .finish_non_exhaustive()
-    }
-}
-
-/// How long a reload waits for the old configuration's requests, unless set.
-const DEFAULT_DRAIN_LIMIT: Duration = Duration::from_secs(1);
-
-/// Waits until no request holds the old routes, the old generation or one of its
-/// policies (arc-swap's swap turns every outstanding load of the old pointer into a
-/// counted reference, so the counts are the holders), or until `limit` has passed.
-/// Off the request path: requests never wait for it.
-fn drain(routes: &Arc<crate::http::Routes>, old: &Arc<Generation>, limit: Duration) {
-    let start = Instant::now();
-    // The generation first: once nothing holds it, no request can take a policy from
-    // it, so the policies' counts only fall.
-    let drained = || {
-        Arc::strong_count(routes) == 1
-            && Arc::strong_count(old) == 1
-            && old
-                .policies
-                .iter()
-                .all(|(_, policy)| Arc::strong_count(policy) == 1)
-    };
-    while !drained() && start.elapsed() < limit {
-        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
@@ -463,7 +413,6 @@ fn plan(
     let empty = BTreeMap::new();
     let old_limits = running.map_or(&empty, |running| &running.limits);
     let mut changes = Vec::new();
-    let mut moves = Vec::new();
     let mut limits = BTreeMap::new();
     for (name, spec) in &document.limits {
         let built = match old_limits.get(name) {
@@ -477,15 +426,18 @@ fn plan(
                 let Some(requota) = &old.requota else {
                     return Err(cannot_move(origin, name, &old.spec));
                 };
-                moves.push((Arc::clone(requota), spec.quota.quota));
                 changes.push(Change::QuotaChanged {
                     limit: name.clone(),
                     from: old.spec.quota.text.clone(),
                     to: spec.quota.text.clone(),
                 });
+                // Published now, carried only by this configuration's checks: until
+                // the swap no request has them, and a plan refused below leaves the
+                // running checks under the quota they carry.
                 BuiltLimit {
                     spec: spec.clone(),
-                    ..old.clone()
+                    limiter: requota(spec.quota.quota),
+                    requota: Some(Arc::clone(requota)),
                 }
             }
             old => {
@@ -534,7 +486,6 @@ fn plan(
         limits,
         policies,
         layer,
-        moves,
         changes,
     })
 }
@@ -644,7 +595,8 @@ pub enum Change {
         /// Its name.
         limit: String,
     },
-    /// A limit's quota changed: same limiter, each key moves at its next request.
+    /// A limit's quota changed: same limiter, each key moves at its first request
+    /// under the new configuration.
     QuotaChanged {
         /// Its name.
         limit: String,

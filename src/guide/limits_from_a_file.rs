@@ -141,7 +141,7 @@
 //! | the limit in the new file | its limiter | its keys |
 //! |---|---|---|
 //! | the same algorithm, quota, key, store and memory settings | kept (the same `Arc`) | every key's state kept |
-//! | the quota changed | kept | each key moves at its next request, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
+//! | the quota changed | kept | each key moves at its first request under the new file, by [`crate::per_key`]'s rules: it keeps what it had left, capped at the new quota; a key with its whole allowance starts afresh under the new one; a throttled key stays throttled |
 //! | the quota of a `gcra` or `sliding_window` limit changed | — | refused: their keys cannot move (rename the limit to start it afresh) |
 //! | the quota of a shared (Redis) limit changed | — | refused: its state is Redis's, under the old quota (rename the limit to start it afresh) |
 //! | the algorithm, key, store or memory settings (`max_keys`, `overflow`, `eviction_margin`) changed | a new one | the old state dropped (a new limit under the old name) |
@@ -155,32 +155,27 @@
 //! ([`LiveLimits::policy`](crate::config::LiveLimits::policy)) is the running one's,
 //! an `Arc` to keep for the request.
 //!
-//! **Quotas move after the swap.** A limiter's quota is the limiter's own state, not
-//! the table's, so it cannot change in the same pointer store as the routes. A reload
-//! that changes quotas swaps the routes and policies in first, waits until the
-//! requests that started under the old ones have finished (up to
-//! [`drain_limit`](crate::config::LiveLimits::drain_limit), 1 s by default), and only
-//! then moves the limiters: a check of the old file never meets a new quota. What is
-//! left, stated exactly: between the swap and the moves, requests under the new routes
-//! meet the changed limiters at their old quotas (decided by the old quota, with the
-//! new file's cost and `RateLimit` fields), and while the moves run — one lock and one
-//! store per changed limiter — a new policy checking two changed limits can find one
-//! moved and the other not. A request held past the drain limit (delay mode, a policy
-//! kept across requests) can meet a new quota with its old check.
-//!
-//! Both halves cannot hold at once, and nothing waits to make them: a key's state is
-//! under one quota at a time, so an old request and a new one meeting the same key
-//! between the swap and the move see the same quota. The default keeps the old
-//! requests' checks exact; `drain_limit(Duration::ZERO)` chooses the other half: the
-//! quotas move right after the swap, so new requests meet the new quotas within the
-//! microseconds of the moves, and a request in flight meets them in the checks (and
-//! settles) it makes after. (With the layer a request's checks come first, so few
-//! requests in flight have checks left.)
+//! **Each request carries its file's quotas.** A limiter's quota is the limiter's
+//! own state, not the table's, so it cannot change in the same pointer store as the
+//! routes. Instead a reload publishes each changed quota on its limiter while it
+//! builds the new file, and each check of a file carries that file's quota into the
+//! limiter with every request (a configuration number and the quota's rules). A
+//! request of the new file moves each key it meets to the new quota at that request;
+//! a request of the old one decides under the old quota. So, with nothing waiting:
+//! - a request that starts after the swap sees only the new file: its routes, costs,
+//!   `RateLimit` fields and quotas;
+//! - a request in flight finishes under the old file, its later checks and settles
+//!   under the old quotas, except on a key that a request of the new file has moved
+//!   already. A key's state is under one quota at a time and moves forward only, so
+//!   there the old request is decided under the new quota (the key kept what it had
+//!   left, capped: never a fresh allowance). This is the one way a request can see
+//!   anything of the other file, and it cannot be closed without a request waiting
+//!   for another.
 //!
 //! **Key moves are lazy**: a reload only publishes each changed limiter's new quota
-//! ([`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota)), and each key moves
-//! at its own next request — so the moves cost the same whatever the number of keys,
-//! and no thread walks them. (A moving key is frozen for the moment of its own move;
+//! (as [`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota) does), and each key
+//! moves at its own first request under the new file — so the moves cost the same
+//! whatever the number of keys, and no thread walks them. (A moving key is frozen for the moment of its own move;
 //! requests to other keys never wait.) Reloads run one at a time; requests never wait
 //! for one.
 //!
@@ -262,13 +257,13 @@
 //! Every in-process `token_bucket`, `fixed_window` and `sliding_log` limit is built
 //! reconfigurable ([`build_reconfigurable`](crate::Builder::build_reconfigurable), a
 //! [`PerKey`](crate::per_key::PerKey) limiter), whether its quota ever changes or
-//! not, since a reload may change it: only `PerKey` offers
-//! [`set_quota`](crate::KeyedLimiter::set_quota). A known key's request is still one
-//! lookup and one compare-and-set, but a *new* key, and each key's first request after
-//! a quota change, takes the resolver's read lock, clones an `Arc`, and stores a boxed
-//! entry (the rules beside the state), where a fixed limiter stores a word in place.
-//! Under churn of new keys that is a shared lock and an allocation per new key.
-//! Nothing was measured for this page: `benches/config_reload.rs` (built in CI, not
-//! run) measures a request through a fixed and a reloadable layer side by side, and
-//! the swap of a 1,000-route table while a limiter holds a million keys. The figures,
-//! once run, belong in `results/http.md`.
+//! not, since a reload may change it: only `PerKey` keys can move. A known key's
+//! request is still one lookup and one compare-and-set (against the configuration
+//! number its check carries), but a *new* key, and each key's first request after a
+//! quota change, stores a boxed entry (the rules beside the state) where a fixed
+//! limiter stores a word in place: an allocation per new key under churn. (A check of
+//! a file takes no lock for a new key: the quota's rules come with the check, not from
+//! the limiter's resolver.) `benches/config_reload.rs` measures a request through a
+//! fixed and a reloadable layer side by side, and the swap of a 1,000-route table
+//! while a limiter holds a million keys; `benches/layer_instructions.rs` counts the
+//! instructions. The figures are in `results/config-reload.md`.

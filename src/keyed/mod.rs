@@ -3,6 +3,9 @@
 //! stores or forgetting; this module knows nothing of tokens or windows.
 
 mod limiters;
+// A reloaded configuration file's checks (and loom's models of them).
+#[cfg(any(feature = "config", turnstile_loom))]
+mod pinned;
 mod reconfigure;
 #[cfg(all(test, not(turnstile_loom)))]
 mod relocation_tests;
@@ -18,7 +21,7 @@ pub use limiters::{
     SlidingWindowCounter, TokenBucket,
 };
 
-use crate::algorithm::{Algorithm, Blocked, Renewal};
+use crate::algorithm::{Algorithm, Blocked, Renewal, Rules};
 use crate::builder::{Builder, DefaultHasher};
 use crate::clock::{Clock, Epoch, QuantaClock};
 use crate::evict::{Eviction, KeyStats, Keys, Overflow, SharedAllowance, Sweeper};
@@ -205,7 +208,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.acquire(key, cost)
+        self.core.acquire(&self.core.algorithm, key, cost)
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`, and the same
@@ -221,7 +224,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.try_acquire(key)
+        self.core.try_acquire(&self.core.algorithm, key)
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
@@ -231,7 +234,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.peek(key)
+        self.core.peek(&self.core.algorithm, key)
     }
 
     /// Gives back `cost` tokens an allowed request took but did not use (see
@@ -241,7 +244,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.refund(key, cost)
+        self.core.refund(&self.core.algorithm, key, cost)
     }
 
     /// Settles a request that took `estimate` for `key` at what it actually cost:
@@ -252,7 +255,8 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.settle(key, estimate, actual)
+        self.core
+            .settle(&self.core.algorithm, key, estimate, actual)
     }
 
     /// Number of keys that have state.
@@ -355,9 +359,14 @@ where
 
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
+    ///
+    /// Every request path takes the rules it steps states by (`rules`): the
+    /// limiter's own algorithm, or a [pinned](crate::per_key::Pinned) view of its
+    /// per-key rules that a check of one configuration carries in.
     #[inline]
-    fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
+    fn acquire<R, Q>(&self, rules: &R, key: &Q, cost: u32) -> Decision
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -365,9 +374,9 @@ where
         let now = reading.since;
         // The hot path: a known key, one lookup and one compare-and-set; anything
         // else is out of line (`acquire_new`, `acquire_blocked`).
-        let decision = reading.tell(match self.look(key, now, cost) {
+        let decision = reading.tell(match self.look(rules, key, now, cost) {
             Ok(decision) => decision,
-            Err(missed) => self.acquire_slow(key, missed, now, cost),
+            Err(missed) => self.acquire_slow(rules, key, missed, now, cost),
         });
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Some(observer) = &self.observer {
@@ -384,23 +393,24 @@ where
     /// (`acquire_blocked`: retired, relocated, moving, outdated), and a named limiter's
     /// every request, which its observer must see decided.
     #[inline]
-    fn try_acquire<Q>(&self, key: &Q) -> bool
+    fn try_acquire<R, Q>(&self, rules: &R, key: &Q) -> bool
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if self.observer.is_some() {
-            return self.try_acquire_observed(key);
+            return self.try_acquire_observed(rules, key);
         }
         let now = self.epoch.elapsed();
-        let admit = |state: &A::State| self.algorithm.admit(state, self.eviction.reading(now), 1);
+        let admit = |state: &A::State| rules.admit(state, self.eviction.reading(now), 1);
         match self
             .states
             .look(key, admit, &Relocator::of(&self.algorithm))
         {
             Ok(allowed) => allowed,
-            Err(missed) => self.try_acquire_slow(key, missed, now),
+            Err(missed) => self.try_acquire_slow(rules, key, missed, now),
         }
     }
 
@@ -408,12 +418,13 @@ where
     /// reading, which decides by the full step.
     #[cold]
     #[inline(never)]
-    fn try_acquire_slow<Q>(&self, key: &Q, missed: Missed, now: u64) -> bool
+    fn try_acquire_slow<R, Q>(&self, rules: &R, key: &Q, missed: Missed, now: u64) -> bool
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.acquire_slow(key, missed, now, 1).is_allowed()
+        self.acquire_slow(rules, key, missed, now, 1).is_allowed()
     }
 
     /// A named limiter's `try_acquire`: the full `acquire`, so that its observer sees
@@ -421,55 +432,52 @@ where
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     #[cold]
     #[inline(never)]
-    fn try_acquire_observed<Q>(&self, key: &Q) -> bool
+    fn try_acquire_observed<R, Q>(&self, rules: &R, key: &Q) -> bool
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.acquire(key, 1).is_allowed()
+        self.acquire(rules, key, 1).is_allowed()
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
     /// [`RateLimiter::peek`]).
-    fn peek<Q>(&self, key: &Q) -> u32
+    fn peek<R, Q>(&self, rules: &R, key: &Q) -> u32
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let available =
-            |state: &A::State| self.algorithm.available(state, self.eviction.reading(now));
+        let available = |state: &A::State| rules.available(state, self.eviction.reading(now));
         loop {
             match self.settled(key, available) {
                 Some(Ok(available)) => return available,
                 // No state, or a retired one: the key is as good as new.
                 None | Some(Err(Blocked::Retired)) => {
-                    return self
-                        .algorithm
-                        .fresh_available(|| key.to_key(), self.eviction.reading(now));
+                    return rules.fresh_available(|| key.to_key(), self.eviction.reading(now));
                 }
-                Some(Err(blocked)) => self.unblock(key, blocked, now),
+                Some(Err(blocked)) => self.unblock(rules, key, blocked, now),
             }
         }
     }
 
     /// Gives back `cost` tokens an allowed request took but did not use (see
     /// [`RateLimiter::refund`]).
-    fn refund<Q>(&self, key: &Q, cost: u32)
+    fn refund<R, Q>(&self, rules: &R, key: &Q, cost: u32)
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let refund = |state: &A::State| {
-            self.algorithm
-                .refund(state, self.eviction.reading(now), cost)
-        };
+        let refund = |state: &A::State| rules.refund(state, self.eviction.reading(now), cost);
         loop {
             match self.settled(key, refund) {
                 // No state, or a retired one, was full: nothing to give back.
                 None | Some(Ok(())) | Some(Err(Blocked::Retired)) => return,
-                Some(Err(blocked)) => self.unblock(key, blocked, now),
+                Some(Err(blocked)) => self.unblock(rules, key, blocked, now),
             }
         }
     }
@@ -480,8 +488,9 @@ where
     /// looks when it charges. A refund finds a key with no state full, with nothing
     /// to give back; a charge makes the key's state as a first request does
     /// (`settle_new`) and charges it from full.
-    fn settle<Q>(&self, key: &Q, estimate: u32, actual: u32) -> Settlement
+    fn settle<R, Q>(&self, rules: &R, key: &Q, estimate: u32, actual: u32) -> Settlement
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -490,10 +499,8 @@ where
             return Settlement::default();
         }
         let now = self.epoch.elapsed();
-        let step = |state: &A::State| {
-            self.algorithm
-                .settle(state, self.eviction.reading(now), estimate, actual)
-        };
+        let step =
+            |state: &A::State| rules.settle(state, self.eviction.reading(now), estimate, actual);
         if actual < estimate {
             // Only what was given back leaves the step: a `u32` where a whole
             // `Settlement` would go through memory (a refund's settle measured 314
@@ -504,7 +511,7 @@ where
                     Some(Ok(refunded)) => return Settlement::of_refund(refunded),
                     // No state, or a retired one, was full: nothing to give back.
                     None | Some(Err(Blocked::Retired)) => return Settlement::default(),
-                    Some(Err(blocked)) => self.unblock(key, blocked, now),
+                    Some(Err(blocked)) => self.unblock(rules, key, blocked, now),
                 }
             }
         }
@@ -521,10 +528,10 @@ where
         loop {
             let next = match missed {
                 Missed::Absent(view) => self
-                    .settle_new(view, key, now, charge)
+                    .settle_new(rules, view, key, now, charge)
                     .map_err(Missed::Blocked),
                 Missed::Blocked(blocked) => {
-                    self.unblock(key, blocked, now);
+                    self.unblock(rules, key, blocked, now);
                     self.states.look(key, charge, &relocator)
                 }
             };
@@ -545,14 +552,16 @@ where
     /// — the answer, for a request, is dropped: a settle admits nothing, and the
     /// overflow allowance is not charged for a key it does not hold.
     #[cold]
-    fn settle_new<Q>(
+    fn settle_new<R, Q>(
         &self,
+        rules: &R,
         view: View,
         key: &Q,
         now: u64,
         charge: impl Fn(&A::State) -> Result<u32, Blocked> + Copy,
     ) -> Result<u32, Blocked>
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -567,7 +576,7 @@ where
             let _ = self.eviction.at_cap(&self.keys(), now, 0, None);
             return Ok(0);
         }
-        let create = |key: &K| self.algorithm.create(key);
+        let create = |key: &K| rules.create(key);
         // The state is no other thread's yet: the same step, its compare-and-set
         // uncontended.
         let first = |state: &mut A::State| charge(state);
@@ -622,9 +631,17 @@ where
     /// latest forgetting counts as its watermark (see `evict/`); read after the
     /// state is found, which orders it.
     #[inline(always)]
-    fn apply(&self, state: &A::State, now: u64, cost: u32) -> Result<Decision, Blocked> {
-        self.algorithm
-            .acquire(state, self.eviction.reading(now), cost)
+    fn apply<R>(
+        &self,
+        rules: &R,
+        state: &A::State,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Blocked>
+    where
+        R: Rules<K, State = A::State>,
+    {
+        rules.acquire(state, self.eviction.reading(now), cost)
     }
 
     /// The first request of a key with no state (as of `view`): refused at the cap,
@@ -632,8 +649,16 @@ where
     /// and forgetting given its due (`Eviction::after_insertion`). Unless `create` runs
     /// user code, under the epoch guard of the lookup that missed the key.
     #[cold]
-    fn acquire_new<Q>(&self, view: View, key: &Q, now: u64, cost: u32) -> Result<Decision, Blocked>
+    fn acquire_new<R, Q>(
+        &self,
+        rules: &R,
+        view: View,
+        key: &Q,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Blocked>
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -645,7 +670,7 @@ where
             if !active(Mutant::TrustFirstMiss)
                 && let Some(found) = self
                     .states
-                    .get_locked(key, |state| self.apply(state, now, cost))
+                    .get_locked(key, |state| self.apply(rules, state, now, cost))
             {
                 return found;
             }
@@ -653,7 +678,7 @@ where
                 .eviction
                 .at_cap(&self.keys(), now, cost, self.overflow.as_ref()));
         }
-        let create = |key: &K| self.algorithm.create(key);
+        let create = |key: &K| rules.create(key);
         // The first request applied to the new state before it is stored, at the
         // watermark as read once the insertion is registered: a forgetting that raises
         // it later waits for this insertion to be done before it forgets anything
@@ -662,14 +687,14 @@ where
         let early = active(Mutant::EarlyReading).then(|| self.eviction.reading(now));
         let first = |state: &mut A::State| {
             let reading = early.unwrap_or_else(|| self.eviction.reading(now));
-            self.algorithm.acquire_unshared(state, reading, cost)
+            rules.acquire_unshared(state, reading, cost)
         };
         let found = self.states.insert_new(
             view,
             key,
             create,
             first,
-            |state| self.apply(state, now, cost),
+            |state| self.apply(rules, state, now, cost),
             &Relocator::of(&self.algorithm),
         );
         self.after_insertion(now);
@@ -694,19 +719,27 @@ where
     /// decided. Out of line, so the hot path carries nothing of the loop.
     #[cold]
     #[inline(never)]
-    fn acquire_slow<Q>(&self, key: &Q, mut missed: Missed, now: u64, cost: u32) -> Decision
+    fn acquire_slow<R, Q>(
+        &self,
+        rules: &R,
+        key: &Q,
+        mut missed: Missed,
+        now: u64,
+        cost: u32,
+    ) -> Decision
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         loop {
             let next = match missed {
                 Missed::Absent(view) => self
-                    .acquire_new(view, key, now, cost)
+                    .acquire_new(rules, view, key, now, cost)
                     .map_err(Missed::Blocked),
                 Missed::Blocked(blocked) => {
-                    self.unblock(key, blocked, now);
-                    self.look(key, now, cost)
+                    self.unblock(rules, key, blocked, now);
+                    self.look(rules, key, now, cost)
                 }
             };
             match next {
@@ -719,12 +752,13 @@ where
     /// One look for `key`'s state and one request applied to it: the stored state if
     /// there is one (relocated from the old generation if that is where it is).
     #[inline(always)]
-    fn look<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, Missed>
+    fn look<R, Q>(&self, rules: &R, key: &Q, now: u64, cost: u32) -> Result<Decision, Missed>
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let apply = |state: &A::State| self.apply(state, now, cost);
+        let apply = |state: &A::State| self.apply(rules, state, now, cost);
         self.states
             .look(key, apply, &Relocator::of(&self.algorithm))
     }
@@ -732,8 +766,9 @@ where
     /// Clears what kept a request from `key`'s state, so that the next look finds it
     /// usable, absent or fresh.
     #[cold]
-    fn unblock<Q>(&self, key: &Q, blocked: Blocked, now: u64)
+    fn unblock<R, Q>(&self, rules: &R, key: &Q, blocked: Blocked, now: u64)
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -741,7 +776,7 @@ where
             Blocked::Retired => self.remove_retired(key),
             // The mover replaces the entry next, with no user code in between.
             Blocked::Moving => yield_now(),
-            Blocked::Outdated => self.renew(key, now),
+            Blocked::Outdated => self.renew(rules, key, now),
             // The next look finds the copy, or makes it.
             Blocked::Relocated => {}
         }
@@ -761,13 +796,14 @@ where
     /// `key`'s state predates the current quotas: ask for them first (user code, with
     /// nothing frozen), then move the state — in place if no rule changes, else by
     /// freezing it and swapping in its successor.
-    fn renew<Q>(&self, key: &Q, now: u64)
+    fn renew<R, Q>(&self, rules: &R, key: &Q, now: u64)
     where
+        R: Rules<K, State = A::State>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let owned = key.to_key();
-        let resolved = self.algorithm.resolve(&owned);
+        let resolved = rules.resolve(&owned);
         // The owned key is made before anything is frozen: between the freeze and the
         // swap only the store runs (hashing and comparing the key). One look, so the
         // closure runs at most once and `owned` is moved into the swap once.
@@ -778,7 +814,7 @@ where
             };
             let now = self.eviction.reading(now);
             let swap = |successor| self.states.swap(owned, state, successor);
-            self.algorithm.renew(state, &resolved, now, swap)
+            rules.renew(state, &resolved, now, swap)
         });
         match renewal {
             Some(Renewal::Moving) => yield_now(),

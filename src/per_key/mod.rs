@@ -73,18 +73,36 @@
 //! freeze, so only the map's hashing, comparing and copying of it run in between; if
 //! one of those panics, the key is thawed on the way out. A mover that
 //! finds a newer configuration published after it resolved thaws the key and resolves
-//! again, so no key moves to a quota that was not current when it was frozen. A
-//! request that meets the moving marker yields and looks again; it waits only between
-//! two steps of the moving thread. Requests to other keys, and to keys already moved,
-//! never wait. The resolver sits behind a read-write lock that key creation and moves
-//! read and only `set_quota` and `reconfigure` write.
+//! again, so no key moves to a quota that was not current when it was frozen. Before
+//! it swaps, the mover claims the entry's configuration number (a compare-and-set
+//! from the number it found), which a move in place to a later configuration also
+//! sets: whichever lands second gives way and looks again, so a key's configuration
+//! only grows. A request that meets the moving marker yields and looks again; it
+//! waits only between two steps of the moving thread. Requests to other keys, and to
+//! keys already moved, never wait. The resolver sits behind a read-write lock that
+//! key creation and moves read and only `set_quota` and `reconfigure` write.
+//!
+//! # Requests of one configuration
+//! A reloaded configuration file's checks do not read the limiter's current
+//! configuration: each carries its own (`Pinned`, crate-internal), so a request of
+//! the new file moves every key it meets to the new quota at once, and one of the
+//! old file decides under the old quota unless a request of the new one has moved the
+//! key already (then under the key's, as a key moves forward only). No resolver runs
+//! for them, and no lock is taken.
 //!
 //! On the word store a lock-free lookup can miss a key for the moment its entry is
 //! swapped (papaya's never does), so the answers a miss would change — a peek's "new
 //! key: full", a refund's "nothing to give back", a refusal at the key cap — look
 //! again under the segment's lock first. Model-checked: loom models 8, 9 and 10 (the
-//! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), each
-//! with a mutant.
+//! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), 22
+//! (requests of two configurations racing: the claim), each with a mutant.
+
+// Carried by a reloaded configuration file's checks (and loom's models of them).
+#[cfg(any(feature = "config", turnstile_loom))]
+mod pinned;
+
+#[cfg(any(feature = "config", turnstile_loom))]
+pub(crate) use pinned::Pinned;
 
 use crate::algorithm::{Algorithm, Blocked, Reconfigurable, Renewal, Retirement, Rules};
 use crate::decision::Decision;
@@ -125,12 +143,7 @@ impl<A: Algorithm<()>> crate::algorithm::Stored for Entry<A> {}
 impl<A: Reconfigurable> Entry<A> {
     /// A new key's entry under `quota`.
     fn fresh(configuration: u64, quota: &Quota) -> Self {
-        let rules = A::for_quota(quota);
-        Self {
-            configuration: AtomicU64::new(configuration),
-            state: rules.create(&()),
-            rules,
-        }
+        Self::fresh_under(configuration, A::for_quota(quota))
     }
 
     /// The successor, under `rules`, of a key whose state under `old` was frozen as
@@ -163,16 +176,170 @@ impl<A: Reconfigurable> Entry<A> {
         }
     }
 
-    /// The rules and state, if the entry is at the `current` configuration.
+    /// The configuration the entry is at, for loom models.
+    #[cfg(turnstile_loom)]
+    pub(crate) fn configuration(&self) -> u64 {
+        // Relaxed: read once the model's threads have joined.
+        self.configuration.load(Ordering::Relaxed)
+    }
+
+    /// A new key's entry under `rules`, which belong to `configuration`.
+    fn fresh_under(configuration: u64, rules: A) -> Self {
+        Self {
+            configuration: AtomicU64::new(configuration),
+            state: rules.create(&()),
+            rules,
+        }
+    }
+
+    /// The rules and state, if the entry is at configuration `wanted` or a later one.
+    /// An unpinned request wants the limiter's current configuration, which no entry
+    /// is past; a [pinned](pinned) one wants its own, and a key a later configuration
+    /// has moved already is decided under that one (a key moves forward only).
     #[inline]
-    fn current(&self, current: u64) -> Result<(&A, &A::State), Blocked> {
+    fn current(&self, wanted: u64) -> Result<(&A, &A::State), Blocked> {
         // Relaxed: the number guards no other memory; the rules and state beside it
         // were published with the entry by the map.
-        if self.configuration.load(Ordering::Relaxed) == current {
+        if self.configuration.load(Ordering::Relaxed) >= wanted {
             Ok((&self.rules, &self.state))
         } else {
             Err(Blocked::Outdated)
         }
+    }
+
+    /// The inner state relocated by its own rules, beside a copy of the entry's
+    /// configuration and rules. The configuration is read after the freeze; a move to a
+    /// new quota racing it (which changes only the configuration in place, or freezes
+    /// the state first) at worst leaves the copy outdated, and the next request moves
+    /// it again.
+    fn relocate(&self) -> Result<Self, Blocked> {
+        let state = self.rules.relocate(&self.state)?;
+        Ok(Self {
+            // Relaxed: as in `Entry::current`.
+            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed)),
+            rules: self.rules.clone(),
+            state,
+        })
+    }
+
+    /// A relocated copy of a new key's entry (see [`Rules::relocated_copy`]).
+    fn relocated_copy(&self) -> Self {
+        Self {
+            // Relaxed: as in `Entry::current`.
+            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed)),
+            rules: self.rules.clone(),
+            state: self.rules.relocated_copy(&self.state),
+        }
+    }
+
+    /// Whether the state is retired; under the `SharedMarker` mutant, a state that is
+    /// not at configuration `wanted` reads as moving instead.
+    fn is_retired(&self, wanted: u64) -> bool {
+        if active(Mutant::SharedMarker) && self.current(wanted).is_err() {
+            return false; // "retired and outdated" read as "being moved"
+        }
+        self.rules.is_retired(&self.state)
+    }
+
+    /// By the entry's own rules, whatever its configuration: a key with its whole
+    /// allowance would start afresh when moved, as it does when forgotten. (`wanted`
+    /// only for the `SharedMarker` mutant, as in `is_retired`.)
+    fn retire_if_forgettable(&self, at: u64, wanted: u64) -> Retirement {
+        let retirement = self.rules.retire_if_forgettable(&self.state, at);
+        if active(Mutant::SharedMarker)
+            && retirement == Retirement::AlreadyRetired
+            && self.current(wanted).is_err()
+        {
+            return Retirement::Moving; // "retired and outdated" read as "being moved"
+        }
+        retirement
+    }
+
+    /// Moves the entry to `rules`, configuration `configuration`, at `now` (see the
+    /// module docs): in place if the rules are the same, else frozen and its successor
+    /// handed to `swap`. `superseded` says whether the move should give way because a
+    /// newer configuration was published meanwhile (an unpinned mover then resolves
+    /// again; a pinned one never gives way: its configuration is its request's).
+    fn renew(
+        &self,
+        configuration: u64,
+        rules: A,
+        now: u64,
+        swap: impl FnOnce(Self) -> bool,
+        superseded: impl FnOnce() -> bool,
+    ) -> Renewal {
+        // Relaxed: as in `Entry::current`.
+        let found = self.configuration.load(Ordering::Relaxed);
+        if found >= configuration {
+            // Moved already, by another request (configurations only grow: a slower
+            // mover must not take a key back to an older quota).
+            return Renewal::Current;
+        }
+        let same = rules == self.rules && !active(Mutant::MoveUnchangedRules);
+        if same {
+            // The same rules: the state stays exactly as it is. Relaxed: as above; the
+            // compare-and-set keeps a slower mover from moving the number back, and
+            // fails if a mover claimed the entry first (see below): this request then
+            // looks again.
+            let _ = self.configuration.compare_exchange(
+                found,
+                configuration,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Renewal::Current;
+        }
+        let frozen = match self.rules.freeze(&self.state) {
+            Ok(frozen) => frozen,
+            Err(Blocked::Retired) => return Renewal::Retired,
+            Err(Blocked::Moving) => return Renewal::Moving,
+            // Relocated meanwhile: the copy is the key's state; look again.
+            Err(Blocked::Relocated) => return Renewal::Relocated,
+            // Inner rules have one quota: never outdated.
+            Err(Blocked::Outdated) => return Renewal::Current,
+        };
+        // From here to the swap, a panic (a key whose `Eq` or `Clone` panics inside
+        // the map) must not leave the key frozen: every later request would wait for
+        // a mover that is gone. The guard thaws it on the way out.
+        let mut thaw = ThawUnlessMoved {
+            rules: &self.rules,
+            state: &self.state,
+            frozen: Some(frozen),
+            claimed: None,
+        };
+        if superseded() {
+            // A newer configuration came while this thread resolved: moving to the
+            // quota it resolved would apply one no longer current. Undo (the guard
+            // thaws); the request resolves again.
+            return Renewal::Current;
+        }
+        // The claim: the entry's number from `found` to this move's, one
+        // compare-and-set. A move in place (same rules, above) changes the number
+        // without freezing, so a later configuration's may have landed since `found`
+        // was read; exactly one of the two compare-and-sets wins, so the key never
+        // goes back to an older configuration after a later one's request was decided
+        // on it. Lost: give way (thawed) and look again. Relaxed: the two
+        // read-modify-writes of one atomic are ordered by it alone.
+        if !active(Mutant::MoveWithoutClaim)
+            && self
+                .configuration
+                .compare_exchange(found, configuration, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Renewal::Current;
+        }
+        thaw.claimed = Some((&self.configuration, found));
+        let Some(frozen) = thaw.frozen.as_ref() else {
+            return Renewal::Current;
+        };
+        let successor = Self::carried(configuration, rules, &self.rules, frozen, now);
+        if swap(successor) {
+            // Replaced: the frozen state is gone with its entry, never to be thawed.
+            thaw.frozen = None;
+        }
+        // Otherwise (only the mover replaces a frozen entry, so this does not happen)
+        // the guard gives the number back and thaws it: the key must not stay frozen.
+        Renewal::Current
     }
 }
 
@@ -205,8 +372,9 @@ impl<A, K> PerKey<A, K> {
         }
     }
 
-    /// Makes `resolve` the source of every key's quota from now on.
-    pub(crate) fn reconfigure(&self, resolve: Resolver<K>) {
+    /// Makes `resolve` the source of every key's quota from now on; returns the new
+    /// configuration's number.
+    pub(crate) fn reconfigure(&self, resolve: Resolver<K>) -> u64 {
         let mut resolver = self.resolver.write().unpoisoned();
         let next = resolver.0 + 1;
         *resolver = (next, resolve);
@@ -216,6 +384,7 @@ impl<A, K> PerKey<A, K> {
         // newer one; a request that still sees the old number takes effect before the
         // reconfiguration.
         self.configuration.store(next, Ordering::Relaxed);
+        next
     }
 
     /// The current configuration.
@@ -302,48 +471,21 @@ impl<A: Reconfigurable, K: Send + Sync> Rules<K> for PerKey<A, K> {
         A::for_quota(&quota).fresh_available(|| (), now)
     }
 
-    /// The inner state relocated by its own rules, beside a copy of the entry's
-    /// configuration and rules. The configuration is read after the freeze; a move to a
-    /// new quota racing it (which changes only the configuration in place, or freezes
-    /// the state first) at worst leaves the copy outdated, and the next request moves
-    /// it again.
     fn relocate(&self, entry: &Entry<A>) -> Result<Entry<A>, Blocked> {
-        let state = entry.rules.relocate(&entry.state)?;
-        Ok(Entry {
-            // Relaxed: as in `Entry::current`.
-            configuration: AtomicU64::new(entry.configuration.load(Ordering::Relaxed)),
-            rules: entry.rules.clone(),
-            state,
-        })
+        entry.relocate()
     }
 
     fn relocated_copy(&self, entry: &Entry<A>) -> Entry<A> {
-        Entry {
-            // Relaxed: as in `Entry::current`.
-            configuration: AtomicU64::new(entry.configuration.load(Ordering::Relaxed)),
-            rules: entry.rules.clone(),
-            state: entry.rules.relocated_copy(&entry.state),
-        }
+        entry.relocated_copy()
     }
 
     fn is_retired(&self, entry: &Entry<A>) -> bool {
-        if active(Mutant::SharedMarker) && entry.current(self.configuration()).is_err() {
-            return false; // "retired and outdated" read as "being moved"
-        }
-        entry.rules.is_retired(&entry.state)
+        entry.is_retired(self.configuration())
     }
 
-    /// By the entry's own rules, whatever its configuration: a key with its whole
-    /// allowance would start afresh when moved, as it does when forgotten.
+    /// By the entry's own rules, whatever its configuration.
     fn retire_if_forgettable(&self, entry: &Entry<A>, at: u64) -> Retirement {
-        let retirement = entry.rules.retire_if_forgettable(&entry.state, at);
-        if active(Mutant::SharedMarker)
-            && retirement == Retirement::AlreadyRetired
-            && entry.current(self.configuration()).is_err()
-        {
-            return Retirement::Moving; // "retired and outdated" read as "being moved"
-        }
-        retirement
+        entry.retire_if_forgettable(at, self.configuration())
     }
 
     fn resolve(&self, key: &K) -> (u64, Quota) {
@@ -358,60 +500,9 @@ impl<A: Reconfigurable, K: Send + Sync> Rules<K> for PerKey<A, K> {
         swap: impl FnOnce(Entry<A>) -> bool,
     ) -> Renewal {
         let &(configuration, quota) = resolved;
-        // Relaxed: as in `Entry::current`.
-        let found = entry.configuration.load(Ordering::Relaxed);
-        if found >= configuration {
-            // Moved already, by another request (configurations only grow: a slower
-            // mover must not take a key back to an older quota).
-            return Renewal::Current;
-        }
-        let rules = A::for_quota(&quota);
-        let same = rules == entry.rules && !active(Mutant::MoveUnchangedRules);
-        if same {
-            // The same rules: the state stays exactly as it is. Relaxed: as above; the
-            // compare-and-set keeps a slower mover from moving the number back.
-            let _ = entry.configuration.compare_exchange(
-                found,
-                configuration,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            return Renewal::Current;
-        }
-        let frozen = match entry.rules.freeze(&entry.state) {
-            Ok(frozen) => frozen,
-            Err(Blocked::Retired) => return Renewal::Retired,
-            Err(Blocked::Moving) => return Renewal::Moving,
-            // Relocated meanwhile: the copy is the key's state; look again.
-            Err(Blocked::Relocated) => return Renewal::Relocated,
-            // Inner rules have one quota: never outdated.
-            Err(Blocked::Outdated) => return Renewal::Current,
-        };
-        // From here to the swap, a panic (a key whose `Eq` or `Clone` panics inside
-        // the map) must not leave the key frozen: every later request would wait for
-        // a mover that is gone. The guard thaws it on the way out.
-        let mut thaw = ThawUnlessMoved {
-            rules: &entry.rules,
-            state: &entry.state,
-            frozen: Some(frozen),
-        };
-        if self.configuration() != configuration {
-            // A newer configuration came while this thread resolved: moving to the
-            // quota it resolved would apply one no longer current. Undo (the guard
-            // thaws); the request resolves again.
-            return Renewal::Current;
-        }
-        let Some(frozen) = thaw.frozen.as_ref() else {
-            return Renewal::Current;
-        };
-        let successor = Entry::carried(configuration, rules, &entry.rules, frozen, now);
-        if swap(successor) {
-            // Replaced: the frozen state is gone with its entry, never to be thawed.
-            thaw.frozen = None;
-        }
-        // Otherwise (only the mover replaces a frozen entry, so this does not happen)
-        // the guard thaws it: the key must not stay frozen.
-        Renewal::Current
+        entry.renew(configuration, A::for_quota(&quota), now, swap, || {
+            self.configuration() != configuration
+        })
     }
 }
 
@@ -422,11 +513,18 @@ struct ThawUnlessMoved<'a, A: Reconfigurable> {
     rules: &'a A,
     state: &'a A::State,
     frozen: Option<A::Frozen>,
+    /// The entry's number and what it was before this move claimed it, once claimed.
+    claimed: Option<(&'a AtomicU64, u64)>,
 }
 
 impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
     fn drop(&mut self) {
         if let Some(frozen) = self.frozen.take() {
+            if let Some((number, found)) = self.claimed {
+                // Relaxed: given back before the thaw; while the state is frozen no
+                // request decides on it, whatever number it read.
+                number.store(found, Ordering::Relaxed);
+            }
             self.rules.thaw(self.state, frozen);
         }
     }
