@@ -2,6 +2,7 @@
 //! and the forgetting of idle keys (see [`crate::evict`]). Algorithms know nothing of
 //! stores or forgetting; this module knows nothing of tokens or windows.
 
+mod carried;
 mod limiters;
 // A reloaded configuration file's checks (and loom's models of them).
 #[cfg(any(feature = "config", turnstile_loom))]
@@ -30,6 +31,7 @@ use crate::store::{KeyedStore, Relocator};
 use crate::sync::mutants::{Mutant, active};
 use crate::sync::yield_now;
 use crate::{Decision, KeyRef, Quota, RateLimiter, Settlement};
+use carried::{Carried, Own};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
@@ -208,7 +210,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.acquire(&self.core.algorithm, key, cost)
+        self.core.acquire(Own, key, cost)
     }
 
     /// Asks for one token for `key`: `acquire(key, 1).is_allowed()`, and the same
@@ -224,7 +226,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.try_acquire(&self.core.algorithm, key)
+        self.core.try_acquire(Own, key)
     }
 
     /// What `key` has now, taking nothing and creating nothing (see
@@ -234,7 +236,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.peek(&self.core.algorithm, key)
+        self.core.peek(Own, key)
     }
 
     /// Gives back `cost` tokens an allowed request took but did not use (see
@@ -244,7 +246,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core.refund(&self.core.algorithm, key, cost)
+        self.core.refund(Own, key, cost)
     }
 
     /// Settles a request that took `estimate` for `key` at what it actually cost:
@@ -360,13 +362,13 @@ where
     /// Asks for `cost` tokens for `key`, all or nothing (see
     /// [`RateLimiter::acquire`]).
     ///
-    /// Every request path takes the rules it steps states by (`rules`): the
-    /// limiter's own algorithm, or a [pinned](crate::per_key::Pinned) view of its
-    /// per-key rules that a check of one configuration carries in.
+    /// Every request path takes the rules it steps states by (`rules`, see
+    /// [`Carried`]): the limiter's own algorithm, or a pinned view of its per-key
+    /// rules that a check of one configuration carries in.
     #[inline]
-    fn acquire<R, Q>(&self, rules: &R, key: &Q, cost: u32) -> Decision
+    fn acquire<R, Q>(&self, rules: R, key: &Q, cost: u32) -> Decision
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -393,9 +395,9 @@ where
     /// (`acquire_blocked`: retired, relocated, moving, outdated), and a named limiter's
     /// every request, which its observer must see decided.
     #[inline]
-    fn try_acquire<R, Q>(&self, rules: &R, key: &Q) -> bool
+    fn try_acquire<R, Q>(&self, rules: R, key: &Q) -> bool
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -404,7 +406,11 @@ where
             return self.try_acquire_observed(rules, key);
         }
         let now = self.epoch.elapsed();
-        let admit = |state: &A::State| rules.admit(state, self.eviction.reading(now), 1);
+        let admit = move |state: &A::State| {
+            rules
+                .of(&self.algorithm)
+                .admit(state, self.eviction.reading(now), 1)
+        };
         match self
             .states
             .look(key, admit, &Relocator::of(&self.algorithm))
@@ -418,9 +424,9 @@ where
     /// reading, which decides by the full step.
     #[cold]
     #[inline(never)]
-    fn try_acquire_slow<R, Q>(&self, rules: &R, key: &Q, missed: Missed, now: u64) -> bool
+    fn try_acquire_slow<R, Q>(&self, rules: R, key: &Q, missed: Missed, now: u64) -> bool
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -432,9 +438,9 @@ where
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     #[cold]
     #[inline(never)]
-    fn try_acquire_observed<R, Q>(&self, rules: &R, key: &Q) -> bool
+    fn try_acquire_observed<R, Q>(&self, rules: R, key: &Q) -> bool
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -443,20 +449,26 @@ where
 
     /// What `key` has now, taking nothing and creating nothing (see
     /// [`RateLimiter::peek`]).
-    fn peek<R, Q>(&self, rules: &R, key: &Q) -> u32
+    fn peek<R, Q>(&self, rules: R, key: &Q) -> u32
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let available = |state: &A::State| rules.available(state, self.eviction.reading(now));
+        let available = |state: &A::State| {
+            rules
+                .of(&self.algorithm)
+                .available(state, self.eviction.reading(now))
+        };
         loop {
             match self.settled(key, available) {
                 Some(Ok(available)) => return available,
                 // No state, or a retired one: the key is as good as new.
                 None | Some(Err(Blocked::Retired)) => {
-                    return rules.fresh_available(|| key.to_key(), self.eviction.reading(now));
+                    return rules
+                        .of(&self.algorithm)
+                        .fresh_available(|| key.to_key(), self.eviction.reading(now));
                 }
                 Some(Err(blocked)) => self.unblock(rules, key, blocked, now),
             }
@@ -465,14 +477,18 @@ where
 
     /// Gives back `cost` tokens an allowed request took but did not use (see
     /// [`RateLimiter::refund`]).
-    fn refund<R, Q>(&self, rules: &R, key: &Q, cost: u32)
+    fn refund<R, Q>(&self, rules: R, key: &Q, cost: u32)
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let now = self.epoch.elapsed();
-        let refund = |state: &A::State| rules.refund(state, self.eviction.reading(now), cost);
+        let refund = |state: &A::State| {
+            rules
+                .of(&self.algorithm)
+                .refund(state, self.eviction.reading(now), cost)
+        };
         loop {
             match self.settled(key, refund) {
                 // No state, or a retired one, was full: nothing to give back.
@@ -488,9 +504,9 @@ where
     /// looks when it charges. A refund finds a key with no state full, with nothing
     /// to give back; a charge makes the key's state as a first request does
     /// (`settle_new`) and charges it from full.
-    fn settle<R, Q>(&self, rules: &R, key: &Q, estimate: u32, actual: u32) -> Settlement
+    fn settle<R, Q>(&self, rules: R, key: &Q, estimate: u32, actual: u32) -> Settlement
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -499,8 +515,11 @@ where
             return Settlement::default();
         }
         let now = self.epoch.elapsed();
-        let step =
-            |state: &A::State| rules.settle(state, self.eviction.reading(now), estimate, actual);
+        let step = |state: &A::State| {
+            rules
+                .of(&self.algorithm)
+                .settle(state, self.eviction.reading(now), estimate, actual)
+        };
         if actual < estimate {
             // Only what was given back leaves the step: a `u32` where a whole
             // `Settlement` would go through memory (a refund's settle measured 314
@@ -554,14 +573,14 @@ where
     #[cold]
     fn settle_new<R, Q>(
         &self,
-        rules: &R,
+        rules: R,
         view: View,
         key: &Q,
         now: u64,
         charge: impl Fn(&A::State) -> Result<u32, Blocked> + Copy,
     ) -> Result<u32, Blocked>
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -576,7 +595,7 @@ where
             let _ = self.eviction.at_cap(&self.keys(), now, 0, None);
             return Ok(0);
         }
-        let create = |key: &K| rules.create(key);
+        let create = |key: &K| rules.of(&self.algorithm).create(key);
         // The state is no other thread's yet: the same step, its compare-and-set
         // uncontended.
         let first = |state: &mut A::State| charge(state);
@@ -631,17 +650,13 @@ where
     /// latest forgetting counts as its watermark (see `evict/`); read after the
     /// state is found, which orders it.
     #[inline(always)]
-    fn apply<R>(
-        &self,
-        rules: &R,
-        state: &A::State,
-        now: u64,
-        cost: u32,
-    ) -> Result<Decision, Blocked>
+    fn apply<R>(&self, rules: R, state: &A::State, now: u64, cost: u32) -> Result<Decision, Blocked>
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
     {
-        rules.acquire(state, self.eviction.reading(now), cost)
+        rules
+            .of(&self.algorithm)
+            .acquire(state, self.eviction.reading(now), cost)
     }
 
     /// The first request of a key with no state (as of `view`): refused at the cap,
@@ -651,14 +666,14 @@ where
     #[cold]
     fn acquire_new<R, Q>(
         &self,
-        rules: &R,
+        rules: R,
         view: View,
         key: &Q,
         now: u64,
         cost: u32,
     ) -> Result<Decision, Blocked>
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -678,7 +693,7 @@ where
                 .eviction
                 .at_cap(&self.keys(), now, cost, self.overflow.as_ref()));
         }
-        let create = |key: &K| rules.create(key);
+        let create = |key: &K| rules.of(&self.algorithm).create(key);
         // The first request applied to the new state before it is stored, at the
         // watermark as read once the insertion is registered: a forgetting that raises
         // it later waits for this insertion to be done before it forgets anything
@@ -687,7 +702,9 @@ where
         let early = active(Mutant::EarlyReading).then(|| self.eviction.reading(now));
         let first = |state: &mut A::State| {
             let reading = early.unwrap_or_else(|| self.eviction.reading(now));
-            rules.acquire_unshared(state, reading, cost)
+            rules
+                .of(&self.algorithm)
+                .acquire_unshared(state, reading, cost)
         };
         let found = self.states.insert_new(
             view,
@@ -721,14 +738,14 @@ where
     #[inline(never)]
     fn acquire_slow<R, Q>(
         &self,
-        rules: &R,
+        rules: R,
         key: &Q,
         mut missed: Missed,
         now: u64,
         cost: u32,
     ) -> Decision
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -752,13 +769,13 @@ where
     /// One look for `key`'s state and one request applied to it: the stored state if
     /// there is one (relocated from the old generation if that is where it is).
     #[inline(always)]
-    fn look<R, Q>(&self, rules: &R, key: &Q, now: u64, cost: u32) -> Result<Decision, Missed>
+    fn look<R, Q>(&self, rules: R, key: &Q, now: u64, cost: u32) -> Result<Decision, Missed>
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        let apply = |state: &A::State| self.apply(rules, state, now, cost);
+        let apply = move |state: &A::State| self.apply(rules, state, now, cost);
         self.states
             .look(key, apply, &Relocator::of(&self.algorithm))
     }
@@ -766,9 +783,9 @@ where
     /// Clears what kept a request from `key`'s state, so that the next look finds it
     /// usable, absent or fresh.
     #[cold]
-    fn unblock<R, Q>(&self, rules: &R, key: &Q, blocked: Blocked, now: u64)
+    fn unblock<R, Q>(&self, rules: R, key: &Q, blocked: Blocked, now: u64)
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
@@ -796,14 +813,14 @@ where
     /// `key`'s state predates the current quotas: ask for them first (user code, with
     /// nothing frozen), then move the state — in place if no rule changes, else by
     /// freezing it and swapping in its successor.
-    fn renew<R, Q>(&self, rules: &R, key: &Q, now: u64)
+    fn renew<R, Q>(&self, rules: R, key: &Q, now: u64)
     where
-        R: Rules<K, State = A::State>,
+        R: Carried<K, A>,
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
         let owned = key.to_key();
-        let resolved = rules.resolve(&owned);
+        let resolved = rules.of(&self.algorithm).resolve(&owned);
         // The owned key is made before anything is frozen: between the freeze and the
         // swap only the store runs (hashing and comparing the key). One look, so the
         // closure runs at most once and `owned` is moved into the swap once.
@@ -814,7 +831,7 @@ where
             };
             let now = self.eviction.reading(now);
             let swap = |successor| self.states.swap(owned, state, successor);
-            rules.renew(state, &resolved, now, swap)
+            rules.of(&self.algorithm).renew(state, &resolved, now, swap)
         });
         match renewal {
             Some(Renewal::Moving) => yield_now(),
