@@ -7,7 +7,7 @@
 //! | GET /balance   | 100 per minute |
 //! | POST /transfer | 10 per minute  |
 //! | POST /login    | 5 per minute   |
-//! | POST /chat     | 300 tokens per minute (with `--in-code`) |
+//! | POST /chat     | 300 tokens per minute |
 //! | anything else  | 50 per minute  |
 //!
 //! plus 300 per minute per IP address. A request without an API key gets 400.
@@ -17,10 +17,10 @@
 //! most the capacity — and its handler answers with the tokens it used in
 //! `x-tokens-used` (`?used=N` makes it report N; otherwise the estimate), from which
 //! the layer settles the request: unused tokens go back, extra ones are charged, even
-//! into debt, which the next request's `Retry-After` counts. This route is in the
-//! table in code only (`--in-code`, below): a limits file has no per-request
-//! estimates and no settling yet, so from a file `/chat` falls under "anything else".
-//! Run with `--in-code` and try
+//! into debt, which the next request's `Retry-After` counts. In the limits file the
+//! check is `cost = { estimate = "chat" }, settled = true` (the program registers the
+//! estimate as `"chat"`) and the layer's `settle_from = { header = "x-tokens-used" }`.
+//! Try
 //! `curl -i -X POST -H 'x-api-key: alice' -d 'hello, model' 'http://127.0.0.1:3000/chat?used=500'`
 //! twice.
 //!
@@ -499,7 +499,10 @@ fn rate_limits(limits: &Limits) -> Result<RateLimitLayer, Box<dyn Error>> {
 /// The layer of the limits in `path`, reloaded on SIGHUP and when the file changes.
 fn live_limits(path: PathBuf) -> Result<RateLimitLayer, Box<dyn Error>> {
     // axum records the peer address as `ConnectInfo<SocketAddr>`.
-    let extractors = Extractors::new().peer_address(|info: &ConnectInfo<SocketAddr>| info.0);
+    let extractors = Extractors::new()
+        .peer_address(|info: &ConnectInfo<SocketAddr>| info.0)
+        // `/chat`'s estimate, named in the file's check: `cost = { estimate = "chat" }`.
+        .estimate("chat", chat_estimate);
     let limits = LiveLimits::new(Config::load(&path)?, extractors)?;
     println!("limits: version 1 from {}", path.display());
     let layer = limits.layer();

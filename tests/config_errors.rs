@@ -221,7 +221,17 @@ fn the_example_servers_files_load() {
         concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits-generous.toml"),
     ] {
         let config = Config::load(path).unwrap();
-        assert!(LiveLimits::new(config, Extractors::new()).is_ok(), "{path}");
+        // The server registers `/chat`'s estimate; the files name it.
+        let extractors = Extractors::new().estimate("chat", |_: &http::request::Parts| 1);
+        assert!(
+            LiveLimits::new(config.clone(), extractors).is_ok(),
+            "{path}"
+        );
+        let unregistered = LiveLimits::new(config, Extractors::new()).unwrap_err();
+        assert_eq!(
+            unregistered.field(),
+            "policies.chat.checks[0].cost.estimate"
+        );
     }
 }
 
@@ -244,7 +254,10 @@ fn the_guides_example_file_loads() {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned)
     };
-    let extractors = Extractors::new().register("tenant", tenant);
+    let prompt = |request: &http::request::Parts| request.headers.len() as u32;
+    let extractors = Extractors::new()
+        .register("tenant", tenant)
+        .estimate("prompt", prompt);
     assert!(LiveLimits::new(config, extractors).is_ok());
 }
 
@@ -611,4 +624,134 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
         "{error}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn settle_from_takes_a_header_name_and_nothing_else() {
+    for (setting, field, expected) in [
+        (
+            "settle_from = { header = \"x tokens\" }",
+            "layer.settle_from.header",
+            "not a valid header name",
+        ),
+        (
+            "settle_from = { header = \"x-tokens\", trailer = true }",
+            "layer.settle_from.trailer",
+            "unknown field `trailer`, expected `header`",
+        ),
+        (
+            "settle_from = \"x-tokens\"",
+            "layer.settle_from",
+            "a table { header = \"NAME\" }",
+        ),
+    ] {
+        let error = toml_error(&format!("{GOOD}{setting}\n"));
+        println!("{error}");
+        assert_eq!(error.field(), field, "{setting}");
+        assert_eq!(error.line(), Some(11), "{setting}");
+        assert!(error.message().contains(expected), "{error}");
+    }
+    let good = format!("{GOOD}settle_from = {{ header = \"x-tokens\" }}\n");
+    let good = good.replace(
+        "checks = [\"per-user\"]",
+        "checks = [{ limit = \"per-user\", cost = 10, settled = true }]",
+    );
+    assert!(Config::from_toml(&good, "limits.toml").is_ok());
+}
+
+#[test]
+fn a_table_given_as_a_value_of_another_kind_says_what_table_was_expected() {
+    let limit = "key = { header = \"x-api-key\" }";
+    for (text, field, expected) in [
+        (
+            format!("{GOOD}statuses = 1\n"),
+            "layer.statuses",
+            "a table of statuses { missing_key, exceeds_capacity, unavailable }",
+        ),
+        (
+            format!("{GOOD}routes = [1]\n"),
+            "layer.routes[0]",
+            "a route { prefix = \"/PATH\", policy = \"NAME\" }",
+        ),
+        (
+            GOOD.replace(limit, &format!("{limit}\nstore = 1")),
+            "limits.per-user.store",
+            "a table { redis = \"URL\", failure = \"closed\" or \"open\" }",
+        ),
+        (
+            format!("client_address = 1\n{GOOD}"),
+            "client_address",
+            "a table { trusted_proxies, header, ipv6_prefix }",
+        ),
+        (
+            GOOD.replace(
+                "[limits.per-user]",
+                "[limits]\nother = 1\n[limits.per-user]",
+            ),
+            "limits.other",
+            "a limit: a table with its quota and key",
+        ),
+    ] {
+        let error = toml_error(&text);
+        println!("{error}");
+        assert_eq!(error.field(), field);
+        assert!(error.message().contains(expected), "{error}");
+        assert!(!error.message().contains("struct"), "{error}");
+    }
+}
+
+#[test]
+fn an_estimate_the_program_did_not_register_is_refused_when_the_limits_are_built() {
+    let text = GOOD.replace(
+        "checks = [\"per-user\"]",
+        "checks = [{ limit = \"per-user\", cost = { estimate = \"prompt\" }, settled = true }]",
+    );
+    let config = Config::from_toml(&text, "limits.toml").unwrap();
+    let error = LiveLimits::new(config.clone(), Extractors::new()).unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost.estimate");
+    assert_eq!(error.line(), Some(7));
+    assert!(
+        error.message().contains("unknown estimate \"prompt\""),
+        "{error}"
+    );
+    assert!(error.message().contains("Extractors::estimate"), "{error}");
+    let registered = Extractors::new().estimate("prompt", |_: &http::request::Parts| 3);
+    assert!(LiveLimits::new(config, registered).is_ok());
+}
+
+#[test]
+fn a_cost_is_a_whole_number_from_1_or_a_named_estimate() {
+    for (cost, field, expected) in [
+        ("-1", "policies.api.checks[0].cost", "at least 1, not -1"),
+        (
+            "4294967296",
+            "policies.api.checks[0].cost",
+            "at most 4294967295",
+        ),
+        (
+            "1.5",
+            "policies.api.checks[0].cost",
+            "a whole number, at least 1",
+        ),
+        (
+            "\"5\"",
+            "policies.api.checks[0].cost",
+            "a whole number, at least 1",
+        ),
+        (
+            "{ estimate = \"prompt\", max = 9 }",
+            "policies.api.checks[0].cost.max",
+            "unknown field `max`, expected `estimate`",
+        ),
+    ] {
+        let error = toml_error(&GOOD.replace(
+            "checks = [\"per-user\"]",
+            &format!("checks = [{{ limit = \"per-user\", cost = {cost} }}]"),
+        ));
+        println!("{error}");
+        assert_eq!(error.field(), field, "{cost}");
+        assert_eq!(error.line(), Some(7), "{cost}");
+        assert!(error.message().contains(expected), "{error}");
+    }
 }

@@ -431,6 +431,85 @@ async fn a_request_in_flight_finishes_under_the_routes_it_started_with() {
     assert_eq!(policy(after.await.unwrap().unwrap()), "\"a\";q=2;w=3600");
 }
 
+/// A service whose responses report that their request used `0` tokens.
+#[derive(Clone)]
+struct Reports(u32);
+
+impl tower::Service<http::Request<String>> for Reports {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        let response = http::Response::builder().header("x-tokens-used", self.0.to_string());
+        std::future::ready(Ok(response.body(String::new()).unwrap()))
+    }
+}
+
+#[tokio::test]
+async fn a_settled_check_from_the_file_is_charged_what_the_response_reports() {
+    use tower::{Layer, Service};
+    let text = "[limits.tokens]\nquota = \"100/h\"\nkey = { header = \"x-api-key\" }\n\
+                [policies.p]\nchecks = [{ limit = \"tokens\", cost = 10, settled = true }]\n\
+                [layer]\nfallback = \"p\"\nsettle_from = { header = \"x-tokens-used\" }\n";
+    let clock = ManualClock::new(); // frozen: nothing refills
+    let limits = live(Config::from_toml(text, "test.toml").unwrap(), &clock);
+    let mut service = limits.layer().layer(Reports(40));
+    let mut call = async || {
+        let request = http::Request::builder()
+            .uri("/")
+            .header("x-api-key", "alice");
+        let response = service
+            .call(request.body(String::new()).unwrap())
+            .await
+            .unwrap();
+        // The `RateLimit` field's `r`: what the key has left.
+        let remaining = response.headers().get("ratelimit").and_then(|field| {
+            let field = field.to_str().unwrap();
+            let r = field.split(';').find_map(|item| item.strip_prefix("r="));
+            r.map(|r| r.parse::<u32>().unwrap())
+        });
+        (response.status().as_u16(), remaining)
+    };
+    // Each request takes its estimate of 10 when admitted (its field reports that),
+    // then is charged the 40 its response reports: 100 -> 60 -> 20 -> -20 (owing).
+    assert_eq!(call().await, (200, Some(90)));
+    assert_eq!(call().await, (200, Some(50)));
+    assert_eq!(call().await, (200, Some(10)));
+    assert_eq!(call().await, (429, Some(0)));
+}
+
+#[test]
+fn a_named_estimate_from_the_file_costs_each_request_what_it_makes_of_it() {
+    let text = "[limits.bytes]\nquota = \"100/h\"\nkey = { header = \"x-api-key\" }\n\
+                [policies.p]\nchecks = [{ limit = \"bytes\", cost = { estimate = \"size\" } }]\n";
+    // The estimate: the request's `x-size` header, 0 without one.
+    let size = |request: &Parts| {
+        let size = request
+            .headers
+            .get("x-size")
+            .and_then(|size| size.to_str().ok());
+        size.and_then(|size| size.parse().ok()).unwrap_or(0)
+    };
+    let clock = ManualClock::new(); // frozen: nothing refills
+    let config = Config::from_toml(text, "test.toml").unwrap();
+    let limits =
+        LiveLimits::with_clock(config, Extractors::new().estimate("size", size), clock).unwrap();
+    let admits = |bytes: u32| {
+        let mut request = request("alice");
+        request.headers.insert("x-size", bytes.into());
+        limits.policy("p").unwrap().acquire(&request).is_allowed()
+    };
+    assert!(admits(60)); // 40 left
+    assert!(!admits(50)); // refused whole: nothing taken
+    assert!(admits(40));
+    assert!(!admits(1));
+}
+
 #[test]
 fn requests_racing_reloads_are_never_admitted_beyond_the_largest_quota() {
     let clock = ManualClock::new(); // frozen: no refill, so every admission counts
@@ -713,7 +792,9 @@ fn an_empty_or_cut_short_file_is_refused_and_a_throttled_key_stays_throttled() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml");
     let full = std::fs::read_to_string(path).unwrap();
     let clock = ManualClock::new(); // frozen: nothing refills
-    let limits = live(Config::from_toml(&full, path).unwrap(), &clock);
+    let config = Config::from_toml(&full, path).unwrap();
+    let extractors = Extractors::new().estimate("chat", |_: &Parts| 1); // as the server's
+    let limits = LiveLimits::with_clock(config, extractors, clock.clone()).unwrap();
     let login = (0..10)
         .filter(|_| admits_to(&limits, "login", "alice"))
         .count();

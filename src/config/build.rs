@@ -2,15 +2,16 @@
 //! taken over, not rebuilt, where its limit did not change ([`super::live`] decides).
 
 use super::error::ConfigError;
+use super::names::Registered;
 #[cfg(feature = "redis")]
 use super::schema::FailureSpec;
 use super::schema::{
-    AlgorithmName, CheckSpec, ClientAddressSpec, Document, KeySpec, LimitSpec, MemorySpec,
-    MissingKeySpec, OverflowSpec, PolicySpec, StoreSpec,
+    AlgorithmName, CheckSpec, ClientAddressSpec, CostSpec, Document, KeySpec, LimitSpec,
+    MemorySpec, MissingKeySpec, OverflowSpec, PolicySpec, StoreSpec,
 };
 use crate::algorithm::{Algorithm, FromQuota, Reconfigurable};
-use crate::http::{HeaderKey, PeerIp, RateLimitLayer, RealIp};
-use crate::policy::{Check, KeyExtractor, Limit, MissingKey, Policy, PolicyCheck};
+use crate::http::{HeaderKey, PeerIp, RateLimitLayer, RealIp, cost_in_header};
+use crate::policy::{Check, KeyExtractor, Limit, MissingKey, PerRequest, Policy, PolicyCheck};
 use crate::{
     Clock, FixedWindow, Gcra, KeyRef, KeyedLimiter, Overflow, Quota, QuotaError, RateLimiter,
     SlidingLog, SlidingWindowCounter, TokenBucket,
@@ -18,7 +19,7 @@ use crate::{
 use http::HeaderName;
 use http::request::Parts;
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -36,7 +37,21 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Extractors {
     named: BTreeMap<String, Arc<dyn LendText>>,
+    estimates: BTreeMap<String, Estimate>,
     client: ClientAddress,
+}
+
+/// A request's cost, estimated from its head ([`Extractors::estimate`]).
+type Estimate = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
+
+/// An estimate as one check holds it (a `Box` of a closure is itself a closure, which
+/// [`Check::cost_with`] takes).
+type BoxedEstimate = Box<dyn Fn(&Parts) -> u32 + Send + Sync>;
+
+/// A check's cost, its estimate found among those registered.
+pub(crate) enum Costing {
+    Fixed(u32),
+    Estimated(Estimate),
 }
 
 /// Makes the client-address extractor a file's `client_address` table describes.
@@ -47,6 +62,7 @@ impl fmt::Debug for Extractors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Extractors")
             .field("named", &self.named.keys().collect::<Vec<_>>())
+            .field("estimates", &self.estimates.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -63,6 +79,7 @@ impl Extractors {
     pub fn new() -> Self {
         Self {
             named: BTreeMap::new(),
+            estimates: BTreeMap::new(),
             client: Arc::new(|spec| client_address(|peer: &SocketAddr| *peer, spec)),
         }
     }
@@ -86,8 +103,28 @@ impl Extractors {
         self
     }
 
-    pub(crate) fn names(&self) -> BTreeSet<String> {
-        self.named.keys().cloned().collect()
+    /// Registers `estimate` as `name`: a check whose cost is `{ estimate = "NAME" }`
+    /// takes what it makes of each request's head (the tokens a prompt will use, from
+    /// its length, say) — usually a settled check's estimate, charged at what the
+    /// response reports ([`Check::cost_with`](crate::policy::Check::cost_with)). It is
+    /// made again from the same request when the check is settled, so it must give
+    /// the same answer for the same request; an estimate above the limit's capacity
+    /// is refused as exceeding it.
+    pub fn estimate(
+        mut self,
+        name: impl Into<String>,
+        estimate: impl Fn(&Parts) -> u32 + Send + Sync + 'static,
+    ) -> Self {
+        self.estimates.insert(name.into(), Arc::new(estimate));
+        self
+    }
+
+    /// The names of the extractors and estimates registered.
+    pub(crate) fn registered(&self) -> Registered {
+        Registered {
+            extractors: self.named.keys().cloned().collect(),
+            estimates: self.estimates.keys().cloned().collect(),
+        }
     }
 }
 
@@ -232,9 +269,16 @@ pub(crate) enum Limiter {
 /// second dynamic call cost a request about 29 instructions, ~0.6 % of one through
 /// the layer: results/config-reload.md.)
 pub(crate) trait MakeCheck<E>: Send + Sync {
-    /// The check `name` on this limiter under `limit`, its keys found by `key`, with
-    /// `spec`'s cost, mode and missing-key treatment.
-    fn check(&self, name: &str, limit: Limit, key: E, spec: &CheckSpec) -> PolicyCheck<Parts>;
+    /// The check `name` on this limiter under `limit`, its keys found by `key`, at
+    /// `cost`, with `spec`'s mode and missing-key treatment.
+    fn check(
+        &self,
+        name: &str,
+        limit: Limit,
+        key: E,
+        spec: &CheckSpec,
+        cost: Costing,
+    ) -> PolicyCheck<Parts>;
 }
 
 /// A keyed limiter `L`, keyed by `K`.
@@ -247,8 +291,19 @@ where
     E: KeyExtractor<Parts> + 'static,
     E::Key: KeyRef<K>,
 {
-    fn check(&self, name: &str, limit: Limit, key: E, spec: &CheckSpec) -> PolicyCheck<Parts> {
-        settle(Check::new(name, Arc::clone(&self.0), limit, key), spec).into()
+    fn check(
+        &self,
+        name: &str,
+        limit: Limit,
+        key: E,
+        spec: &CheckSpec,
+        cost: Costing,
+    ) -> PolicyCheck<Parts> {
+        finish(
+            Check::new(name, Arc::clone(&self.0), limit, key),
+            spec,
+            cost,
+        )
     }
 }
 
@@ -518,16 +573,22 @@ impl<'a> Checks<'a> {
             AlgorithmName::TokenBucket | AlgorithmName::Gcra => Limit::steady(quota),
             _ => Limit::windowed(quota),
         };
+        let cost = || match &spec.cost {
+            CostSpec::Fixed(cost) => Costing::Fixed(*cost),
+            CostSpec::Estimated(estimate) => {
+                Costing::Estimated(Arc::clone(&self.extractors.estimates[&estimate.0]))
+            }
+        };
         match &built.limiter {
             Limiter::Header(limiter, header) => {
                 let key = TextKey::Header(Arc::new(HeaderKey::new(header.clone())));
-                limiter.check(name, limit, key, spec)
+                limiter.check(name, limit, key, spec, cost())
             }
             Limiter::Extractor(limiter, extractor) => {
                 let key = TextKey::Named(Arc::clone(&self.extractors.named[extractor]));
-                limiter.check(name, limit, key, spec)
+                limiter.check(name, limit, key, spec, cost())
             }
-            Limiter::Ip(limiter) => limiter.check(name, limit, self.client.clone(), spec),
+            Limiter::Ip(limiter) => limiter.check(name, limit, self.client.clone(), spec, cost()),
             #[cfg(feature = "redis")]
             Limiter::Shared(limiter) => {
                 let key = match &built.spec.key {
@@ -539,21 +600,39 @@ impl<'a> Checks<'a> {
                     ))),
                     KeySpec::ClientAddress => BytesKey::Ip(self.client.clone()),
                 };
-                settle(Check::shared(name, Arc::clone(limiter), limit, key), spec).into()
+                finish(
+                    Check::shared(name, Arc::clone(limiter), limit, key),
+                    spec,
+                    cost(),
+                )
             }
         }
     }
 }
 
 /// A check's cost, mode and missing-key treatment.
-fn settle<L: ?Sized, K, E>(check: Check<L, K, E>, spec: &CheckSpec) -> Check<L, K, E> {
-    let check = check
-        .cost(spec.cost)
-        .on_missing_key(match spec.missing_key {
-            MissingKeySpec::Reject => MissingKey::Reject,
-            MissingKeySpec::Skip => MissingKey::Skip,
-        });
-    if spec.dry_run { check.dry_run() } else { check }
+fn finish<L: ?Sized, K, E>(
+    check: Check<L, K, E>,
+    spec: &CheckSpec,
+    cost: Costing,
+) -> PolicyCheck<Parts>
+where
+    Check<L, K, E>: Into<PolicyCheck<Parts>>,
+    Check<L, K, E, PerRequest<BoxedEstimate>>: Into<PolicyCheck<Parts>>,
+{
+    let check = check.on_missing_key(match spec.missing_key {
+        MissingKeySpec::Reject => MissingKey::Reject,
+        MissingKeySpec::Skip => MissingKey::Skip,
+    });
+    let check = if spec.settled { check.settled() } else { check };
+    let check = if spec.dry_run { check.dry_run() } else { check };
+    match cost {
+        Costing::Fixed(cost) => check.cost(cost).into(),
+        Costing::Estimated(estimate) => {
+            let boxed: BoxedEstimate = Box::new(move |request| estimate(request));
+            check.cost_with(boxed).into()
+        }
+    }
 }
 
 /// The layer `document` describes, its policies from `policy`; with no `[layer]`, one
@@ -579,6 +658,10 @@ pub(crate) fn layer(
     }
     if spec.dry_run {
         builder = builder.dry_run();
+    }
+    if let Some(settle_from) = &spec.settle_from {
+        let header = settle_from.header.0.clone();
+        builder = builder.settle_from(move |response| cost_in_header(response, &header));
     }
     builder
         .build()

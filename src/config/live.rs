@@ -407,7 +407,7 @@ fn plan(
     extractors: &Extractors,
     make: &dyn Make,
 ) -> Result<Planned, ConfigError> {
-    config.resolve(Some(extractors.names()))?;
+    config.resolve(Some(extractors.registered()))?;
     let document = &config.document;
     let origin = config.origin();
     let empty = BTreeMap::new();

@@ -40,9 +40,8 @@ pub use build::Extractors;
 pub use error::ConfigError;
 pub use live::{Change, Changes, LiveLimits, PolicyHandle, Replaced};
 
-use names::{Known, KnownNames};
-use schema::{Document, KeySpec};
-use std::collections::BTreeSet;
+use names::{Known, KnownNames, Registered};
+use schema::{CostSpec, Document, KeySpec};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -222,15 +221,15 @@ impl Config {
         &self.source.origin
     }
 
-    /// Checks every name against what it points at (`extractors`: the names the
-    /// program registered, where known). A name that points nowhere is located by a
-    /// second reading that knows every name ([`names`]).
-    fn resolve(&self, extractors: Option<BTreeSet<String>>) -> Result<(), ConfigError> {
+    /// Checks every name against what it points at (`registered`: the extractors and
+    /// estimates the program registered, where known). A name that points nowhere is
+    /// located by a second reading that knows every name ([`names`]).
+    fn resolve(&self, registered: Option<Registered>) -> Result<(), ConfigError> {
         let document = &self.document;
         let known = KnownNames::new(
             document.limits.keys().cloned().collect(),
             document.policies.keys().cloned().collect(),
-            extractors,
+            registered,
         );
         if all_resolve(&known, document) {
             return Ok(());
@@ -336,11 +335,12 @@ fn one_mode_per_limit(document: &Document) -> Result<(), (String, String, String
 
 /// Whether every name in `document` points somewhere `known`.
 fn all_resolve(known: &KnownNames, document: &Document) -> bool {
-    let limits_resolve = document
-        .policies
-        .values()
-        .flat_map(|policy| &policy.checks)
-        .all(|check| known.check(Known::LIMIT, &check.limit.0).is_ok());
+    let checks = || document.policies.values().flat_map(|policy| &policy.checks);
+    let limits_resolve = checks().all(|check| known.check(Known::LIMIT, &check.limit.0).is_ok());
+    let estimates_resolve = checks().all(|check| match &check.cost {
+        CostSpec::Estimated(name) => known.check(Known::ESTIMATE, &name.0).is_ok(),
+        CostSpec::Fixed(_) => true,
+    });
     let policies_resolve = document.layer.iter().all(|layer| {
         let mut policies = layer.routes.iter().map(|route| &route.policy);
         known.check(Known::POLICY, &layer.fallback.0).is_ok()
@@ -350,7 +350,7 @@ fn all_resolve(known: &KnownNames, document: &Document) -> bool {
         KeySpec::Extractor(name) => known.check(Known::EXTRACTOR, &name.0).is_ok(),
         KeySpec::ClientAddress | KeySpec::Header(_) => true,
     });
-    limits_resolve && policies_resolve && extractors_resolve
+    limits_resolve && policies_resolve && extractors_resolve && estimates_resolve
 }
 
 /// The largest file [`Config::load`] reads: 16 MiB. A limits file of thousands of

@@ -1,5 +1,5 @@
 //! Names that point at other tables: a check's limit, a route's policy, a key's
-//! registered extractor.
+//! registered extractor, a cost's registered estimate.
 //!
 //! serde reads a file without knowing what a name will point at, and JSON and YAML
 //! keep no positions once read. So a file is read twice when (and only when) a name
@@ -20,6 +20,15 @@ impl Known {
     pub(crate) const POLICY: u8 = 1;
     /// An extractor the program registered.
     pub(crate) const EXTRACTOR: u8 = 2;
+    /// An estimate of a request's cost the program registered.
+    pub(crate) const ESTIMATE: u8 = 3;
+}
+
+/// The names the program registered ([`Extractors`](super::Extractors)).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Registered {
+    pub(crate) extractors: BTreeSet<String>,
+    pub(crate) estimates: BTreeSet<String>,
 }
 
 /// Every name a file may point at.
@@ -28,7 +37,7 @@ pub(crate) struct KnownNames {
     limits: BTreeSet<String>,
     policies: BTreeSet<String>,
     /// `None`: not known yet (a file read before the program's extractors are).
-    extractors: Option<BTreeSet<String>>,
+    registered: Option<Registered>,
     /// A policy to refuse where it is read, and why: a mistake found across the whole
     /// file (a limit in two modes), located by a second reading as a name is.
     refused: Option<(String, String)>,
@@ -39,17 +48,17 @@ thread_local! {
 }
 
 impl KnownNames {
-    /// The names of limits and policies a file defines, and the extractors
-    /// registered (`None`: not known yet).
+    /// The names of limits and policies a file defines, and the extractors and
+    /// estimates registered (`None`: not known yet).
     pub(crate) fn new(
         limits: BTreeSet<String>,
         policies: BTreeSet<String>,
-        extractors: Option<BTreeSet<String>>,
+        registered: Option<Registered>,
     ) -> Self {
         Self {
             limits,
             policies,
-            extractors,
+            registered,
             refused: None,
         }
     }
@@ -62,13 +71,19 @@ impl KnownNames {
 
     /// Whether `name`, of `kind`, is known (or its kind not known yet).
     pub(crate) fn check(&self, kind: u8, name: &str) -> Result<(), String> {
+        let registered = self.registered.as_ref();
         let (known, what, table) = match kind {
             Known::LIMIT => (Some(&self.limits), "limit", "under [limits]"),
             Known::POLICY => (Some(&self.policies), "policy", "under [policies]"),
-            _ => (
-                self.extractors.as_ref(),
+            Known::EXTRACTOR => (
+                registered.map(|names| &names.extractors),
                 "extractor",
                 "registered by the program (Extractors::register)",
+            ),
+            _ => (
+                registered.map(|names| &names.estimates),
+                "estimate",
+                "registered by the program (Extractors::estimate)",
             ),
         };
         match known {

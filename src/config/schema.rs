@@ -127,7 +127,10 @@ pub(crate) struct LimitSpec {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a limit: a table with its quota and key (and algorithm, store, max_keys, overflow, eviction_margin)"
+)]
 struct RawLimit {
     #[serde(default)]
     algorithm: AlgorithmName,
@@ -248,7 +251,10 @@ impl<'de> Deserialize<'de> for OverflowSpec {
 
 /// Where a shared limit's state lives: `{ redis = "URL", failure = "closed" }`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table { redis = \"URL\", failure = \"closed\" or \"open\" }"
+)]
 pub(crate) struct StoreSpec {
     /// The Redis server's URL.
     pub(crate) redis: String,
@@ -590,44 +596,99 @@ pub(crate) struct PolicySpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CheckSpec {
     pub(crate) limit: Name<{ Known::LIMIT }>,
-    pub(crate) cost: u32,
+    /// The cost, or for a settled check the estimate taken at admission.
+    pub(crate) cost: CostSpec,
     pub(crate) dry_run: bool,
     pub(crate) missing_key: MissingKeySpec,
+    /// Settled at the cost the response reports (the layer's `settle_from`, or
+    /// `Policy::settle` for a policy asked by name).
+    pub(crate) settled: bool,
 }
 
-/// `{ limit = "per-ip", cost = 2, dry_run = true, missing_key = "skip" }`.
+/// `{ limit = "per-ip", cost = 2, dry_run = true, missing_key = "skip", settled = true }`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckTable {
     limit: Name<{ Known::LIMIT }>,
     #[serde(default)]
-    cost: Cost,
+    cost: CostSpec,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
     missing_key: MissingKeySpec,
+    #[serde(default)]
+    settled: bool,
 }
 
-/// A check's cost: at least 1 (a check of cost 0 would admit everything and count
-/// nothing; leave the check out instead).
-#[derive(Clone, Copy)]
-struct Cost(u32);
+/// A check's cost (a settled check's estimate): a number, at least 1 (a check of cost
+/// 0 would admit everything and count nothing; leave the check out instead. A settled
+/// check that counts only some responses, failed logins say, takes an estimate of 1
+/// and is settled at 1 or 0: see `crate::policy`'s "reserve, then settle"), or
+/// `{ estimate = "NAME" }`, made from each request by an estimate the program
+/// registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CostSpec {
+    Fixed(u32),
+    Estimated(Name<{ Known::ESTIMATE }>),
+}
 
-impl Default for Cost {
+impl Default for CostSpec {
     fn default() -> Self {
-        Cost(1)
+        CostSpec::Fixed(1)
     }
 }
 
-impl<'de> Deserialize<'de> for Cost {
+/// `{ estimate = "NAME" }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EstimateTable {
+    estimate: Name<{ Known::ESTIMATE }>,
+}
+
+impl<'de> Deserialize<'de> for CostSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match u32::deserialize(deserializer)? {
-            0 => Err(de::Error::custom(
-                "a check's cost must be at least 1 (a cost of 0 counts nothing: leave the \
-                 check out, or make it dry_run)",
-            )),
-            cost => Ok(Cost(cost)),
+        struct CostVisitor;
+
+        impl<'de> Visitor<'de> for CostVisitor {
+            type Value = CostSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a cost: a whole number, at least 1, or { estimate = \"NAME\" } for an \
+                     estimate the program registered",
+                )
+            }
+
+            fn visit_u64<E: de::Error>(self, cost: u64) -> Result<CostSpec, E> {
+                match u32::try_from(cost) {
+                    Ok(0) => Err(E::custom(
+                        "a check's cost must be at least 1 (a cost of 0 counts nothing: \
+                         leave the check out, or make it dry_run)",
+                    )),
+                    Ok(cost) => Ok(CostSpec::Fixed(cost)),
+                    Err(_) => Err(E::custom(format!(
+                        "a check's cost must be at most {} (u32::MAX), not {cost}",
+                        u32::MAX
+                    ))),
+                }
+            }
+
+            fn visit_i64<E: de::Error>(self, cost: i64) -> Result<CostSpec, E> {
+                match u64::try_from(cost) {
+                    Ok(cost) => self.visit_u64(cost),
+                    Err(_) => Err(E::custom(format!(
+                        "a check's cost must be at least 1, not {cost}"
+                    ))),
+                }
+            }
+
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<CostSpec, M::Error> {
+                let table = EstimateTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(CostSpec::Estimated(table.estimate))
+            }
         }
+
+        deserializer.deserialize_any(CostVisitor)
     }
 }
 
@@ -648,9 +709,10 @@ impl<'de> Deserialize<'de> for CheckSpec {
                 check_name(Known::LIMIT, name).map_err(E::custom)?;
                 Ok(CheckSpec {
                     limit: Name(name.to_owned()),
-                    cost: 1,
+                    cost: CostSpec::Fixed(1),
                     dry_run: false,
                     missing_key: MissingKeySpec::Reject,
+                    settled: false,
                 })
             }
 
@@ -658,9 +720,10 @@ impl<'de> Deserialize<'de> for CheckSpec {
                 let table = CheckTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 Ok(CheckSpec {
                     limit: table.limit,
-                    cost: table.cost.0,
+                    cost: table.cost,
                     dry_run: table.dry_run,
                     missing_key: table.missing_key,
+                    settled: table.settled,
                 })
             }
         }
@@ -698,6 +761,22 @@ pub(crate) struct LayerSpec {
     /// Every route in dry run.
     #[serde(default)]
     pub(crate) dry_run: bool,
+    /// Where each response reports its request's actual cost, for the settled
+    /// checks of its route's policy.
+    #[serde(default)]
+    pub(crate) settle_from: Option<SettleFromSpec>,
+}
+
+/// `settle_from = { header = "x-tokens-used" }`: the response header that reports a
+/// request's actual cost (ASCII digits; anything else, or the header absent or
+/// repeated, leaves the request at its estimate: [`crate::http::cost_in_header`]).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table { header = \"NAME\" }: the response header that reports the cost"
+)]
+pub(crate) struct SettleFromSpec {
+    pub(crate) header: HeaderSpec,
 }
 
 fn unique_prefixes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<RouteSpec>, D::Error> {
@@ -719,7 +798,10 @@ fn unique_prefixes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Rou
 
 /// One route.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a route { prefix = \"/PATH\", policy = \"NAME\" }"
+)]
 pub(crate) struct RouteSpec {
     pub(crate) prefix: PrefixSpec,
     pub(crate) policy: Name<{ Known::POLICY }>,
@@ -744,7 +826,10 @@ impl<'de> Deserialize<'de> for PrefixSpec {
 
 /// The statuses of refused requests.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table of statuses { missing_key, exceeds_capacity, unavailable }"
+)]
 pub(crate) struct StatusesSpec {
     #[serde(default = "bad_request")]
     pub(crate) missing_key: ErrorStatus,
@@ -797,7 +882,10 @@ impl<'de> Deserialize<'de> for ErrorStatus {
 /// How the client's address is found: the peer's, or behind trusted proxies the one
 /// they append to a header ([`RealIp`](crate::http::RealIp)).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table { trusted_proxies, header, ipv6_prefix }"
+)]
 pub(crate) struct ClientAddressSpec {
     /// The proxies whose header is believed; none: the peer is the client.
     #[serde(default)]

@@ -33,6 +33,10 @@
 //! # Shared by many servers (feature redis; a token_bucket or a fixed_window):
 //! # store = { redis = "redis://10.0.0.5/", failure = "closed" }   # or "open"
 //!
+//! [limits.tokens]
+//! quota = "100000/h"                  # a model's tokens an hour
+//! key = { header = "x-api-key" }
+//!
 //! # A policy: the checks a request must pass, all or nothing.
 //! [policies.login]
 //! checks = ["login", { limit = "per-ip", cost = 1, dry_run = true, missing_key = "skip" }]
@@ -41,13 +45,22 @@
 //! [policies.search]                  # per-ip on trial here too: a limit is in dry
 //! checks = ["search", { limit = "per-ip", dry_run = true }]   # run everywhere or nowhere
 //!
+//! [policies.complete]                # the cost known from the response: an estimate
+//! checks = [{ limit = "tokens", cost = { estimate = "prompt" }, settled = true }]
+//!                                     # ("prompt": registered by the program), taken,
+//!                                     # then settled at what the response reports
+//!
 //! # The HTTP layer: routes by path prefix (whole segments), tried in order.
 //! [layer]
 //! fallback = "search"
-//! routes = [{ prefix = "/login", policy = "login" }]
+//! routes = [
+//!     { prefix = "/login", policy = "login" },
+//!     { prefix = "/v1/complete", policy = "complete" },
+//! ]
 //! statuses = { missing_key = 400, exceeds_capacity = 429, unavailable = 503 }
 //! delay = "500ms"                     # delay mode: wait up to this long, then refuse
 //! dry_run = false                     # the whole layer on trial
+//! settle_from = { header = "x-tokens-used" }   # where a response reports its cost
 //!
 //! # How the client's address is found (defaults: the peer, IPv6 by /64).
 //! [client_address]
@@ -65,8 +78,15 @@
 //!   `burst B` sets the capacity and keeps the rate. A table `{ capacity,
 //!   refill_every }` is [`Quota::new`](crate::Quota::new)'s two arguments.
 //! - **Checks** are a limit's name, or a table with its `cost` (default 1, at least
-//!   1), `dry_run` (see [dry run](crate::policy#dry-run)) and `missing_key`
-//!   (`"reject"`, the default, or `"skip"`). The check reports under the limit's name
+//!   1; or `{ estimate = "NAME" }`, made from each request's head by an estimate the
+//!   program registered: [`Extractors::estimate`](crate::config::Extractors::estimate)), `dry_run` (see [dry run](crate::policy#dry-run)), `missing_key`
+//!   (`"reject"`, the default, or `"skip"`) and `settled`: a settled check's cost is
+//!   an estimate, taken when the request is admitted, and the request is then charged
+//!   what its response reports — the `[layer]`'s `settle_from` header (ASCII digits;
+//!   absent, repeated or anything else leaves the estimate), or
+//!   [`Policy::settle`](crate::policy::Policy::settle) for a policy the program asks
+//!   by name. Beyond what the key has left, the key owes, and is refused until refill
+//!   has repaid it ([charging from the response](crate::http#charging-from-the-response)). The check reports under the limit's name
 //!   in the `RateLimit` fields. A limit is in dry run in every policy that checks it,
 //!   or in none: its trial requests would otherwise use up an enforced allowance.
 //! - **A file says what it limits**: at least one limit and one policy. An empty file
