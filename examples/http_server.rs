@@ -52,8 +52,8 @@
 //! (no reloads: the comparison for what reading routes through a reloadable table
 //! costs), and so do `--trust-proxy`, `--one-check` and the Redis modes below, which
 //! `results/http.md`'s scripts call. (A limits file says the same with
-//! `[client_address] trusted_proxies = [...]` and `store = { redis = "URL" }`; leased
-//! limits are not in the format yet.)
+//! `[client_address] trusted_proxies = [...]` and `store = { redis = "URL" }`, leased
+//! with `lease = {}` in the store.)
 //!
 //! **Behind a reverse proxy**: `--trust-proxy CIDR` (repeatable) trusts the proxies in
 //! that range, and the per-IP limit keys on the client's address from the

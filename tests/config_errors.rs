@@ -755,3 +755,37 @@ fn a_cost_is_a_whole_number_from_1_or_a_named_estimate() {
         assert!(error.message().contains(expected), "{error}");
     }
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_lease_is_a_shared_token_buckets_and_takes_only_its_settings() {
+    let limit = "key = { header = \"x-api-key\" }";
+    let store = |algorithm: &str, lease: &str| {
+        GOOD.replace(
+            limit,
+            &format!(
+                "{limit}\nalgorithm = \"{algorithm}\"\n\
+                 store = {{ redis = \"redis://127.0.0.1/\", lease = {lease} }}"
+            ),
+        )
+    };
+    let window = toml_error(&store("fixed_window", "{}"));
+    println!("{window}");
+    assert_eq!(window.field(), "limits.per-user");
+    assert!(
+        window.message().contains(
+            "a leased limit (store = { lease = ... }) is a token_bucket, not fixed_window"
+        ),
+        "{window}"
+    );
+    let unknown = toml_error(&store("token_bucket", "{ size = 3 }"));
+    println!("{unknown}");
+    assert_eq!(unknown.field(), "limits.per-user.store.lease.size");
+    assert!(
+        unknown
+            .message()
+            .contains("unknown field `size`, expected `lifetime` or `max`"),
+        "{unknown}"
+    );
+    assert!(Config::from_toml(&store("token_bucket", "{ max = 4 }"), "limits.toml").is_ok());
+}

@@ -359,6 +359,7 @@ impl<C: Clock + Clone + 'static> Make for OnClock<C> {
 /// its quota cannot change while it runs: no `Requota`). Connects lazily.
 #[cfg(feature = "redis")]
 fn shared(name: &str, spec: &LimitSpec, store: &StoreSpec) -> Result<BuiltLimit, String> {
+    use crate::redis::lease::RedisLeasedTokenBucket;
     use crate::redis::{FailurePolicy, RedisFixedWindow, RedisTokenBucket};
     let failure = match store.failure {
         FailureSpec::Closed => FailurePolicy::Closed,
@@ -369,8 +370,8 @@ fn shared(name: &str, spec: &LimitSpec, store: &StoreSpec) -> Result<BuiltLimit,
         format!("turnstile:{name}:"),
         store.redis.as_str(),
     );
-    let limiter: Arc<dyn crate::policy::SharedLimiter> = match spec.algorithm {
-        AlgorithmName::FixedWindow => {
+    let limiter: Arc<dyn crate::policy::SharedLimiter> = match (spec.algorithm, &store.lease) {
+        (AlgorithmName::FixedWindow, _) => {
             // As the in-process fixed window reads a quota: `capacity` per window of
             // `capacity` intervals.
             let window = quota
@@ -381,8 +382,18 @@ fn shared(name: &str, spec: &LimitSpec, store: &StoreSpec) -> Result<BuiltLimit,
                 RedisFixedWindow::builder(quota.capacity(), window, failure).prefix(prefix);
             Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
         }
-        // The schema lets only these two be shared.
-        _ => {
+        // The schema lets only these two be shared, and leases only a token bucket.
+        (_, Some(lease)) => {
+            let mut builder = RedisLeasedTokenBucket::builder(quota, failure).prefix(prefix);
+            if let Some(lifetime) = lease.lifetime {
+                builder = builder.lifetime(lifetime.0);
+            }
+            if let Some(max) = lease.max {
+                builder = builder.max_lease(max);
+            }
+            Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
+        }
+        (_, None) => {
             let builder = RedisTokenBucket::builder(quota, failure).prefix(prefix);
             Arc::new(builder.connect(url).map_err(|error| error.to_string())?)
         }

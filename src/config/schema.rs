@@ -249,7 +249,8 @@ impl<'de> Deserialize<'de> for OverflowSpec {
     }
 }
 
-/// Where a shared limit's state lives: `{ redis = "URL", failure = "closed" }`.
+/// Where a shared limit's state lives: `{ redis = "URL", failure = "closed" }`, and
+/// for a token bucket optionally `lease = { lifetime = "1s", max = 32 }`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(
     deny_unknown_fields,
@@ -261,6 +262,27 @@ pub(crate) struct StoreSpec {
     /// What a check answers when Redis gives no decision.
     #[serde(default)]
     pub(crate) failure: FailureSpec,
+    /// Tokens leased from Redis and spent in process
+    /// ([`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket)).
+    #[serde(default)]
+    pub(crate) lease: Option<LeaseSpec>,
+}
+
+/// `lease = {}`, `lease = { lifetime = "1s", max = 32 }`: a leased token bucket's
+/// settings, each its builder's default when not given (a lifetime of 1 s; at most
+/// 1/32 of the capacity held per key).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table { lifetime = \"1s\", max = TOKENS }, each optional"
+)]
+pub(crate) struct LeaseSpec {
+    /// How long a lease's tokens count after its fetch.
+    #[serde(default)]
+    pub(crate) lifetime: Option<DurationSpec>,
+    /// The most tokens this process holds for one key.
+    #[serde(default)]
+    pub(crate) max: Option<u32>,
 }
 
 /// A shared limit's failure policy.
@@ -287,8 +309,14 @@ impl TryFrom<RawLimit> for LimitSpec {
                 raw.quota.text
             )
         })?;
-        if raw.store.is_some() {
+        if let Some(store) = &raw.store {
             shared_store_allowed(raw.algorithm)?;
+            if store.lease.is_some() && raw.algorithm != AlgorithmName::TokenBucket {
+                return Err(format!(
+                    "a leased limit (store = {{ lease = ... }}) is a token_bucket, not {}",
+                    raw.algorithm.name()
+                ));
+            }
         }
         // Refused as written, a default written out included: a shared limit takes
         // none of them.

@@ -32,6 +32,8 @@
 //! eviction_margin = "1s"              # a full key forgotten after this (the default)
 //! # Shared by many servers (feature redis; a token_bucket or a fixed_window):
 //! # store = { redis = "redis://10.0.0.5/", failure = "closed" }   # or "open"
+//! # A token bucket can lease tokens and spend them in process (defaults: 1 s, 1/32):
+//! # store = { redis = "redis://10.0.0.5/", lease = { lifetime = "1s", max = 8 } }
 //!
 //! [limits.tokens]
 //! quota = "100000/h"                  # a model's tokens an hour
@@ -118,7 +120,11 @@
 //!   [`RedisFixedWindow`](crate::redis::RedisFixedWindow), under the prefix
 //!   `turnstile:NAME:`), with its failure policy; it connects on the tokio runtime
 //!   the limits are built and reloaded in. A key of text is its UTF-8, an address its
-//!   octets.
+//!   octets. A token bucket's `lease = { lifetime, max }` (each optional; `lease = {}`
+//!   takes the defaults) makes it a
+//!   [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket): this
+//!   process takes up to `max` tokens of a key at a time from Redis and spends them
+//!   without a round trip, for `lifetime` at most; its bounds are that type's.
 //! - **Memory**, for an in-process limit: `max_keys` caps the keys it holds
 //!   ([`Builder::max_keys`](crate::Builder::max_keys); at least 1), and `overflow`
 //!   says what a new key gets at the cap: `"deny"` (the default when only `max_keys`
@@ -131,8 +137,10 @@
 //!   margin keeps a full cap full longer. Without them a limit's memory follows its active keys
 //!   ([bounded memory](crate::guide::bounded_memory)); a shared limit takes none of
 //!   them (Redis expires its keys).
-//! - **Not yet in the format**: leased Redis limits, `expected_keys`, predicate
-//!   routes. Build those in code.
+//! - **Not in the format**: `expected_keys` (a presized map is allocated whole when
+//!   the limit is built, and an operator's typo of a few digits would then abort the
+//!   process on a failed allocation rather than be refused), and routes chosen by a
+//!   predicate (code, not data: a file routes by path prefix). Build those in code.
 //!
 //! Every table refuses a field it does not know, and a mistake is reported with its
 //! file, line, column and field, and what was expected —

@@ -8,6 +8,8 @@ mod server;
 mod blocking;
 mod breaker;
 mod cluster;
+#[cfg(feature = "config")]
+mod config;
 mod connect;
 mod expiry;
 mod failure;
