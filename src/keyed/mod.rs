@@ -257,8 +257,7 @@ where
         K: Borrow<Q>,
         Q: ?Sized + KeyRef<K>,
     {
-        self.core
-            .settle(&self.core.algorithm, key, estimate, actual)
+        self.core.settle(Own, key, estimate, actual)
     }
 
     /// Number of keys that have state.

@@ -194,7 +194,7 @@ impl<A: Reconfigurable> Entry<A> {
 
     /// The rules and state, if the entry is at configuration `wanted` or a later one.
     /// An unpinned request wants the limiter's current configuration, which no entry
-    /// is past; a [pinned](pinned) one wants its own, and a key a later configuration
+    /// is past; a pinned one (`Pinned`) wants its own, and a key a later configuration
     /// has moved already is decided under that one (a key moves forward only).
     #[inline]
     fn current(&self, wanted: u64) -> Result<(&A, &A::State), Blocked> {
