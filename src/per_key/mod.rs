@@ -75,9 +75,12 @@
 //! finds a newer configuration published after it resolved thaws the key and resolves
 //! again, so no key moves to a quota that was not current when it was frozen. Before
 //! it swaps, the mover claims the entry's configuration number (a compare-and-set
-//! from the number it found), which a move in place to a later configuration also
-//! sets: whichever lands second gives way and looks again, so a key's configuration
-//! only grows. A request that meets the moving marker yields and looks again; it
+//! from the number it found to a *claimed* marker, which no request decides by); a
+//! move in place to a later configuration changes the same number by a
+//! compare-and-set from the number it found: whichever lands second gives way and
+//! looks again, so a key's configuration only grows. The successor
+//! carries the new number; a move that fails after its claim gives the number back,
+//! then thaws the state, and no request has decided by the new number meanwhile. A request that meets the moving marker yields and looks again; it
 //! waits only between two steps of the moving thread. Requests to other keys, and to
 //! keys already moved, never wait. The resolver sits behind a read-write lock that
 //! key creation and moves read and only `set_quota` and `reconfigure` write.
@@ -95,7 +98,8 @@
 //! key: full", a refund's "nothing to give back", a refusal at the key cap — look
 //! again under the segment's lock first. Model-checked: loom models 8, 9 and 10 (the
 //! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), 22
-//! (requests of two configurations racing: the claim), each with a mutant.
+//! (requests of two configurations racing: the claim), 23 (a move that fails after
+//! its claim), each with a mutant.
 
 // Carried by a reloaded configuration file's checks (and loom's models of them).
 #[cfg(any(feature = "config", turnstile_loom))]
@@ -131,9 +135,24 @@ pub struct PerKey<A, K> {
 /// A key's state under [`PerKey`]: the configuration it was made under (or found to
 /// need no change under), its rules and the rules' state.
 pub struct Entry<A: Algorithm<()>> {
+    /// The configuration number; while a mover has claimed the entry (its state
+    /// frozen for the move), that number with the top bit set ([`CLAIMED`]).
     configuration: AtomicU64,
     rules: A,
     state: A::State,
+}
+
+/// The top bit of an entry's number while a mover has claimed it: read as a signed
+/// number, a claimed one is below every configuration, so no request decides by it;
+/// the lower bits keep the number the entry had.
+const CLAIMED: u64 = 1 << 63;
+
+/// Whether an entry whose number is `number` is at configuration `wanted` or a later
+/// one: never when `number` is claimed (negative as a signed number), as `wanted` never
+/// is. One signed comparison, as cheap as the unsigned one.
+#[inline(always)]
+fn at_least(number: u64, wanted: u64) -> bool {
+    number.cast_signed() >= wanted.cast_signed()
 }
 
 /// An entry is more than one word: the store boxes it.
@@ -200,7 +219,7 @@ impl<A: Reconfigurable> Entry<A> {
     fn current(&self, wanted: u64) -> Result<(&A, &A::State), Blocked> {
         // Relaxed: the number guards no other memory; the rules and state beside it
         // were published with the entry by the map.
-        if self.configuration.load(Ordering::Relaxed) >= wanted {
+        if at_least(self.configuration.load(Ordering::Relaxed), wanted) {
             Ok((&self.rules, &self.state))
         } else {
             Err(Blocked::Outdated)
@@ -215,8 +234,11 @@ impl<A: Reconfigurable> Entry<A> {
     fn relocate(&self) -> Result<Self, Blocked> {
         let state = self.rules.relocate(&self.state)?;
         Ok(Self {
-            // Relaxed: as in `Entry::current`.
-            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed)),
+            // Relaxed: as in `Entry::current`. Never claimed while the state can be
+            // relocated (the claim comes after the move's freeze and is given back
+            // before its thaw), but a stale read may still carry the claimed bit: the
+            // copy takes the number the entry had.
+            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed) & !CLAIMED),
             rules: self.rules.clone(),
             state,
         })
@@ -225,8 +247,8 @@ impl<A: Reconfigurable> Entry<A> {
     /// A relocated copy of a new key's entry (see [`Rules::relocated_copy`]).
     fn relocated_copy(&self) -> Self {
         Self {
-            // Relaxed: as in `Entry::current`.
-            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed)),
+            // Relaxed: as in `Entry::current`; unclaimed, as in `relocate`.
+            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed) & !CLAIMED),
             rules: self.rules.clone(),
             state: self.rules.relocated_copy(&self.state),
         }
@@ -270,6 +292,10 @@ impl<A: Reconfigurable> Entry<A> {
     ) -> Renewal {
         // Relaxed: as in `Entry::current`.
         let found = self.configuration.load(Ordering::Relaxed);
+        if found & CLAIMED != 0 {
+            // Another mover has claimed the entry and swaps its successor in next.
+            return Renewal::Moving;
+        }
         if found >= configuration {
             // Moved already, by another request (configurations only grow: a slower
             // mover must not take a key back to an older quota).
@@ -313,17 +339,28 @@ impl<A: Reconfigurable> Entry<A> {
             // thaws); the request resolves again.
             return Renewal::Current;
         }
-        // The claim: the entry's number from `found` to this move's, one
+        // The claim: the entry's number from `found` to `found | CLAIMED`, one
         // compare-and-set. A move in place (same rules, above) changes the number
         // without freezing, so a later configuration's may have landed since `found`
         // was read; exactly one of the two compare-and-sets wins, so the key never
         // goes back to an older configuration after a later one's request was decided
         // on it. Lost: give way (thawed) and look again. Relaxed: the two
         // read-modify-writes of one atomic are ordered by it alone.
+        //
+        // The claimed number is below every configuration, not this move's: a request
+        // that reads it never decides by it. Were it this move's, a request of this
+        // configuration could read it, find the state thawed after a failed swap (the
+        // guard gives the number back and thaws), and decide by the entry's own, older
+        // rules (loom model 23).
+        let claimed = choose(
+            Mutant::ClaimWithMoversNumber,
+            found | CLAIMED,
+            configuration,
+        );
         if !active(Mutant::MoveWithoutClaim)
             && self
                 .configuration
-                .compare_exchange(found, configuration, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(found, claimed, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
         {
             return Renewal::Current;
@@ -522,7 +559,9 @@ impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
         if let Some(frozen) = self.frozen.take() {
             if let Some((number, found)) = self.claimed {
                 // Relaxed: given back before the thaw; while the state is frozen no
-                // request decides on it, whatever number it read.
+                // request decides on it, and a request that read the claimed number
+                // decides nothing by it (`at_least`). Only the claimant writes a
+                // claimed number, so a store loses nobody's write.
                 number.store(found, Ordering::Relaxed);
             }
             self.rules.thaw(self.state, frozen);

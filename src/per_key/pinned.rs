@@ -41,6 +41,27 @@ impl<A: Reconfigurable> Pinned<A> {
     }
 }
 
+/// For loom's model of a move that fails after its claim (`loom_hooks::PinnedEntry`).
+#[cfg(turnstile_loom)]
+impl<A: Reconfigurable> Pinned<A> {
+    /// A new key's entry under this configuration.
+    pub(crate) fn create_entry(&self) -> Entry<A> {
+        Entry::fresh_under(self.configuration, self.rules.clone())
+    }
+
+    /// Moves `entry` to this configuration with a swap that fails (as one whose key
+    /// panics inside the map): the move must give everything back.
+    pub(crate) fn move_failing(&self, entry: &Entry<A>) -> Renewal {
+        entry.renew(
+            self.configuration,
+            self.rules.clone(),
+            0,
+            |_| false,
+            || false,
+        )
+    }
+}
+
 /// The same steps as [`PerKey`](super::PerKey)'s, at this configuration rather than the
 /// limiter's current one: an entry at this configuration or a later one is current;
 /// an older one moves to this quota, whatever configuration the limiter has published
