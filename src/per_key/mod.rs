@@ -16,9 +16,11 @@
 //! 2. **A key with its whole allowance** (one that carries no information, like a
 //!    new key) starts afresh under the new quota, exactly as if it had been
 //!    forgotten: so forgetting idle keys never changes a decision, reconfigured or
-//!    not. Like any new key it has no history: a later reading that lags behind the
-//!    move is not raised to it (a forgotten key's readings are raised to the sweep's
-//!    watermark instead, which bounds that lag by the eviction margin).
+//!    not (but for a request still running under an older configuration: see
+//!    [below](#requests-of-one-configuration)). Like any new key it has no history: a
+//!    later reading that lags behind the move is not raised to it (a forgotten key's
+//!    readings are raised to the sweep's watermark instead, which bounds that lag by
+//!    the eviction margin).
 //! 3. **Otherwise the key keeps what it had left**, capped at what the new quota
 //!    holds; the rest counts as used under the new quota. Both are taken at the
 //!    request's reading raised to the key's own latest time — the earliest instant
@@ -80,8 +82,9 @@
 //! compare-and-set from the number it found: whichever lands second gives way and
 //! looks again, so a key's configuration only grows. The successor
 //! carries the new number; a move that fails after its claim gives the number back,
-//! then thaws the state, and no request has decided by the new number meanwhile. A request that meets the moving marker yields and looks again; it
-//! waits only between two steps of the moving thread. Requests to other keys, and to
+//! then thaws the state, and no request has decided by the new number meanwhile. A
+//! request that meets the moving marker (or the claimed number) yields and looks
+//! again; it waits only between two steps of the moving thread. Requests to other keys, and to
 //! keys already moved, never wait. The resolver sits behind a read-write lock that
 //! key creation and moves read and only `set_quota` and `reconfigure` write.
 //!
@@ -92,6 +95,14 @@
 //! old file decides under the old quota unless a request of the new one has moved the
 //! key already (then under the key's, as a key moves forward only). No resolver runs
 //! for them, and no lock is taken.
+//!
+//! Forgetting is then not quite invisible: a key a request of the new file moved and
+//! that was forgotten since (full, idle past the eviction margin) is a new key
+//! again, and a request of the old file still in flight makes it afresh under the old
+//! quota, where the kept key would have decided under the new one. (Exact would take
+//! remembering forgotten keys, or a new key of an old request made under a quota its
+//! configuration does not carry.) Only those requests see it; every request of the
+//! newest configuration decides as if nothing had been forgotten.
 //!
 //! On the word store a lock-free lookup can miss a key for the moment its entry is
 //! swapped (papaya's never does), so the answers a miss would change — a peek's "new

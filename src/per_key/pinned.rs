@@ -3,8 +3,10 @@
 //! instead of read from it.
 //!
 //! A reloadable configuration ([`crate::config::LiveLimits`]) publishes each new quota
-//! at the swap, and each check of a configuration carries that configuration's
-//! [`Pinned`] rules. A request of the new configuration moves every key it meets to
+//! while it builds the new file (before the swap, and even for a file it then
+//! refuses: only that file's checks carry the new configuration, so nothing decides
+//! by it until they run), and each check of a configuration carries that
+//! configuration's [`Pinned`] rules. A request of the new configuration moves every key it meets to
 //! the new quota at once; a request still running under the old configuration
 //! decides under the old quota, unless a request of the new one has moved the key
 //! already (a key is under one quota at a time, and moves forward only: the claim in
