@@ -230,8 +230,13 @@ impl<A: Reconfigurable> Entry<A> {
     fn current(&self, wanted: u64) -> Result<(&A, &A::State), Blocked> {
         // Relaxed: the number guards no other memory; the rules and state beside it
         // were published with the entry by the map.
-        if at_least(self.configuration.load(Ordering::Relaxed), wanted) {
+        let number = self.configuration.load(Ordering::Relaxed);
+        if at_least(number, wanted) {
             Ok((&self.rules, &self.state))
+        } else if number & CLAIMED != 0 {
+            // Claimed: its mover swaps the successor in next (or gives it back), as
+            // for a frozen state; the request yields rather than resolving a move.
+            Err(Blocked::Moving)
         } else {
             Err(Blocked::Outdated)
         }
@@ -635,6 +640,23 @@ mod tests {
         // Reconfigured since: the copy is outdated, as its original would be.
         rules.reconfigure(per_second(20));
         assert_eq!(rules.acquire(&copy, 0, 1), Err(Blocked::Outdated));
+    }
+
+    /// While a mover holds its claim, no request of any configuration decides on the
+    /// entry (each waits for the move, none resolves one of its own), and a relocated
+    /// copy has the number the entry had, unclaimed.
+    #[test]
+    fn a_claimed_entry_is_being_moved_for_every_request() {
+        use crate::sync::Ordering;
+        let rules = PerKey::<TokenBucketRules, u64>::new(per_second(10));
+        let entry = rules.create(&1);
+        entry.configuration.store(super::CLAIMED, Ordering::Relaxed);
+        for wanted in [0, 1, u64::MAX >> 1] {
+            assert!(matches!(entry.current(wanted), Err(Blocked::Moving)));
+        }
+        let copy = rules.relocate(&entry).unwrap();
+        assert_eq!(copy.configuration.load(Ordering::Relaxed), 0);
+        assert_eq!(available_at_zero(&rules, &copy), 10);
     }
 
     #[test]
