@@ -247,6 +247,16 @@ impl<A: Reconfigurable> Entry<A> {
     /// new quota racing it (which changes only the configuration in place, or freezes
     /// the state first) at worst leaves the copy outdated, and the next request moves
     /// it again.
+    ///
+    /// Not proven on a weakly ordered machine: a request that read a number a move in
+    /// place had just raised, and then decided on the state, orders nothing for this
+    /// read (both steps are Relaxed), so the copy may carry the number from before
+    /// that move while its state holds the decision. For requests of the limiter's
+    /// current configuration that is only an outdated copy; a request of an older
+    /// pinned configuration, between the two, would move the copy to its own rules
+    /// after a later configuration's request decided on the key. Closing it would take
+    /// ordering on every request's step (x86 gives it for free; loom has no model of
+    /// it yet).
     fn relocate(&self) -> Result<Self, Blocked> {
         let state = self.rules.relocate(&self.state)?;
         Ok(Self {
