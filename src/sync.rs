@@ -144,6 +144,10 @@ pub mod mutants {
         /// entry's configuration number, so a move in place to a later configuration
         /// that lands meanwhile is undone: the key goes back to an older quota.
         MoveWithoutClaim,
+        /// The claim writes the mover's configuration number instead of the claimed
+        /// marker, so a request of that configuration that reads it while the move
+        /// fails and gives the entry back decides by the entry's older rules.
+        ClaimWithMoversNumber,
         /// Moving a key freezes it with the retired marker, as forgetting does, and
         /// "retired but outdated" counts as "being moved": neither a sweep nor a request
         /// removes such an entry.

@@ -171,6 +171,39 @@ fn a_reload_refused_after_a_quota_move_was_planned_moves_nothing() {
     assert_eq!(admitted(&limits, "alice", 10), 8); // still under 10/h
 }
 
+/// Refused reloads publish their quotas on the running limiter while they are planned
+/// (each a configuration no check carries): the running file decides as before, for
+/// its keys and for keys made meanwhile, and a later reload moves every key from the
+/// quota the running file gave it.
+#[test]
+fn refused_reloads_change_no_decision_before_or_after_a_later_reload() {
+    let clock = ManualClock::new(); // frozen: nothing refills
+    let limits = live(config("token_bucket", Some("\"10/h\"")), &clock);
+    assert_eq!(admitted(&limits, "alice", 2), 2); // 8 left
+    for refused in [2, 3, 4] {
+        let text = format!(
+            "[limits.a]\nquota = \"{refused}/h\"\nkey = {{ header = \"x-api-key\" }}\n\
+             [policies.p]\nchecks = [{{ limit = \"a\", cost = 5 }}]\n[layer]\nfallback = \"p\"\n"
+        );
+        assert!(
+            limits
+                .reload(Config::from_toml(&text, "t.toml").unwrap())
+                .is_err()
+        );
+    }
+    assert_eq!(limits.version(), 1);
+    // A key made now is under the running 10/h, not a refused quota.
+    assert_eq!(admitted(&limits, "bob", 11), 10);
+    assert_eq!(admitted(&limits, "alice", 1), 1); // 7 left
+    // The next reload moves alice from 10/h: 7 left, capped at 6.
+    limits
+        .reload(config("token_bucket", Some("\"6/h\"")))
+        .unwrap();
+    assert_eq!(admitted(&limits, "alice", 7), 6);
+    assert_eq!(admitted(&limits, "bob", 1), 0, "bob stays throttled");
+    assert_eq!(admitted(&limits, "carol", 7), 6);
+}
+
 #[test]
 fn a_removed_limit_drops_its_state_and_a_changed_algorithm_starts_a_new_limiter() {
     let clock = ManualClock::new();

@@ -53,7 +53,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 ///   the old quotas — except on a key that a request of the new file has moved
 ///   already: a key's state is under one quota at a time and moves forward only, so
 ///   the old request is decided under the new quota there (never a fresh allowance:
-///   the key kept what it had left).
+///   the key kept what it had left). A moved key that was forgotten since (full and
+///   idle past the eviction margin) is a new key again, made under the old quota by
+///   such a request.
 ///
 /// Nothing waits: the swap does not wait for the old requests, and no request waits
 /// for a reload.

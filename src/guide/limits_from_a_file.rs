@@ -196,9 +196,10 @@
 //!   under the old quotas, except on a key that a request of the new file has moved
 //!   already. A key's state is under one quota at a time and moves forward only, so
 //!   there the old request is decided under the new quota (the key kept what it had
-//!   left, capped: never a fresh allowance). This is the one way a request can see
-//!   anything of the other file, and it cannot be closed without a request waiting
-//!   for another.
+//!   left, capped: never a fresh allowance). A moved key forgotten since (full, idle
+//!   past the eviction margin) is new again, and such a request makes it under the
+//!   old quota. This is the one way a request can see anything of the other file,
+//!   and it cannot be closed without a request waiting for another.
 //!
 //! **Key moves are lazy**: a reload only publishes each changed limiter's new quota
 //! (as [`KeyedLimiter::set_quota`](crate::KeyedLimiter::set_quota) does), and each key

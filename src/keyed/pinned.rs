@@ -1,7 +1,8 @@
 //! A reconfigurable limiter under one of its configurations: each request carries
 //! that configuration's quota into the limiter ([`crate::per_key::Pinned`]), so a
-//! reload can publish a new quota at the moment it swaps its routes, while requests
-//! of the old routes go on deciding under the old quota.
+//! reload can publish a new quota before it swaps its routes (a refused file's
+//! included) and the new quota reaches requests exactly with the new routes, while
+//! requests of the old routes go on deciding under the old quota.
 
 use super::KeyedLimiter;
 use crate::algorithm::Reconfigurable;
@@ -92,5 +93,43 @@ where
         Q: ?Sized + KeyRef<K>,
     {
         self.limiter.core.settle(&self.rules, key, estimate, actual)
+    }
+}
+
+#[cfg(all(test, not(turnstile_loom)))]
+mod tests {
+    use crate::{ManualClock, Quota, RateLimiter, TokenBucket};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A key a later configuration moved, then forgot (full and idle past the margin),
+    /// is a new key again: a request of the earlier configuration still in flight makes
+    /// it afresh under its own quota, where the kept key would have decided under the
+    /// later one. What the per-key module docs say of requests of one configuration.
+    #[test]
+    fn a_forgotten_key_is_new_again_for_an_earlier_configuration() {
+        let clock = ManualClock::new();
+        let limiter = Arc::new(
+            TokenBucket::<u64>::builder(Quota::per_second(10).unwrap())
+                .clock(clock.clone())
+                .build_reconfigurable(),
+        );
+        let (earlier, later) = (
+            limiter.pin_quota(Quota::per_second(10).unwrap()),
+            limiter.pin_quota(Quota::per_second(3).unwrap()),
+        );
+        assert!(earlier.acquire(&7, 1).is_allowed());
+        assert!(later.acquire(&7, 1).is_allowed()); // moved: 9 left, capped at 3, one taken
+        // Kept: the earlier configuration's request is decided under the later quota.
+        assert!(!earlier.acquire(&7, 5).is_allowed());
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(limiter.evict_idle(), 1);
+        // Forgotten: made afresh under the earlier quota, which has the 5.
+        assert!(earlier.acquire(&7, 5).is_allowed());
+        assert_eq!(
+            later.peek(&7),
+            3,
+            "moved again by the later one: 5 left, capped"
+        );
     }
 }

@@ -3,8 +3,10 @@
 //! instead of read from it.
 //!
 //! A reloadable configuration ([`crate::config::LiveLimits`]) publishes each new quota
-//! at the swap, and each check of a configuration carries that configuration's
-//! [`Pinned`] rules. A request of the new configuration moves every key it meets to
+//! while it builds the new file (before the swap, and even for a file it then
+//! refuses: only that file's checks carry the new configuration, so nothing decides
+//! by it until they run), and each check of a configuration carries that
+//! configuration's [`Pinned`] rules. A request of the new configuration moves every key it meets to
 //! the new quota at once; a request still running under the old configuration
 //! decides under the old quota, unless a request of the new one has moved the key
 //! already (a key is under one quota at a time, and moves forward only: the claim in
@@ -38,6 +40,27 @@ impl<A: Reconfigurable> Pinned<A> {
     #[inline(always)]
     fn current<'e>(&self, entry: &'e Entry<A>) -> Result<(&'e A, &'e A::State), Blocked> {
         entry.current(self.configuration)
+    }
+}
+
+/// For loom's model of a move that fails after its claim (`loom_hooks::PinnedEntry`).
+#[cfg(turnstile_loom)]
+impl<A: Reconfigurable> Pinned<A> {
+    /// A new key's entry under this configuration.
+    pub(crate) fn create_entry(&self) -> Entry<A> {
+        Entry::fresh_under(self.configuration, self.rules.clone())
+    }
+
+    /// Moves `entry` to this configuration with a swap that fails (as one whose key
+    /// panics inside the map): the move must give everything back.
+    pub(crate) fn move_failing(&self, entry: &Entry<A>) -> Renewal {
+        entry.renew(
+            self.configuration,
+            self.rules.clone(),
+            0,
+            |_| false,
+            || false,
+        )
     }
 }
 
