@@ -201,6 +201,10 @@ pub trait Movable: Rules<()> + PartialEq + Clone + Sized + 'static {
     /// Undoes [`freeze`](Self::freeze): `state` holds `frozen` again and requests may
     /// change it. Only the thread that froze it may thaw it.
     fn thaw(&self, state: &Self::State, frozen: Self::Frozen);
+
+    /// A new state holding exactly what `frozen` held: the successor of a key moved to
+    /// the rules it already has.
+    fn restored(&self, frozen: &Self::Frozen) -> Self::State;
 }
 
 /// Rules made from a limiter's quota when it is built (the five algorithms' rules,

@@ -215,32 +215,3 @@ where
         *limiter.algorithm(),
     )
 }
-
-/// One key's entry of a token bucket under per-key rules, outside any map: the
-/// requests and moves of a pinned configuration on it alone, for the claim's model.
-pub struct PinnedEntry(crate::per_key::Entry<TokenBucketRules>);
-
-impl PinnedEntry {
-    /// A new key's entry, made by a request of `configuration` giving it `quota`.
-    pub fn new(configuration: u64, quota: Quota) -> Self {
-        Self(crate::per_key::Pinned::new(configuration, quota).create_entry())
-    }
-
-    /// A request of `configuration` (giving every key `quota`) for `cost` on the
-    /// entry: whether it was admitted, or what kept it from deciding.
-    pub fn acquire(&self, configuration: u64, quota: Quota, cost: u32) -> Result<bool, Blocked> {
-        let pinned = crate::per_key::Pinned::<TokenBucketRules>::new(configuration, quota);
-        Rules::<()>::acquire(&pinned, &self.0, 0, cost).map(|decision| decision.is_allowed())
-    }
-
-    /// A move of the entry to `configuration` (`quota`) whose swap fails, as one whose
-    /// key's `Hash` or `Eq` panics inside the map: everything is given back.
-    pub fn move_failing(&self, configuration: u64, quota: Quota) {
-        crate::per_key::Pinned::<TokenBucketRules>::new(configuration, quota).move_failing(&self.0);
-    }
-
-    /// The configuration the entry is at.
-    pub fn configuration(&self) -> u64 {
-        self.0.configuration()
-    }
-}

@@ -140,14 +140,10 @@ pub mod mutants {
         MoveAtRawReading,
         /// Moving a key rebuilds its state even when its rules are unchanged.
         MoveUnchangedRules,
-        /// Moving a key to new rules swaps its successor in without first claiming the
-        /// entry's configuration number, so a move in place to a later configuration
-        /// that lands meanwhile is undone: the key goes back to an older quota.
-        MoveWithoutClaim,
-        /// The claim writes the mover's configuration number instead of the claimed
-        /// marker, so a request of that configuration that reads it while the move
-        /// fails and gives the entry back decides by the entry's older rules.
-        ClaimWithMoversNumber,
+        /// Moving a key does not first check that its entry is behind the move's
+        /// configuration, so a slower mover of an earlier configuration takes a key a
+        /// later one has moved back to the earlier quota.
+        MoveBackward,
         /// Moving a key freezes it with the retired marker, as forgetting does, and
         /// "retired but outdated" counts as "being moved": neither a sweep nor a request
         /// removes such an entry.

@@ -481,6 +481,10 @@ impl<W: MovableWord> Movable for W {
         // thread writes it; a request that met MOVED looks again and finds this.
         word.store(frozen, Ordering::Relaxed);
     }
+
+    fn restored(&self, frozen: &u64) -> AtomicU64 {
+        AtomicU64::new(*frozen)
+    }
 }
 
 /// Property-test inputs shared by the word algorithms' unit tests.

@@ -809,9 +809,9 @@ where
             .remove_retired(key, |state| self.algorithm.is_retired(state));
     }
 
-    /// `key`'s state predates the current quotas: ask for them first (user code, with
-    /// nothing frozen), then move the state — in place if no rule changes, else by
-    /// freezing it and swapping in its successor.
+    /// `key`'s state predates the quotas the request wants: ask for them first (user
+    /// code, with nothing frozen), then move the state by freezing it and swapping in
+    /// its successor (the same state when no rule changes).
     fn renew<R, Q>(&self, rules: R, key: &Q, now: u64)
     where
         R: Carried<K, A>,

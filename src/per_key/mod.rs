@@ -67,26 +67,29 @@
 //! # Exact under concurrency, and what runs when
 //! The resolver — user code — runs first, with nothing frozen: a resolver that
 //! panics, panics in the caller's request and leaves the key as it was; one that is
-//! slow delays only its own caller. Then, only if the rules differ, the key's state is
-//! frozen by a compare-and-set to a *moving* marker (distinct from the *retired*
-//! marker of forgetting, so a sweep always knows what it may remove), and the entry
-//! is replaced by its successor in one step of the map (papaya: one `compute`; the
-//! word store: under the key's segment lock). The owned key is made before the
-//! freeze, so only the map's hashing, comparing and copying of it run in between; if
-//! one of those panics, the key is thawed on the way out. A mover that
-//! finds a newer configuration published after it resolved thaws the key and resolves
-//! again, so no key moves to a quota that was not current when it was frozen. Before
-//! it swaps, the mover claims the entry's configuration number (a compare-and-set
-//! from the number it found to a *claimed* marker, which no request decides by); a
-//! move in place to a later configuration changes the same number by a
-//! compare-and-set from the number it found: whichever lands second gives way and
-//! looks again, so a key's configuration only grows. The successor
-//! carries the new number; a move that fails after its claim gives the number back,
-//! then thaws the state, and no request has decided by the new number meanwhile. A
-//! request that meets the moving marker (or the claimed number) yields and looks
-//! again; it waits only between two steps of the moving thread. Requests to other keys, and to
-//! keys already moved, never wait. The resolver sits behind a read-write lock that
-//! key creation and moves read and only `set_quota` and `reconfigure` write.
+//! slow delays only its own caller. Then the key's state is frozen by a
+//! compare-and-set to a *moving* marker (distinct from the *retired* marker of
+//! forgetting, so a sweep always knows what it may remove), and the entry is replaced
+//! by its successor in one step of the map (papaya: one `compute`; the word store:
+//! under the key's segment lock) — the same state under the new number when the rules
+//! do not change. The owned key is made before the freeze, so only the map's hashing,
+//! comparing and copying of it run in between; if one of those panics, the key is
+//! thawed on the way out. A mover that finds a newer configuration published after it
+//! resolved thaws the key and resolves again, so no key moves to a quota that was not
+//! current when it was frozen.
+//!
+//! **A key's configuration changes only with its entry.** An entry's number is fixed
+//! when it is made, and the map publishes the entry whole, so a thread that finds it
+//! reads its number, rules and state as they were made, on any memory model. Only
+//! the thread that froze the state replaces the entry, so two moves of one key (to
+//! two configurations, or a move and a relocation) never both land: the one that
+//! loses finds the successor and looks at its number, which only grows. (Moving a key
+//! to unchanged rules costs a new entry rather than a store of the number in place:
+//! once per key and reconfiguration, and it keeps the number out of reach of a
+//! relocation's stale read.) A request that meets the moving marker yields and looks
+//! again; it waits only between two steps of the moving thread. Requests to other
+//! keys, and to keys already moved, never wait. The resolver sits behind a read-write
+//! lock that key creation and moves read and only `set_quota` and `reconfigure` write.
 //!
 //! # Requests of one configuration
 //! A reloaded configuration file's checks do not read the limiter's current
@@ -109,8 +112,7 @@
 //! key: full", a refund's "nothing to give back", a refusal at the key cap — look
 //! again under the segment's lock first. Model-checked: loom models 8, 9 and 10 (the
 //! move), 13 and 14 (the missed lookup, on a store as weak as the word store's), 22
-//! (requests of two configurations racing: the claim), 23 (a move that fails after
-//! its claim), each with a mutant.
+//! (requests of two configurations racing: forward only), each with a mutant.
 
 // Carried by a reloaded configuration file's checks (and loom's models of them).
 #[cfg(any(feature = "config", turnstile_loom))]
@@ -143,27 +145,14 @@ pub struct PerKey<A, K> {
     rules: PhantomData<fn() -> A>,
 }
 
-/// A key's state under [`PerKey`]: the configuration it was made under (or found to
-/// need no change under), its rules and the rules' state.
+/// A key's state under [`PerKey`]: the configuration it was made under, its rules and
+/// the rules' state. The configuration never changes: a key moves to another one
+/// only with a new entry, which the map publishes whole, so every thread that finds
+/// an entry reads its number, rules and state as they were made.
 pub struct Entry<A: Algorithm<()>> {
-    /// The configuration number; while a mover has claimed the entry (its state
-    /// frozen for the move), that number with the top bit set ([`CLAIMED`]).
-    configuration: AtomicU64,
+    configuration: u64,
     rules: A,
     state: A::State,
-}
-
-/// The top bit of an entry's number while a mover has claimed it: read as a signed
-/// number, a claimed one is below every configuration, so no request decides by it;
-/// the lower bits keep the number the entry had.
-const CLAIMED: u64 = 1 << 63;
-
-/// Whether an entry whose number is `number` is at configuration `wanted` or a later
-/// one: never when `number` is claimed (negative as a signed number), as `wanted` never
-/// is. One signed comparison, as cheap as the unsigned one.
-#[inline(always)]
-fn at_least(number: u64, wanted: u64) -> bool {
-    number.cast_signed() >= wanted.cast_signed()
 }
 
 /// An entry is more than one word: the store boxes it.
@@ -174,6 +163,15 @@ impl<A: Reconfigurable> Entry<A> {
     /// A new key's entry under `quota`.
     fn fresh(configuration: u64, quota: &Quota) -> Self {
         Self::fresh_under(configuration, A::for_quota(quota))
+    }
+
+    /// A new key's entry under `rules`, which belong to `configuration`.
+    fn fresh_under(configuration: u64, rules: A) -> Self {
+        Self {
+            configuration,
+            state: rules.create(&()),
+            rules,
+        }
     }
 
     /// The successor, under `rules`, of a key whose state under `old` was frozen as
@@ -200,26 +198,26 @@ impl<A: Reconfigurable> Entry<A> {
             }
         }
         Self {
-            configuration: AtomicU64::new(configuration),
+            configuration,
             rules,
             state,
+        }
+    }
+
+    /// The successor at `configuration` of a key whose rules do not change: its state
+    /// exactly as frozen (rule 1 of the module docs).
+    fn kept(&self, configuration: u64, frozen: &A::Frozen) -> Self {
+        Self {
+            configuration,
+            state: self.rules.restored(frozen),
+            rules: self.rules.clone(),
         }
     }
 
     /// The configuration the entry is at, for loom models.
     #[cfg(turnstile_loom)]
     pub(crate) fn configuration(&self) -> u64 {
-        // Relaxed: read once the model's threads have joined.
-        self.configuration.load(Ordering::Relaxed)
-    }
-
-    /// A new key's entry under `rules`, which belong to `configuration`.
-    fn fresh_under(configuration: u64, rules: A) -> Self {
-        Self {
-            configuration: AtomicU64::new(configuration),
-            state: rules.create(&()),
-            rules,
-        }
+        self.configuration
     }
 
     /// The rules and state, if the entry is at configuration `wanted` or a later one.
@@ -228,43 +226,19 @@ impl<A: Reconfigurable> Entry<A> {
     /// has moved already is decided under that one (a key moves forward only).
     #[inline]
     fn current(&self, wanted: u64) -> Result<(&A, &A::State), Blocked> {
-        // Relaxed: the number guards no other memory; the rules and state beside it
-        // were published with the entry by the map.
-        let number = self.configuration.load(Ordering::Relaxed);
-        if at_least(number, wanted) {
+        if self.configuration >= wanted {
             Ok((&self.rules, &self.state))
-        } else if number & CLAIMED != 0 {
-            // Claimed: its mover swaps the successor in next (or gives it back), as
-            // for a frozen state; the request yields rather than resolving a move.
-            Err(Blocked::Moving)
         } else {
             Err(Blocked::Outdated)
         }
     }
 
-    /// The inner state relocated by its own rules, beside a copy of the entry's
-    /// configuration and rules. The configuration is read after the freeze; a move to a
-    /// new quota racing it (which changes only the configuration in place, or freezes
-    /// the state first) at worst leaves the copy outdated, and the next request moves
-    /// it again.
-    ///
-    /// Not proven on a weakly ordered machine: a request that read a number a move in
-    /// place had just raised, and then decided on the state, orders nothing for this
-    /// read (both steps are Relaxed), so the copy may carry the number from before
-    /// that move while its state holds the decision. For requests of the limiter's
-    /// current configuration that is only an outdated copy; a request of an older
-    /// pinned configuration, between the two, would move the copy to its own rules
-    /// after a later configuration's request decided on the key. Closing it would take
-    /// ordering on every request's step (x86 gives it for free; loom has no model of
-    /// it yet).
+    /// The inner state relocated by its own rules, beside the entry's configuration
+    /// and rules (which never change).
     fn relocate(&self) -> Result<Self, Blocked> {
         let state = self.rules.relocate(&self.state)?;
         Ok(Self {
-            // Relaxed: as in `Entry::current`. Never claimed while the state can be
-            // relocated (the claim comes after the move's freeze and is given back
-            // before its thaw), but a stale read may still carry the claimed bit: the
-            // copy takes the number the entry had.
-            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed) & !CLAIMED),
+            configuration: self.configuration,
             rules: self.rules.clone(),
             state,
         })
@@ -273,8 +247,7 @@ impl<A: Reconfigurable> Entry<A> {
     /// A relocated copy of a new key's entry (see [`Rules::relocated_copy`]).
     fn relocated_copy(&self) -> Self {
         Self {
-            // Relaxed: as in `Entry::current`; unclaimed, as in `relocate`.
-            configuration: AtomicU64::new(self.configuration.load(Ordering::Relaxed) & !CLAIMED),
+            configuration: self.configuration,
             rules: self.rules.clone(),
             state: self.rules.relocated_copy(&self.state),
         }
@@ -303,11 +276,12 @@ impl<A: Reconfigurable> Entry<A> {
         retirement
     }
 
-    /// Moves the entry to `rules`, configuration `configuration`, at `now` (see the
-    /// module docs): in place if the rules are the same, else frozen and its successor
-    /// handed to `swap`. `superseded` says whether the move should give way because a
-    /// newer configuration was published meanwhile (an unpinned mover then resolves
-    /// again; a pinned one never gives way: its configuration is its request's).
+    /// Moves the key to `rules`, configuration `configuration`, at `now` (see the
+    /// module docs): its state frozen, and its successor — the same state if the rules
+    /// are the same, else the state carried over — handed to `swap`. `superseded` says
+    /// whether the move should give way because a newer configuration was published
+    /// meanwhile (an unpinned mover then resolves again; a pinned one never gives way:
+    /// its configuration is its request's).
     fn renew(
         &self,
         configuration: u64,
@@ -316,31 +290,14 @@ impl<A: Reconfigurable> Entry<A> {
         swap: impl FnOnce(Self) -> bool,
         superseded: impl FnOnce() -> bool,
     ) -> Renewal {
-        // Relaxed: as in `Entry::current`.
-        let found = self.configuration.load(Ordering::Relaxed);
-        if found & CLAIMED != 0 {
-            // Another mover has claimed the entry and swaps its successor in next.
-            return Renewal::Moving;
-        }
-        if found >= configuration {
+        if self.configuration >= configuration && !active(Mutant::MoveBackward) {
             // Moved already, by another request (configurations only grow: a slower
             // mover must not take a key back to an older quota).
             return Renewal::Current;
         }
-        let same = rules == self.rules && !active(Mutant::MoveUnchangedRules);
-        if same {
-            // The same rules: the state stays exactly as it is. Relaxed: as above; the
-            // compare-and-set keeps a slower mover from moving the number back, and
-            // fails if a mover claimed the entry first (see below): this request then
-            // looks again.
-            let _ = self.configuration.compare_exchange(
-                found,
-                configuration,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            return Renewal::Current;
-        }
+        // Frozen even when the rules are the same: only the thread that froze the
+        // state replaces the entry, so two moves of one key (to two configurations,
+        // or a move and a relocation) never both land.
         let frozen = match self.rules.freeze(&self.state) {
             Ok(frozen) => frozen,
             Err(Blocked::Retired) => return Renewal::Retired,
@@ -357,7 +314,6 @@ impl<A: Reconfigurable> Entry<A> {
             rules: &self.rules,
             state: &self.state,
             frozen: Some(frozen),
-            claimed: None,
         };
         if superseded() {
             // A newer configuration came while this thread resolved: moving to the
@@ -365,43 +321,22 @@ impl<A: Reconfigurable> Entry<A> {
             // thaws); the request resolves again.
             return Renewal::Current;
         }
-        // The claim: the entry's number from `found` to `found | CLAIMED`, one
-        // compare-and-set. A move in place (same rules, above) changes the number
-        // without freezing, so a later configuration's may have landed since `found`
-        // was read; exactly one of the two compare-and-sets wins, so the key never
-        // goes back to an older configuration after a later one's request was decided
-        // on it. Lost: give way (thawed) and look again. Relaxed: the two
-        // read-modify-writes of one atomic are ordered by it alone.
-        //
-        // The claimed number is below every configuration, not this move's: a request
-        // that reads it never decides by it. Were it this move's, a request of this
-        // configuration could read it, find the state thawed after a failed swap (the
-        // guard gives the number back and thaws), and decide by the entry's own, older
-        // rules (loom model 23).
-        let claimed = choose(
-            Mutant::ClaimWithMoversNumber,
-            found | CLAIMED,
-            configuration,
-        );
-        if !active(Mutant::MoveWithoutClaim)
-            && self
-                .configuration
-                .compare_exchange(found, claimed, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return Renewal::Current;
-        }
-        thaw.claimed = Some((&self.configuration, found));
         let Some(frozen) = thaw.frozen.as_ref() else {
             return Renewal::Current;
         };
-        let successor = Self::carried(configuration, rules, &self.rules, frozen, now);
+        let same = rules == self.rules && !active(Mutant::MoveUnchangedRules);
+        let successor = if same {
+            // The same rules: the state stays exactly as it is.
+            self.kept(configuration, frozen)
+        } else {
+            Self::carried(configuration, rules, &self.rules, frozen, now)
+        };
         if swap(successor) {
             // Replaced: the frozen state is gone with its entry, never to be thawed.
             thaw.frozen = None;
         }
         // Otherwise (only the mover replaces a frozen entry, so this does not happen)
-        // the guard gives the number back and thaws it: the key must not stay frozen.
+        // the guard thaws it: the key must not stay frozen.
         Renewal::Current
     }
 }
@@ -418,10 +353,8 @@ impl<A, K> fmt::Debug for PerKey<A, K> {
 /// The configuration the entry was made under, not its rules or state.
 impl<A: Algorithm<()>> fmt::Debug for Entry<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Relaxed: as `Entry::current`.
-        let configuration = self.configuration.load(Ordering::Relaxed);
         f.debug_struct("Entry")
-            .field("configuration", &configuration)
+            .field("configuration", &self.configuration)
             .finish_non_exhaustive()
     }
 }
@@ -576,20 +509,11 @@ struct ThawUnlessMoved<'a, A: Reconfigurable> {
     rules: &'a A,
     state: &'a A::State,
     frozen: Option<A::Frozen>,
-    /// The entry's number and what it was before this move claimed it, once claimed.
-    claimed: Option<(&'a AtomicU64, u64)>,
 }
 
 impl<A: Reconfigurable> Drop for ThawUnlessMoved<'_, A> {
     fn drop(&mut self) {
         if let Some(frozen) = self.frozen.take() {
-            if let Some((number, found)) = self.claimed {
-                // Relaxed: given back before the thaw; while the state is frozen no
-                // request decides on it, and a request that read the claimed number
-                // decides nothing by it (`at_least`). Only the claimant writes a
-                // claimed number, so a store loses nobody's write.
-                number.store(found, Ordering::Relaxed);
-            }
             self.rules.thaw(self.state, frozen);
         }
     }
@@ -650,23 +574,6 @@ mod tests {
         // Reconfigured since: the copy is outdated, as its original would be.
         rules.reconfigure(per_second(20));
         assert_eq!(rules.acquire(&copy, 0, 1), Err(Blocked::Outdated));
-    }
-
-    /// While a mover holds its claim, no request of any configuration decides on the
-    /// entry (each waits for the move, none resolves one of its own), and a relocated
-    /// copy has the number the entry had, unclaimed.
-    #[test]
-    fn a_claimed_entry_is_being_moved_for_every_request() {
-        use crate::sync::Ordering;
-        let rules = PerKey::<TokenBucketRules, u64>::new(per_second(10));
-        let entry = rules.create(&1);
-        entry.configuration.store(super::CLAIMED, Ordering::Relaxed);
-        for wanted in [0, 1, u64::MAX >> 1] {
-            assert!(matches!(entry.current(wanted), Err(Blocked::Moving)));
-        }
-        let copy = rules.relocate(&entry).unwrap();
-        assert_eq!(copy.configuration.load(Ordering::Relaxed), 0);
-        assert_eq!(available_at_zero(&rules, &copy), 10);
     }
 
     #[test]

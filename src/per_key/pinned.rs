@@ -44,26 +44,6 @@ impl<A: Reconfigurable> Pinned<A> {
 }
 
 /// For loom's model of a move that fails after its claim (`loom_hooks::PinnedEntry`).
-#[cfg(turnstile_loom)]
-impl<A: Reconfigurable> Pinned<A> {
-    /// A new key's entry under this configuration.
-    pub(crate) fn create_entry(&self) -> Entry<A> {
-        Entry::fresh_under(self.configuration, self.rules.clone())
-    }
-
-    /// Moves `entry` to this configuration with a swap that fails (as one whose key
-    /// panics inside the map): the move must give everything back.
-    pub(crate) fn move_failing(&self, entry: &Entry<A>) -> Renewal {
-        entry.renew(
-            self.configuration,
-            self.rules.clone(),
-            0,
-            |_| false,
-            || false,
-        )
-    }
-}
-
 /// The same steps as [`PerKey`](super::PerKey)'s, at this configuration rather than the
 /// limiter's current one: an entry at this configuration or a later one is current;
 /// an older one moves to this quota, whatever configuration the limiter has published
@@ -222,10 +202,12 @@ mod tests {
             Rules::<u64>::available(&new, &entry, 0),
             Err(Blocked::Outdated)
         );
-        // The same quota: moved in place, nothing else changed.
-        assert!(moved(&new, &entry).is_none());
-        assert_eq!(available(&new, &entry), 6);
-        assert_eq!(available(&old, &entry), 6);
+        // The same quota: a successor at the new configuration, its state exactly as
+        // it was; the old entry, frozen, takes no more requests.
+        let successor = moved(&new, &entry).expect("a move makes a successor");
+        assert_eq!(available(&new, &successor), 6);
+        assert_eq!(available(&old, &successor), 6);
+        assert_eq!(Rules::<u64>::available(&old, &entry, 0), Err(Blocked::Moving));
     }
 
     #[test]

@@ -163,6 +163,11 @@ impl Movable for SlidingLogRules {
     fn thaw(&self, log: &Mutex<Log>, frozen: Log) {
         *log.lock().unpoisoned() = frozen;
     }
+
+    /// The same entries in a log of their own (live: the frozen one was).
+    fn restored(&self, frozen: &Log) -> Mutex<Log> {
+        Mutex::new(frozen.clone())
+    }
 }
 
 #[cfg(all(test, not(turnstile_loom)))]
