@@ -188,6 +188,7 @@ pub(crate) enum TextKey {
 impl KeyExtractor<Parts> for TextKey {
     type Key = str;
 
+    #[inline]
     fn with_key<T>(&self, request: &Parts, with: impl FnOnce(&str) -> T) -> Option<T> {
         match self {
             TextKey::Header(header) => header.with_key(request, with),

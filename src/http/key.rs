@@ -136,6 +136,7 @@ impl HeaderKey {
 impl KeyExtractor<Parts> for HeaderKey {
     type Key = str;
 
+    #[inline]
     fn with_key<U>(&self, request: &Parts, with: impl FnOnce(&str) -> U) -> Option<U> {
         let mut values = request.headers.get_all(&self.name).iter();
         let value = values.next()?;

@@ -53,7 +53,7 @@ where
     C: Clock,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    #[inline]
+    #[inline(always)]
     fn acquire<Q>(&self, key: &Q, cost: u32) -> Decision
     where
         K: Borrow<Q>,

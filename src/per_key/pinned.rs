@@ -207,7 +207,10 @@ mod tests {
         let successor = moved(&new, &entry).expect("a move makes a successor");
         assert_eq!(available(&new, &successor), 6);
         assert_eq!(available(&old, &successor), 6);
-        assert_eq!(Rules::<u64>::available(&old, &entry, 0), Err(Blocked::Moving));
+        assert_eq!(
+            Rules::<u64>::available(&old, &entry, 0),
+            Err(Blocked::Moving)
+        );
     }
 
     #[test]
