@@ -51,8 +51,8 @@ pub enum Retirement {
 /// What [`Rules::renew`] did with an outdated state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
-    /// Nothing left to do: the state is current now (moved in place, swapped for its
-    /// successor, or moved by another thread), or must be resolved again.
+    /// Nothing left to do: the state is current now (swapped for its successor, or
+    /// moved by another thread), or must be resolved again.
     Current,
     /// Another thread is moving the key: yield and look again.
     Moving,
@@ -160,8 +160,8 @@ pub trait Rules<K>: Send + Sync {
     fn resolve(&self, key: &K) -> Self::Resolved;
 
     /// Moves an [`Outdated`](Blocked::Outdated) state to what `resolved` says, at
-    /// `now`: in place when that changes no rule, else by freezing it and handing its
-    /// successor to `swap`, which replaces the state in the store (`false` if it could
+    /// `now`: by freezing it and handing its successor (the same state when no rule
+    /// changes) to `swap`, which replaces the state in the store (`false` if it could
     /// not, and then the state is thawed as it was).
     fn renew(
         &self,

@@ -9,8 +9,10 @@
 //! configuration's [`Pinned`] rules. A request of the new configuration moves every key it meets to
 //! the new quota at once; a request still running under the old configuration
 //! decides under the old quota, unless a request of the new one has moved the key
-//! already (a key is under one quota at a time, and moves forward only: the claim in
-//! `Entry::renew`). Nothing waits for the requests of the old configuration to finish.
+//! already (a key is under one quota at a time, and moves forward only: a mover
+//! leaves alone an entry at its configuration or a later one, and only the thread
+//! that froze an entry replaces it, in `Entry::renew`). Nothing waits for the
+//! requests of the old configuration to finish.
 
 use super::Entry;
 use crate::algorithm::{Blocked, Reconfigurable, Renewal, Retirement, Rules};
@@ -43,7 +45,6 @@ impl<A: Reconfigurable> Pinned<A> {
     }
 }
 
-/// For loom's model of a move that fails after its claim (`loom_hooks::PinnedEntry`).
 /// The same steps as [`PerKey`](super::PerKey)'s, at this configuration rather than the
 /// limiter's current one: an entry at this configuration or a later one is current;
 /// an older one moves to this quota, whatever configuration the limiter has published
