@@ -789,3 +789,77 @@ fn a_lease_is_a_shared_token_buckets_and_takes_only_its_settings() {
     );
     assert!(Config::from_toml(&store("token_bucket", "{ max = 4 }"), "limits.toml").is_ok());
 }
+
+/// A check that is neither a limit's name nor a table lists every field its table
+/// takes, `settled` among them.
+#[test]
+fn a_check_of_the_wrong_kind_lists_every_field_of_its_table() {
+    let error = toml_error(&GOOD.replace("checks = [\"per-user\"]", "checks = [1]"));
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0]");
+    assert!(
+        error
+            .message()
+            .contains("{ limit = \"NAME\", cost, dry_run, missing_key, settled }"),
+        "{error}"
+    );
+}
+
+/// The same costs read in JSON and YAML, and their mistakes are located there too: a
+/// number, an estimate's table, a cost of 0, an estimate the program did not register.
+#[test]
+fn costs_read_and_are_located_in_json_and_yaml_too() {
+    let json = |check: &str| {
+        format!(
+            "{{ \"limits\": {{ \"per-user\": {{ \"quota\": \"100/min\", \"key\": {{ \"header\": \"x-api-key\" }} }} }},\n\
+             \"policies\": {{ \"api\": {{ \"checks\": [{check}] }} }},\n\
+             \"layer\": {{ \"fallback\": \"api\" }} }}"
+        )
+    };
+    let yaml = |cost: &str| {
+        format!(
+            "limits:\n  per-user:\n    quota: 100/min\n    key: {{header: x-api-key}}\npolicies:\n  api:\n    checks:\n      - limit: per-user\n        cost: {cost}\n        settled: true\nlayer:\n  fallback: api\n"
+        )
+    };
+    let toml = |cost: &str| {
+        GOOD.replace(
+            "checks = [\"per-user\"]",
+            &format!("checks = [{{ limit = \"per-user\", cost = {cost}, settled = true }}]"),
+        )
+    };
+    for (json_cost, yaml_cost, toml_cost) in [
+        ("5", "5", "5"),
+        (
+            "{ \"estimate\": \"x\" }",
+            "{estimate: x}",
+            "{ estimate = \"x\" }",
+        ),
+    ] {
+        let from_toml = Config::from_toml(&toml(toml_cost), "a.toml").unwrap();
+        let from_json = Config::from_json(
+            &json(&format!(
+                "{{ \"limit\": \"per-user\", \"cost\": {json_cost}, \"settled\": true }}"
+            )),
+            "a.json",
+        )
+        .unwrap();
+        let from_yaml = Config::from_yaml(&yaml(yaml_cost), "a.yaml").unwrap();
+        assert_eq!(from_json, from_toml, "{json_cost}");
+        assert_eq!(from_yaml, from_toml, "{yaml_cost}");
+    }
+    let error =
+        Config::from_json(&json("{ \"limit\": \"per-user\", \"cost\": 0 }"), "a.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost");
+    assert_eq!(error.line(), Some(2));
+    let error = Config::from_yaml(&yaml("-3"), "a.yaml").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost");
+    assert_eq!(error.line(), Some(9));
+    assert!(error.message().contains("at least 1, not -3"), "{error}");
+    let unregistered = Config::from_yaml(&yaml("{estimate: x}"), "a.yaml").unwrap();
+    let error = LiveLimits::new(unregistered, Extractors::new()).unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "policies.api.checks[0].cost.estimate");
+    assert_eq!(error.line(), Some(9));
+}

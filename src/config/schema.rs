@@ -729,7 +729,8 @@ impl<'de> Deserialize<'de> for CheckSpec {
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a limit's name, or a table { limit = \"NAME\", cost, dry_run, missing_key }",
+                    "a limit's name, or a table { limit = \"NAME\", cost, dry_run, missing_key, \
+                     settled }",
                 )
             }
 
