@@ -863,3 +863,28 @@ fn costs_read_and_are_located_in_json_and_yaml_too() {
     assert_eq!(error.field(), "policies.api.checks[0].cost.estimate");
     assert_eq!(error.line(), Some(9));
 }
+
+/// A lease's `max` of 0, or above the quota's capacity, is refused as the file is
+/// read, in the file's own words; the capacity itself is a lease's largest `max`.
+#[cfg(feature = "redis")]
+#[test]
+fn a_lease_max_from_1_to_the_capacity_is_refused_otherwise_as_the_file_is_read() {
+    let limit = "key = { header = \"x-api-key\" }";
+    let leased = |max: &str| {
+        GOOD.replace("\"100/min\"", "\"5/d\"").replace(
+            limit,
+            &format!(
+                "{limit}\nstore = {{ redis = \"redis://127.0.0.1/\", lease = {{ max = {max} }} }}"
+            ),
+        )
+    };
+    for (max, expected) in [("0", "not 0"), ("6", "capacity (5), not 6")] {
+        let error = toml_error(&leased(max));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user", "{max}");
+        assert!(error.line().is_some(), "{max}");
+        assert!(error.message().contains("store.lease.max"), "{error}");
+        assert!(error.message().contains(expected), "{error}");
+    }
+    assert!(Config::from_toml(&leased("5"), "limits.toml").is_ok());
+}

@@ -285,6 +285,19 @@ pub(crate) struct LeaseSpec {
     pub(crate) max: Option<u32>,
 }
 
+/// A lease's `max` in the file's own words, refused while the file is read rather
+/// than by the lease's builder (whose error names its method, and comes only when the
+/// limits are built): from 1 to the quota's capacity.
+fn lease_max_fits(max: u32, capacity: u32) -> Result<(), String> {
+    if max == 0 || max > capacity {
+        return Err(format!(
+            "store.lease.max must be at least 1 and at most the quota's capacity \
+             ({capacity}), not {max}: a key's lease holds at most that many tokens"
+        ));
+    }
+    Ok(())
+}
+
 /// A shared limit's failure policy.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -316,6 +329,9 @@ impl TryFrom<RawLimit> for LimitSpec {
                     "a leased limit (store = {{ lease = ... }}) is a token_bucket, not {}",
                     raw.algorithm.name()
                 ));
+            }
+            if let Some(max) = store.lease.as_ref().and_then(|lease| lease.max) {
+                lease_max_fits(max, raw.quota.quota.capacity())?;
             }
         }
         // Refused as written, a default written out included: a shared limit takes
