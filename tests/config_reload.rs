@@ -923,3 +923,36 @@ fn each_request_is_decided_by_its_own_file_and_a_key_moves_forward_only() {
     drop(old);
     assert_eq!(limits.version(), 2);
 }
+
+/// A reload that changes only whether a check is settled, or only the estimate it
+/// names, says its policy changed; the same file again says nothing changed.
+#[test]
+fn a_reload_of_a_checks_settling_or_estimate_alone_says_its_policy_changed() {
+    let file = |check: &str| {
+        let text = format!(
+            "[limits.a]\nquota = \"3/h\"\nkey = {{ header = \"x-api-key\" }}\n\
+             [policies.p]\nchecks = [{check}]\n[layer]\nfallback = \"p\"\n"
+        );
+        Config::from_toml(&text, "test.toml").unwrap()
+    };
+    let extractors = Extractors::new()
+        .estimate("one", |_: &Parts| 1)
+        .estimate("two", |_: &Parts| 2);
+    let limits = LiveLimits::with_clock(
+        file("{ limit = \"a\", cost = { estimate = \"one\" } }"),
+        extractors,
+        ManualClock::new(),
+    )
+    .unwrap();
+    let changed = [Change::PolicyChanged { policy: "p".into() }];
+    for check in [
+        "{ limit = \"a\", cost = { estimate = \"one\" }, settled = true }",
+        "{ limit = \"a\", cost = { estimate = \"two\" }, settled = true }",
+        "{ limit = \"a\", cost = 1, settled = true }",
+    ] {
+        let reloaded = limits.reload(file(check)).unwrap();
+        assert_eq!(reloaded.changes(), changed, "{check}");
+        let again = limits.reload(file(check)).unwrap();
+        assert_eq!(again.changes(), [], "{check}");
+    }
+}
