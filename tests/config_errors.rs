@@ -676,7 +676,7 @@ fn a_table_given_as_a_value_of_another_kind_says_what_table_was_expected() {
         (
             GOOD.replace(limit, &format!("{limit}\nstore = 1")),
             "limits.per-user.store",
-            "a table { redis = \"URL\", failure = \"closed\" or \"open\" }",
+            "a table { redis = \"URL\", failure = \"closed\" or \"open\", lease = { lifetime, max } }",
         ),
         (
             format!("client_address = 1\n{GOOD}"),
@@ -887,4 +887,37 @@ fn a_lease_max_from_1_to_the_capacity_is_refused_otherwise_as_the_file_is_read()
         assert!(error.message().contains(expected), "{error}");
     }
     assert!(Config::from_toml(&leased("5"), "limits.toml").is_ok());
+}
+
+/// The wrong-kind messages read the same in YAML and JSON: what table was expected,
+/// never serde's struct names.
+#[test]
+fn a_table_of_the_wrong_kind_says_what_was_expected_in_yaml_and_json_too() {
+    let yaml = "limits:\n  per-user:\n    quota: 100/min\n    key: {header: x-api-key}\n    store: 1\npolicies:\n  api:\n    checks: [per-user]\nlayer:\n  fallback: api\n  routes: [1]\n";
+    let error = Config::from_yaml(yaml, "limits.yaml").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user.store");
+    assert_eq!(error.line(), Some(5));
+    assert!(
+        error.message().contains("a table { redis = \"URL\""),
+        "{error}"
+    );
+    assert!(!error.message().contains("struct"), "{error}");
+    let json = r#"{ "limits": { "per-user": 1 },
+        "policies": { "api": { "checks": ["per-user"] } }, "layer": { "fallback": "api", "statuses": 1 } }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "limits.per-user");
+    assert_eq!(error.line(), Some(1));
+    assert!(error.message().contains("a limit: a table"), "{error}");
+    assert!(!error.message().contains("struct"), "{error}");
+    let json = r#"{ "limits": { "per-user": { "quota": "100/min", "key": { "header": "x-api-key" } } },
+        "policies": { "api": { "checks": ["per-user"] } },
+        "layer": { "fallback": "api", "routes": [1], "statuses": 1 },
+        "client_address": 1 }"#;
+    let error = Config::from_json(json, "limits.json").unwrap_err();
+    println!("{error}");
+    assert_eq!(error.field(), "layer.routes[0]");
+    assert_eq!(error.line(), Some(3));
+    assert!(error.message().contains("a route { prefix"), "{error}");
 }

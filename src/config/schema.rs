@@ -254,7 +254,7 @@ impl<'de> Deserialize<'de> for OverflowSpec {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table { redis = \"URL\", failure = \"closed\" or \"open\" }"
+    expecting = "a table { redis = \"URL\", failure = \"closed\" or \"open\", lease = { lifetime, max } }"
 )]
 pub(crate) struct StoreSpec {
     /// The Redis server's URL.
