@@ -921,3 +921,28 @@ fn a_table_of_the_wrong_kind_says_what_was_expected_in_yaml_and_json_too() {
     assert_eq!(error.line(), Some(3));
     assert!(error.message().contains("a route { prefix"), "{error}");
 }
+
+/// A lease's lifetime the lease cannot keep (under about 10 ms, beyond 2^52 µs) is
+/// refused as the file is read, located at its limit, not when the limits are built.
+#[cfg(feature = "redis")]
+#[test]
+fn a_lease_lifetime_out_of_bounds_is_refused_as_the_file_is_read() {
+    let limit = "key = { header = \"x-api-key\" }";
+    let leased = |lifetime: &str| {
+        GOOD.replace(
+            limit,
+            &format!(
+                "{limit}\nstore = {{ redis = \"redis://127.0.0.1/\", lease = {{ lifetime = \"{lifetime}\" }} }}"
+            ),
+        )
+    };
+    for lifetime in ["1ms", "200000d"] {
+        let error = toml_error(&leased(lifetime));
+        println!("{error}");
+        assert_eq!(error.field(), "limits.per-user", "{lifetime}");
+        assert_eq!(error.line(), Some(2), "{lifetime}");
+        assert!(error.message().contains("store.lease.lifetime"), "{error}");
+        assert!(error.message().contains("at least 10.5 ms"), "{error}");
+    }
+    assert!(Config::from_toml(&leased("11ms"), "limits.toml").is_ok());
+}

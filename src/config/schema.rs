@@ -333,6 +333,16 @@ impl TryFrom<RawLimit> for LimitSpec {
             if let Some(max) = store.lease.as_ref().and_then(|lease| lease.max) {
                 lease_max_fits(max, raw.quota.quota.capacity())?;
             }
+            #[cfg(feature = "redis")]
+            if let Some(lifetime) = store.lease.as_ref().and_then(|lease| lease.lifetime)
+                && !crate::redis::lease::lifetime_fits(lifetime.0)
+            {
+                return Err(format!(
+                    "store.lease.lifetime: {}, not {:?}",
+                    crate::redis::lease::LIFETIME_BOUNDS,
+                    lifetime.0
+                ));
+            }
         }
         // Refused as written, a default written out included: a shared limit takes
         // none of them.

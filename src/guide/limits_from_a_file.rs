@@ -125,8 +125,8 @@
 //!   [`RedisLeasedTokenBucket`](crate::redis::lease::RedisLeasedTokenBucket): this
 //!   process takes up to `max` tokens of a key at a time from Redis and spends them
 //!   without a round trip, for `lifetime` at most. `max` is 1 to the quota's
-//!   capacity, refused otherwise as the file is read; `lifetime`'s bounds are that
-//!   type's, refused when the limits are built.
+//!   capacity and `lifetime` about 10 ms to 2^52 µs (that type's bounds), each
+//!   refused otherwise as the file is read.
 //! - **Memory**, for an in-process limit: `max_keys` caps the keys it holds
 //!   ([`Builder::max_keys`](crate::Builder::max_keys); at least 1), and `overflow`
 //!   says what a new key gets at the cap: `"deny"` (the default when only `max_keys`

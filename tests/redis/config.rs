@@ -62,12 +62,5 @@ async fn a_change_of_lease_settings_is_a_new_limiter() {
             why: Replaced::Store
         }]
     );
-    // Its lease builder's own error, at the limit: a lifetime it cannot keep.
-    let error = limits
-        .reload(shared(&url, "5/d", ", lease = { lifetime = \"1ms\" }"))
-        .unwrap_err();
-    println!("{error}");
-    assert_eq!(error.field(), "limits.s");
-    assert!(error.message().contains("lifetime"), "{error}");
     assert_eq!(limits.version(), 2);
 }

@@ -22,6 +22,16 @@ pub const DEFAULT_LEASE_LIFETIME: Duration = Duration::from_secs(1);
 /// The shortest lease lifetime accepted: ten ticks of the word's expiry (about 10 ms).
 const MIN_LIFETIME: Duration = Duration::from_nanos(10 << hold::TICK_SHIFT);
 
+/// What a lifetime out of bounds is told.
+pub(crate) const LIFETIME_BOUNDS: &str =
+    "a lease lifetime must be at least 10.5 ms and at most 2^52 µs";
+
+/// Whether a lease may count its tokens for `lifetime`: a limits file checks it as it
+/// is read, the builder when it builds.
+pub(crate) fn lifetime_fits(lifetime: Duration) -> bool {
+    (MIN_LIFETIME..=Duration::from_micros(MAX_MICROS)).contains(&lifetime)
+}
+
 impl RedisLeasedTokenBucket {
     /// A builder for a limiter applying `quota` to every key, answering `policy` when
     /// Redis does not and the key's lease is spent. Keys are prefixed with
@@ -189,10 +199,8 @@ impl RedisLeasedTokenBucketBuilder {
                 "max_lease must be at least 1 and at most the capacity and 2^24 - 1",
             ));
         }
-        if self.lifetime < MIN_LIFETIME || self.lifetime > Duration::from_micros(MAX_MICROS) {
-            return Err(RedisConfigError::Lease(
-                "a lease lifetime must be at least 10.5 ms and at most 2^52 µs",
-            ));
+        if !lifetime_fits(self.lifetime) {
+            return Err(RedisConfigError::Lease(LIFETIME_BOUNDS));
         }
         let clock: Arc<dyn Clock> = match &settings.time {
             TimeSource::Client { clock, .. } => Arc::clone(clock),

@@ -171,6 +171,8 @@ mod seen;
 mod size;
 
 pub use builder::{DEFAULT_LEASE_LIFETIME, RedisLeasedTokenBucketBuilder};
+#[cfg(feature = "config")]
+pub(crate) use builder::{LIFETIME_BOUNDS, lifetime_fits};
 
 pub use counts::LeaseCounts;
 
