@@ -7,7 +7,7 @@
 //!
 //! # Moving a key to a new quota
 //! [`reconfigure`](crate::KeyedLimiter::reconfigure) only publishes the new resolver.
-//! Each existing key moves at its next request (acquire, peek or refund), directly to
+//! Each existing key moves at its next request (acquire, peek, refund or settle), directly to
 //! the quota the resolver current then gives it:
 //!
 //! 1. **The same quota as before changes nothing**: the key keeps its state exactly,
